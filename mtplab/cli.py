@@ -1,0 +1,139 @@
+"""Command line: python -m mtplab {train, generate, bench} ...
+
+Bad input ends with a one-line error that names the fix (exit status 2), never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import MtplabError
+
+
+def _train(a):
+    from .train import fit
+
+    hist = fit(preset=a.preset, corpus=a.corpus, steps=a.steps, out=a.out, name=a.name, seed=a.seed,
+               resume=a.resume, heads=a.heads, k=a.k, freeze_trunk=a.freeze_trunk, from_checkpoint=a.from_,
+               lam=a.lam, batch_size=a.batch_size, lr=a.lr, eval_every=a.eval_every, device=a.device,
+               dropout=a.dropout, save_dtype=a.save_dtype, progress=not a.no_progress,
+               memory_efficient=not a.naive_backward, max_seconds=a.max_seconds)
+    last = hist[-1] if hist else {}
+    if a.json:
+        print(json.dumps(hist))
+    else:
+        print(f"done: {last.get('step')} steps, {last.get('tokens')} tokens, val bpb {last.get('val_bpb', float('nan')):.3f}, "
+              "per-depth top-1 acc " + " ".join(f"{x:.3f}" for x in last.get("val_acc_depth", [])))
+
+
+def _read_prompt(a) -> str:
+    if a.prompt_file:
+        try:
+            raw = open(a.prompt_file, "rb").read()
+        except OSError as e:
+            raise MtplabError(f"cannot read prompt file {a.prompt_file}: {e.strerror}") from None
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MtplabError(f"prompt file {a.prompt_file} is not valid UTF-8 (byte {e.start}); "
+                              "save it as UTF-8 or pass --prompt") from None
+    if a.prompt is None:
+        raise MtplabError("give a prompt with --prompt TEXT or --prompt-file PATH")
+    return a.prompt
+
+
+def _generate(a):
+    from .generate import run_generate
+
+    res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
+                       max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
+                       seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
+                       dtype=a.dtype)
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print(res["text"])
+        print(f"\n[{res['method']} on {res['checkpoint']}: {len(res['tokens'])} tokens in {res['forwards']} forwards "
+              f"({res['tokens_per_forward']:.2f} tokens/forward), {res['wall_s']:.2f}s on {res['device']}]")
+        if res.get("num_drafts"):
+            acc = " ".join(f"{x:.2f}" for x in res["acceptance_rate_per_position"])
+            print(f"[drafts {res['num_drafts']}, draft tokens {res['num_draft_tokens']}, accepted "
+                  f"{res['num_accepted_tokens']}; acceptance by position: {acc}]")
+
+
+def _bench(a):
+    from . import bench
+
+    bench.main(a)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("train", help="train a model (next-token or multi-token)")
+    t.add_argument("--preset", default="classroom")
+    t.add_argument("--corpus", default="code")
+    t.add_argument("--steps", type=int, required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--name", default=None, help="checkpoint file stem (default: ntp, stern-k4, ...)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--resume", action="store_true")
+    t.add_argument("--heads", default="none", help="none | stern | meta | deepseek")
+    t.add_argument("--k", type=int, default=None, help="prediction depths (deepseek: modules D)")
+    t.add_argument("--freeze-trunk", action="store_true")
+    t.add_argument("--from", dest="from_", default=None, help="start from this next-token checkpoint")
+    t.add_argument("--lambda", dest="lam", type=float, default=0.3)
+    t.add_argument("--batch-size", type=int, default=16)
+    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--eval-every", type=int, default=None)
+    t.add_argument("--dropout", type=float, default=None)
+    t.add_argument("--save-dtype", default=None, choices=["fp32", "fp16", "bf16"])
+    t.add_argument("--device", default="auto")
+    t.add_argument("--naive-backward", action="store_true", help="meta: one joint backward instead of head by head")
+    t.add_argument("--max-seconds", type=float, default=None, help="stop (and save) after this much wall time")
+    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=_train)
+
+    g = sub.add_parser("generate", help="generate text, autoregressively or speculatively")
+    g.add_argument("--method", default="ar",
+                   help="ar | blockwise | blockwise-overlap | meta | deepseek | draft-model | ngram | oracle")
+    g.add_argument("--checkpoint", default=None, help="file stem in data/checkpoints/ or a path")
+    g.add_argument("--prompt", default=None)
+    g.add_argument("--prompt-file", default=None)
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--k", type=int, default=4, help="block size: at most k tokens per step (k-1 drafts)")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--alpha", type=float, default=0.8, help="oracle: probability a draft is the target's token")
+    g.add_argument("--draft-checkpoint", default=None)
+    g.add_argument("--device", default="auto")
+    g.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=_generate)
+
+    b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
+    b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover"])
+    b.add_argument("--preset", default="classroom")
+    b.add_argument("--quick", action="store_true")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--device", default="auto")
+    b.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    b.add_argument("--out", default="build/bench")
+    b.set_defaults(func=_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "cmd", None) == "train" and args.k is None:
+        args.k = 1 if args.heads == "none" else 4
+    try:
+        args.func(args)
+    except MtplabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,56 @@
+"""The two shipped corpora as byte tensors, and seeded random batches."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .errors import MtplabError
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+CORPORA = ("code", "prose")
+
+
+def corpus_path(name: str, split: str) -> Path:
+    if name not in CORPORA:
+        raise MtplabError(f"unknown corpus {name!r}; choose one of {', '.join(CORPORA)}")
+    if split not in ("train", "val"):
+        raise MtplabError(f"unknown split {split!r}; use 'train' or 'val'")
+    return DATA_DIR / "corpora" / f"{name}_{split}.txt"
+
+
+def load_corpus(name: str, split: str = "train") -> torch.Tensor:
+    """The corpus as a uint8 tensor of UTF-8 bytes (token ids)."""
+    path = corpus_path(name, split)
+    if not path.exists():
+        raise MtplabError(f"corpus file {path} is missing; the repository ships it under data/corpora/")
+    return torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+
+
+def get_batch(data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator) -> torch.Tensor:
+    """(B, block_size + 1) windows: inputs are [:, :-1], next-token targets [:, 1:]."""
+    ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)
+    return torch.stack([data[i:i + block_size + 1] for i in ix.tolist()]).long()
+
+
+def val_windows(data: torch.Tensor, block_size: int, n: int) -> torch.Tensor:
+    """n evenly spaced (block_size + 1) windows: the same every time, for comparable validation."""
+    step = max(1, (len(data) - block_size - 1) // n)
+    starts = [i * step for i in range(n)]
+    return torch.stack([data[s:s + block_size + 1] for s in starts]).long()
+
+
+def held_out_prompts(corpus: str = "code", n: int = 20, length: int = 64) -> list[str]:
+    """n prompts cut from the validation split at line starts, evenly spaced, each `length` bytes at most."""
+    text = corpus_path(corpus, "val").read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    stride = max(1, len(lines) // n)
+    prompts = []
+    for j in range(n):
+        i = j * stride
+        chunk = ""
+        while i < len(lines) and len(chunk.encode()) < length:
+            chunk += lines[i]
+            i += 1
+        prompts.append(chunk.encode()[:length].decode("utf-8", errors="ignore") or "def ")
+    return prompts

@@ -1,0 +1,73 @@
+"""Multi-token losses.
+
+B batch, T time, K depths, V vocabulary.
+
+Two conventions meet here. `depth_logits` returns (B, T, K, V) where depth d (1-based)
+at position i predicts token x[i+d] of the input sequence x. The sources' packed loss
+takes (B, T, K*V) and next-token targets y[i] = x[i+1]; its head k (0-based) is scored
+against y[i+k] = x[i+k+1], which is the same token: depth d = k+1.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .errors import MtplabError
+
+
+def multi_token_loss(logits: torch.Tensor, targets: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """The sources' MultiTokenLoss, in our own code: mean over heads of each head's mean cross-entropy.
+
+    logits: (B, T, K*V) packed head outputs; targets: (B, T) next-token targets, targets[:, i] = x[i+1].
+    Head k (0-based) at position i is scored against targets[:, i+k] = x[i+k+1], for i = 0..T-1-k:
+    head 0 is the next token, head k the (k+1)-th token ahead. The last k positions of head k are
+    dropped because their target lies past the window, not by mistake.
+
+    The shift is only right if `targets` is already the next-token shift of the input. Pass the
+    input ids themselves and head 0 is scored against the token it reads: it learns to copy.
+    """
+    B, T = targets.shape
+    if logits.shape[:2] != (B, T) or logits.shape[2] % num_tokens:
+        raise MtplabError(f"logits {tuple(logits.shape)} do not pack {num_tokens} heads over targets {tuple(targets.shape)}")
+    logits = logits.view(B, T, num_tokens, -1)  # (B, T, K, V)
+    per_head = []
+    for k in range(num_tokens):
+        n = T - k  # positions whose target x[i+k+1] is inside the window
+        per_head.append(F.cross_entropy(logits[:, :n, k].reshape(-1, logits.shape[-1]), targets[:, k:].reshape(-1)))
+    return torch.stack(per_head).mean()
+
+
+def depth_cross_entropies(logits: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+    """Per-depth mean cross-entropy (nats). logits: (B, T, K, V) from `depth_logits(x[:, :T])`;
+    x: (B, T+1) the window including its next-token target. Depth d at position i is scored
+    against x[:, i+d] for i = 0..T-d (DeepSeek eq. 24 uses labels t_{2+k..T+1} for module k = d-1)."""
+    B, T, K, V = logits.shape
+    if x.shape != (B, T + 1):
+        raise MtplabError(f"x must be (B, T+1) = {(B, T + 1)}, got {tuple(x.shape)}")
+    out = []
+    for d in range(1, K + 1):
+        n = T - d + 1
+        out.append(F.cross_entropy(logits[:, :n, d - 1].reshape(-1, V).float(), x[:, d:d + n].reshape(-1)))
+    return out
+
+
+def deepseek_loss(ces: list[torch.Tensor], lam: float) -> torch.Tensor:
+    """DeepSeek-V3 eq. (24)-(25): L = L_main + (lambda / D) * sum_k L_MTP^k, with ces[0] the main loss."""
+    if lam < 0:
+        raise MtplabError(f"lambda must be >= 0 (got {lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
+    D = len(ces) - 1
+    if D == 0:
+        return ces[0]
+    return ces[0] + (lam / D) * torch.stack(ces[1:]).sum()
+
+
+def family_loss(heads: str, ces: list[torch.Tensor], *, lam: float = 0.3, freeze_trunk: bool = False) -> torch.Tensor:
+    """The training objective of each family. With a frozen trunk, depth 1 has no trainable path and is left out."""
+    if freeze_trunk:
+        extra = ces[1:]
+        if not extra:
+            raise MtplabError("a frozen trunk with no heads has nothing to train; add --heads and --k")
+        return torch.stack(extra).mean()
+    if heads == "deepseek":
+        return deepseek_loss(ces, lam)
+    return torch.stack(ces).mean()  # Gloeckle et al. 2024 / Stern et al. 2018: every depth weighted alike
