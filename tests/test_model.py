@@ -1,0 +1,95 @@
+import random
+
+import pytest
+import torch
+
+from mtplab import GPT, ModelConfig, MtplabError, preset
+from mtplab.device import pick
+from mtplab.tokenizer import decode, encode, token_repr
+from tests.conftest import random_model
+
+
+@pytest.mark.parametrize("heads,k", [("none", 1), ("stern", 3), ("meta", 3), ("deepseek", 3)])
+def test_cache_matches_full_recompute(heads, k):
+    m = random_model(heads, k, seed=4)
+    idx = torch.randint(0, 256, (2, 60))
+    with torch.no_grad():
+        full = m(idx)
+        c = m.new_cache(2)
+        steps = [m(idx[:, i:i + 1], c).logits for i in range(60)]
+        assert (torch.cat(steps, 1) - full.logits).abs().max() < 1e-5
+        rng = random.Random(0)
+        c = m.new_cache(2)
+        outs, i = [], 0
+        while i < 60:
+            q = rng.randint(1, 9)
+            outs.append(m(idx[:, i:i + q], c).logits)
+            i += q
+        assert (torch.cat(outs, 1) - full.logits).abs().max() < 1e-5
+        assert len(c) == 60
+
+
+def test_cache_crop_rolls_back():
+    m = random_model()
+    idx = torch.randint(0, 256, (1, 30))
+    with torch.no_grad():
+        full = m(idx).logits
+        c = m.new_cache()
+        m(idx[:, :20], c)
+        m(torch.randint(0, 256, (1, 7)), c)  # rejected drafts
+        c.crop(20)
+        assert len(c) == 20
+        tail = m(idx[:, 20:], c).logits
+    assert (tail - full[:, 20:]).abs().max() < 1e-5
+    with pytest.raises(ValueError):
+        c.crop(31)
+
+
+def test_forward_returns_hidden_and_logits():
+    m = random_model()
+    out = m(torch.randint(0, 256, (3, 10)))
+    assert out.hidden.shape == (3, 10, 32) and out.logits.shape == (3, 10, 256)
+
+
+def test_depth_logits_shape(family_models):
+    for name, m in family_models.items():
+        x = torch.randint(0, 256, (2, 12))
+        assert m.depth_logits(x).shape == (2, 12, m.config.k, 256)
+
+
+def test_tokenizer_roundtrip_and_partial_bytes():
+    s = "déf f(x): return 'π' ✓"
+    assert decode(encode(s)) == s
+    ids = encode("π")
+    assert len(ids) == 2
+    assert decode(ids[:1]) == "\ufffd"  # half a character decodes, never raises
+    assert token_repr(10) == "\\n" and token_repr(ord("a")) == "a"
+    with pytest.raises(TypeError):
+        encode(b"bytes")
+
+
+def test_presets_and_config_errors():
+    assert set(["tiny", "classroom", "wide"]) <= set(__import__("mtplab").PRESETS)
+    with pytest.raises(MtplabError, match="unknown preset"):
+        preset("huge")
+    with pytest.raises(MtplabError, match="k must be"):
+        ModelConfig(heads="meta", k=0)
+    with pytest.raises(MtplabError, match="unknown head family"):
+        ModelConfig(heads="medusa", k=2)
+    assert GPT(preset("tiny")).num_params() > 0
+
+
+def test_context_window_error():
+    m = random_model()
+    with pytest.raises(MtplabError, match="context window"):
+        m(torch.zeros(1, 97, dtype=torch.long))
+
+
+def test_device_pick():
+    assert pick("cpu").type == "cpu"
+    assert pick("auto").type in ("cpu", "cuda", "mps")
+    if not torch.cuda.is_available():
+        with pytest.raises(MtplabError, match="CUDA is not available"):
+            pick("cuda")
+    with pytest.raises(MtplabError, match="unknown device"):
+        pick("tpu")
