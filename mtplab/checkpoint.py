@@ -19,7 +19,8 @@ from .config import ModelConfig
 from .errors import MtplabError
 from .model import GPT
 
-CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+# MTPLAB_CHECKPOINTS points elsewhere (e.g. freshly trained checkpoints) without touching data/
+CHECKPOINT_DIR = Path(os.environ.get("MTPLAB_CHECKPOINTS") or Path(__file__).resolve().parent.parent / "data" / "checkpoints")
 
 
 def atomic_write(path: Path, write) -> None:
@@ -112,6 +113,8 @@ def load(name_or_path, *, device="cpu", dtype=torch.float32, config: ModelConfig
     state = {}
     if "base" in info:
         bpath = path.parent / info["base"]["file"]
+        if not bpath.exists():
+            bpath = CHECKPOINT_DIR / info["base"]["file"]
         if not bpath.exists():
             raise MtplabError(f"{path.name} holds only heads; its base {bpath} is missing")
         if sha256(bpath) != info["base"]["sha256"]:

@@ -12,9 +12,9 @@ HEAD_FAMILIES = ("none", "stern", "meta", "deepseek")
 class ModelConfig:
     vocab_size: int = 256
     n_layer: int = 4
-    n_head: int = 6
-    n_embd: int = 384
-    block_size: int = 256   # context window in tokens
+    n_head: int = 4
+    n_embd: int = 256
+    block_size: int = 384   # context window in tokens
     dropout: float = 0.0
     heads: str = "none"     # head family: none | stern | meta | deepseek
     k: int = 1              # prediction depths (for deepseek: 1 + D modules)
@@ -57,11 +57,11 @@ PRESETS: dict[str, ModelConfig] = {
     # trains in seconds: for tests
     "tiny": ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128),
     # a small, fast draft model for two-model speculative decoding (same context as classroom)
-    "draft": ModelConfig(n_layer=2, n_head=4, n_embd=128, block_size=256),
+    "draft": ModelConfig(n_layer=2, n_head=4, n_embd=128, block_size=384),
     # the shipped default
-    "classroom": ModelConfig(n_layer=4, n_head=6, n_embd=384, block_size=256),
+    "classroom": ModelConfig(n_layer=4, n_head=4, n_embd=256, block_size=384),
     # a larger width, for cost-curve studies
-    "wide": ModelConfig(n_layer=4, n_head=8, n_embd=768, block_size=256),
+    "wide": ModelConfig(n_layer=4, n_head=8, n_embd=768, block_size=384),
 }
 
 

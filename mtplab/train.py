@@ -323,7 +323,8 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
                           + " | top-1 acc " + " ".join(f"{a:.3f}" for a in rec["val_acc_depth"]))
         if out is not None and (done % save_every == 0 or done == end or out_of_time):
             meta_now = dict(meta, steps=steps, step=done, tokens=tokens_seen, stopped_early=out_of_time,
-                            wall_s=time.perf_counter() - t0, device=str(dev), val=history[-1] if history else None)
+                            wall_s=time.perf_counter() - t0, device=str(dev), val=history[-1] if history else None,
+                            history=history)
             _save_all(model, opt, gen, done, history, out, name, base, meta_now, sdtype)
         if out_of_time:
             if bar is not None:
