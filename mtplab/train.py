@@ -186,6 +186,37 @@ def _save_all(model, opt, gen, step, history, out, name, base, meta, save_dtype)
     ckpt.atomic_write_text(jpath, json.dumps({"step": step, "scalars": scalars, "history": history}) + "\n")
 
 
+def _distributed(device: str):
+    """(rank, world, device) under torchrun (WORLD_SIZE > 1): gloo on CPU, nccl on CUDA; else (0, 1, pick(device))."""
+    import os
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, pick(device)
+    import torch.distributed as dist
+    dev = pick(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return dist.get_rank(), world, dev
+
+
+def _average_gradients(params, world: int):
+    """Data parallelism by hand: average every gradient over the processes (one flat all_reduce).
+    This is DistributedDataParallel's reduction without its hooks, which Meta's head-by-head
+    backward (several backward passes per step) would trip over."""
+    import torch.distributed as dist
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    i = 0
+    for g in grads:
+        g.copy_(flat[i:i + g.numel()].view_as(g))
+        i += g.numel()
+
+
 def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=None, name: str | None = None,
         seed: int = 0, resume: bool = False, heads: str = "none", k: int = 1, freeze_trunk: bool = False,
         from_checkpoint=None, lam: float = 0.3, batch_size: int = 16, lr: float = 3e-3, warmup: int | None = None,
@@ -216,7 +247,10 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
     depths = k + 1 if heads == "deepseek" else k
     if heads != "none" and depths < 2:
         raise MtplabError(f"--heads {heads} needs k >= 2 (k >= 1 for deepseek)")
-    dev = pick(device)
+    rank, world, dev = _distributed(device)
+    if batch_size % world:
+        raise MtplabError(f"--batch-size {batch_size} is the global batch: make it a multiple of the {world} processes")
+    progress = progress and rank == 0
     train_data = load_corpus(corpus, "train")
     val_data = load_corpus(corpus, "val")
 
@@ -294,9 +328,14 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
     for step in range(start, end):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, warmup)
-        x = get_batch(train_data, batch_size, cfg.block_size, gen).to(dev)
+        x = get_batch(train_data, batch_size, cfg.block_size, gen)  # the global batch, the same on every rank
+        if world > 1:
+            x = x[rank * batch_size // world:(rank + 1) * batch_size // world]
+        x = x.to(dev)
         with _autocast(dev):
             loss = train_step(model, x, freeze_trunk=freeze_trunk, lam=lam, memory_efficient=memory_efficient)
+        if world > 1:
+            _average_gradients(params, world)
         if not math.isfinite(loss):
             raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr")
         torch.nn.utils.clip_grad_norm_(params, grad_clip)
@@ -310,7 +349,11 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
             now = time.perf_counter()
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{window_tokens / max(1e-9, now - window_t):,.0f}")
             bar.update(1)
-        if done % eval_every == 0 or done == steps or out_of_time:
+        if world > 1:  # every rank stops together
+            flag = torch.tensor([float(out_of_time)], device=dev)
+            torch.distributed.all_reduce(flag)
+            out_of_time = bool(flag.item())
+        if rank == 0 and (done % eval_every == 0 or done == steps or out_of_time):
             rec = {"step": done, "loss": loss, "lr": opt.param_groups[0]["lr"], "tokens": tokens_seen,
                    "elapsed_s": time.perf_counter() - t0,
                    "tokens_per_s": window_tokens / max(1e-9, time.perf_counter() - window_t)}
@@ -321,7 +364,7 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
                 bar.write(f"step {done}: loss {loss:.3f} val bpb by depth "
                           + " ".join(f"{b:.3f}" for b in rec["val_bpb_depth"])
                           + " | top-1 acc " + " ".join(f"{a:.3f}" for a in rec["val_acc_depth"]))
-        if out is not None and (done % save_every == 0 or done == end or out_of_time):
+        if rank == 0 and out is not None and (done % save_every == 0 or done == end or out_of_time):
             meta_now = dict(meta, steps=steps, step=done, tokens=tokens_seen, stopped_early=out_of_time,
                             wall_s=time.perf_counter() - t0, device=str(dev), val=history[-1] if history else None,
                             history=history)
@@ -332,4 +375,6 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
             break
     if bar is not None:
         bar.close()
+    if world > 1:
+        torch.distributed.barrier()
     return history

@@ -1,0 +1,328 @@
+"""Benchmarks (run alone: two torch processes on 2 cores slow each other down 30-200x).
+
+    python -m mtplab bench train       tokens/s and peak memory of training, next-token vs each family at k=4
+    python -m mtplab bench cost-curve  t(q)/t(1) of one cached forward over q new tokens, q = 1..16
+    python -m mtplab bench decode      every method on the shipped checkpoints, against AR of the same model
+    python -m mtplab bench crossover   oracle drafts on random models of growing width: where MTP starts to pay
+
+Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
+OUT/NAME.md (and a PNG where there is a figure).
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from . import theory
+from .config import preset as get_preset
+from .device import describe, pick
+from .errors import MtplabError
+from .generate import DTYPES, decode_with, load_for, max_k
+from .model import GPT
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _write(out: Path, name: str, data: dict, table: str, fig=None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out / f"{name}.md").write_text(table + "\n")
+    if fig is not None:
+        fig.savefig(out / f"{name}.png", dpi=110, bbox_inches="tight")
+
+
+def _md(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        if isinstance(v, list):
+            return " ".join(fmt(x) for x in v)
+        return str(v)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ cost curve
+@torch.inference_mode()
+def cost_curve(model, *, qs=range(1, 17), context: int = 300, repeats: int = 15, progress: bool = True) -> dict:
+    """Median time of one forward over q new tokens after `context` cached tokens, and t(q)/t(1).
+    The q values are interleaved within each repeat, so drift hits all of them alike."""
+    dev = model.wte.weight.device
+    qs = list(qs)
+    context = min(context, model.config.block_size - max(qs))
+    cache = model.new_cache()
+    model(torch.randint(0, 256, (1, context), device=dev), cache)
+    x = torch.randint(0, 256, (1, max(qs)), device=dev)
+    times = {q: [] for q in qs}
+    it = range(repeats + 2)
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(it, desc="cost curve", leave=False)
+    for r in it:
+        for q in qs:
+            _sync(dev)
+            t0 = time.perf_counter()
+            model(x[:, :q], cache)
+            _sync(dev)
+            if r >= 2:  # two warm-up rounds
+                times[q].append(time.perf_counter() - t0)
+            cache.crop(context)
+    med = {q: statistics.median(v) for q, v in times.items()}
+    return {"context": context, "t_s": med, "ratio": {q: med[q] / med[1] for q in qs}}
+
+
+def run_cost_curve(a) -> dict:
+    dev = pick(a.device)
+    cfg = get_preset(a.preset)
+    torch.manual_seed(0)
+    model = GPT(cfg).to(dev, DTYPES[a.dtype]).eval()
+    res = cost_curve(model, repeats=5 if a.quick else 15)
+    data = {"preset": a.preset, "dtype": a.dtype, "device": describe(dev), "threads": torch.get_num_threads(),
+            **{k: {str(q): v for q, v in res[k].items()} if isinstance(res[k], dict) else res[k] for k in res}}
+    rows = [{"q": q, "t (ms)": res["t_s"][q] * 1e3, "t(q)/t(1)": res["ratio"][q]} for q in res["ratio"]]
+    from . import viz_bench
+    _write(Path(a.out), f"cost-curve-{a.preset}-{a.dtype}", data,
+           f"cost curve, preset {a.preset}, {a.dtype}, {describe(dev)}, cache {res['context']} tokens\n\n"
+           + _md(rows, ["q", "t (ms)", "t(q)/t(1)"]), viz_bench.cost_curve_figure({a.dtype: res["ratio"]}, a.preset))
+    return data
+
+
+# ------------------------------------------------------------------------------------ training
+def _train_probe(spec: dict) -> dict:
+    """One configuration, in this (fresh) process: median step time and peak memory."""
+    from .train import train_step
+    dev = pick(spec["device"])
+    torch.manual_seed(0)
+    cfg = get_preset(spec["preset"]).with_heads(spec["heads"], spec["k"])
+    model = GPT(cfg).to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    B, T = spec["batch"], spec["T"]
+    x = torch.randint(0, 256, (B, T + 1), device=dev)
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(spec["steps"] + 1):
+        _sync(dev)
+        t0 = time.perf_counter()
+        train_step(model, x, freeze_trunk=False, lam=0.3, memory_efficient=spec["efficient"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        _sync(dev)
+        if i:
+            times.append(time.perf_counter() - t0)
+    peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda"
+            else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss) * 1024)
+    return {"tokens_per_s": B * T / statistics.median(times), "peak_bytes": peak}
+
+
+def run_train(a) -> dict:
+    quick = a.quick
+    common = {"preset": "tiny" if quick else a.preset, "device": a.device, "batch": 8 if quick else 16,
+              "T": 64 if quick else 256, "steps": 2 if quick else 4}
+    configs = [("next-token", "none", 1, True), ("stern k=4", "stern", 4, True),
+               ("meta k=4, head-by-head backward", "meta", 4, True), ("meta k=4, joint backward", "meta", 4, False),
+               ("deepseek D=3 (k=4 depths)", "deepseek", 4, True)]
+    rows = []
+    from tqdm.auto import tqdm
+    for label, heads, k, eff in tqdm(configs, desc="bench train"):
+        spec = dict(common, heads=heads, k=k, efficient=eff)
+        r = subprocess.run([sys.executable, "-c", "import json,sys; from mtplab.bench import _train_probe; "
+                            "print(json.dumps(_train_probe(json.loads(sys.argv[1]))))", json.dumps(spec)],
+                           capture_output=True, text=True, check=True)
+        rows.append({"config": label, **json.loads(r.stdout.strip().splitlines()[-1])})
+    base = rows[0]
+    for r in rows:
+        r["speed vs next-token"] = r["tokens_per_s"] / base["tokens_per_s"]
+        r["memory vs next-token"] = r["peak_bytes"] / max(1, base["peak_bytes"])
+        r["peak MiB"] = r["peak_bytes"] / 2**20
+    data = {"setup": common, "device": describe(pick(a.device)), "rows": rows}
+    _write(Path(a.out), "train", data, f"training cost, {common}\n\n" + _md(
+        rows, ["config", "tokens_per_s", "peak MiB", "speed vs next-token", "memory vs next-token"]))
+    return data
+
+
+# ------------------------------------------------------------------------------------ decoding
+METHOD_ROWS = [("blockwise", 4), ("blockwise-overlap", 4), ("meta", 4), ("deepseek", None), ("deepseek-d3", None),
+               ("draft-model", 4), ("ngram", 4), ("oracle", 4)]
+
+
+def _drafter_cost(method, model, n_drafts, t1_draft_ratio):
+    """Drafter time per step in units of the target's t(1) (an estimate, stated in the report)."""
+    L = model.config.n_layer
+    if method == "meta":
+        return (model.config.k - 1) / L          # one extra layer per head
+    if method.startswith("deepseek"):
+        return n_drafts / L                      # one layer per module call
+    if method == "draft-model":
+        return n_drafts * t1_draft_ratio
+    return 0.0
+
+
+def run_decode(a) -> dict:
+    from tqdm.auto import tqdm
+
+    from .data import held_out_prompts
+    from .tokenizer import encode
+    from . import checkpoint as ckpt
+
+    dev = pick(a.device)
+    dtype = a.dtype
+    n_prompts, ms, reps = (4, (64, 128), 3) if a.quick else (20, (128, 256), 3)
+    prompts = [encode(p)[:48] for p in held_out_prompts("code", n_prompts, 48)]
+    models = {}
+    for method, _ in METHOD_ROWS:
+        real = "deepseek" if method == "deepseek-d3" else method
+        name = "deepseek-d3" if method == "deepseek-d3" else None
+        models[method] = load_for(real, name, device=a.device, dtype=dtype)[0]
+    draft = ckpt.load("draft", device=dev, dtype=DTYPES[dtype])
+    target = models["ngram"]
+    curve = cost_curve(target, qs=range(1, 9), repeats=5 if a.quick else 10, progress=False)["ratio"]
+    dcurve = cost_curve(draft, qs=[1], repeats=5, progress=False)
+    t1 = cost_curve(target, qs=[1], repeats=5, progress=False)["t_s"][1]
+    t1_draft_ratio = dcurve["t_s"][1] / t1
+    results = []
+    for m in ms:
+        walls = {meth: [] for meth, _ in METHOD_ROWS}
+        walls_ar = {meth: [] for meth, _ in METHOD_ROWS}
+        traces = {meth: [] for meth, _ in METHOD_ROWS}
+        bar = tqdm(total=reps * len(prompts) * len(METHOD_ROWS), desc=f"bench decode m={m}")
+        for r in range(reps):
+            for p in prompts:
+                for method, k in METHOD_ROWS:  # interleaved: AR of the same model right beside each method
+                    model = models[method]
+                    real = "deepseek" if method == "deepseek-d3" else method
+                    kk = k if k is not None else max_k(real, model)
+                    t0 = time.perf_counter()
+                    ar = decode_with("ar", model, p, max_new_tokens=m)
+                    walls_ar[method].append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    tr = decode_with(real, model, p, max_new_tokens=m, k=kk, draft_model=draft, alpha=0.8, seed=r)
+                    walls[method].append(time.perf_counter() - t0)
+                    if r == 0:
+                        if tr.tokens != ar.tokens:
+                            raise AssertionError(f"{method}: greedy output differs from AR")
+                        traces[method].append(tr)
+                    bar.update(1)
+        bar.close()
+        for method, k in METHOD_ROWS:
+            trs = traces[method]
+            real = "deepseek" if method == "deepseek-d3" else method
+            kk = k if k is not None else max_k(real, models[method])
+            n = len(prompts)
+            per_rep = [sum(walls_ar[method][i * n:(i + 1) * n]) / sum(walls[method][i * n:(i + 1) * n])
+                       for i in range(reps)]
+            toks = sum(len(t.tokens) for t in trs)
+            fw = sum(t.forwards for t in trs)
+            drafts = sum(t.num_drafts for t in trs)
+            acc_pos = [sum(t.accepted_per_position[i] if i < len(t.accepted_per_position) else 0 for t in trs)
+                       / max(1, drafts) for i in range(kk - 1)]
+            steps = sum(1 for t in trs for s in t.steps[1:])
+            tps = (toks - len(trs)) / max(1, steps)  # tokens per step after the prefill
+            plain = method == "blockwise"
+            q = kk - 1 if plain else kk
+            predicted = theory.predicted_speedup(tps, curve, q, plain=plain,
+                                                 draft_cost=_drafter_cost(real, models[method], kk - 1, t1_draft_ratio))
+            first = [t.steps for t in trs]
+            toks64, fw64 = 0, 0
+            for st in first:
+                c = 0
+                for s in st:
+                    if c >= 64:
+                        break
+                    c += len(s.emitted)
+                    toks64 += len(s.emitted)
+                    fw64 += s.forwards
+            measured = statistics.median(per_rep)
+            results.append({"m": m, "method": method, "k": kk, "forwards": fw, "tokens_per_forward": toks / fw,
+                            "tokens_per_forward_first64": toks64 / max(1, fw64),
+                            "acceptance_per_position": acc_pos, "mean_accepted_length": 1 + sum(
+                                t.num_accepted_tokens for t in trs) / max(1, drafts),
+                            "speedup_wall": measured, "speedup_predicted": predicted,
+                            "efficiency": measured / predicted if predicted else float("nan")})
+    data = {"device": describe(dev), "dtype": dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
+            "repeats": reps, "cost_curve": {str(q): v for q, v in curve.items()}, "draft_t1_ratio": t1_draft_ratio,
+            "rows": results}
+    table = (f"decode benchmark: {len(prompts)} held-out prompts, {reps} interleaved repeats (median), {dtype}, "
+             f"{describe(dev)}, {torch.get_num_threads()} threads\n"
+             f"cost curve t(q)/t(1): " + " ".join(f"{q}:{v:.2f}" for q, v in curve.items()) + "\n\n"
+             + _md(results, ["m", "method", "k", "forwards", "tokens_per_forward", "tokens_per_forward_first64",
+                             "acceptance_per_position", "mean_accepted_length", "speedup_wall",
+                             "speedup_predicted", "efficiency"]))
+    _write(Path(a.out), "decode-quick" if a.quick else "decode", data, table)
+    return data
+
+
+# ------------------------------------------------------------------------------------ crossover
+def run_crossover(a) -> dict:
+    from tqdm.auto import tqdm
+
+    from .drafters import OracleDrafter
+    from .decoding import autoregressive, speculative
+
+    dev = pick(a.device)
+    widths = [128, 256, 512] if a.quick else [128, 256, 512, 768, 1024, 1536]
+    alphas = [0.6, 0.8, 0.95]
+    m, k, reps = (32, 4, 3) if a.quick else (64, 4, 3)
+    prompt = list(range(40, 72))
+    rows = []
+    for d in tqdm(widths, desc="crossover"):
+        cfg = replace(get_preset("classroom"), n_embd=d, n_head=max(1, d // 64))
+        torch.manual_seed(0)
+        model = GPT(cfg).to(dev, DTYPES[a.dtype]).eval()
+        ref = autoregressive(model, prompt, max_new_tokens=m).tokens
+        walls = {"ar": []} | {al: [] for al in alphas}
+        fws = {}
+        for r in range(reps):
+            t0 = time.perf_counter()
+            autoregressive(model, prompt, max_new_tokens=m)
+            walls["ar"].append(time.perf_counter() - t0)
+            for al in alphas:
+                t0 = time.perf_counter()
+                tr = speculative(model, OracleDrafter(ref, al, seed=r), prompt, max_new_tokens=m, k=k)
+                walls[al].append(time.perf_counter() - t0)
+                fws[al] = tr.tokens_per_forward
+        ar = statistics.median(walls["ar"])
+        for al in alphas:
+            rows.append({"width": d, "params_M": model.num_params() / 1e6, "alpha": al,
+                         "tokens_per_forward": fws[al], "speedup_wall": ar / statistics.median(walls[al]),
+                         "ar_ms_per_token": ar / m * 1e3})
+    data = {"device": describe(dev), "dtype": a.dtype, "k": k, "m": m, "rows": rows}
+    from . import viz_bench
+    _write(Path(a.out), f"crossover-{a.dtype}", data,
+           f"crossover: oracle drafts, k={k}, m={m}, {a.dtype}, {describe(dev)}\n\n"
+           + _md(rows, ["width", "params_M", "alpha", "tokens_per_forward", "ar_ms_per_token", "speedup_wall"]),
+           viz_bench.crossover_figure(rows))
+    return data
+
+
+def main(a) -> None:
+    if a.what == "cost-curve":
+        data = run_cost_curve(a)
+    elif a.what == "train":
+        data = run_train(a)
+    elif a.what == "decode":
+        data = run_decode(a)
+    elif a.what == "crossover":
+        data = run_crossover(a)
+    else:
+        raise MtplabError(f"unknown benchmark {a.what!r}")
+    if a.json:
+        print(json.dumps(data))
+    else:
+        name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": "decode-quick" if a.quick else "decode",
+                "crossover": f"crossover-{a.dtype}", "train": "train"}[a.what]
+        print(Path(a.out, f"{name}.md").read_text())

@@ -1,0 +1,40 @@
+"""environment.yml (for conda users; conda is not reachable here) must list what pyproject.toml asks for."""
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def names(reqs):
+    return {re.split(r"[<>=!~\[ ;]", r.strip(), maxsplit=1)[0].lower() for r in reqs}
+
+
+def conda_env():
+    conda, pip, in_pip = set(), set(), False
+    text = (ROOT / "environment.yml").read_text()
+    for line in text.split("dependencies:", 1)[1].splitlines():
+        s = line.split("#", 1)[0].rstrip()
+        if not s.strip():
+            continue
+        if s.strip() == "- pip:":
+            in_pip = True
+            continue
+        m = re.match(r"^(\s*)- ([A-Za-z0-9_.\-]+)", s)
+        if not m:
+            in_pip = False if not s.startswith(" ") else in_pip
+            continue
+        (pip if in_pip and len(m.group(1)) > 4 else conda).add(m.group(2).lower())
+    return conda, pip
+
+
+def test_environment_yml_matches_pyproject():
+    proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = names(proj["dependencies"]) | names(proj["optional-dependencies"]["dev"])
+    conda, pip = conda_env()
+    have = {n for n in conda | pip} | {k for k, v in CONDA_NAMES.items() if v in conda}
+    missing = sorted(n for n in wanted if n not in have and CONDA_NAMES.get(n) not in conda)
+    assert not missing, f"environment.yml lacks {missing}"
+    extra = sorted(n for n in (conda | pip) - {"python", "pip"} - set(CONDA_NAMES.values()) if n not in wanted)
+    assert not extra, f"environment.yml lists {extra}, which pyproject.toml does not"

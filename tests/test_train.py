@@ -1,0 +1,179 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mtplab import MtplabError, checkpoint as ckpt
+from mtplab.config import preset
+from mtplab.model import GPT
+from mtplab.train import fit, lr_at
+
+TINY = dict(preset="tiny", batch_size=2, progress=False, device="cpu")
+
+
+def weights(path):
+    return load_file(str(path))
+
+
+def test_history_and_checkpoint(tmp_path):
+    hist = fit(steps=6, out=tmp_path, eval_every=3, eval_windows=4, **TINY)
+    assert [h["step"] for h in hist] == [3, 6]
+    assert all(h["val_bpb"] > 0 and len(h["val_acc_depth"]) == 1 for h in hist)
+    m = ckpt.load(tmp_path / "ntp")
+    assert isinstance(m, GPT) and not m.training
+    info = json.loads((tmp_path / "ntp.json").read_text())
+    assert info["config"]["n_embd"] == preset("tiny").n_embd and info["meta"]["tokens"] == 6 * 2 * 128
+
+
+def test_deterministic_for_a_seed(tmp_path):
+    fit(steps=4, out=tmp_path / "a", seed=3, eval_windows=2, **TINY)
+    fit(steps=4, out=tmp_path / "b", seed=3, eval_windows=2, **TINY)
+    fit(steps=4, out=tmp_path / "c", seed=4, eval_windows=2, **TINY)
+    a, b, c = (weights(tmp_path / d / "ntp.safetensors") for d in "abc")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert not all(torch.equal(a[n], c[n]) for n in a)
+
+
+@pytest.mark.parametrize("heads,k", [("none", 1), ("meta", 3), ("deepseek", 2)])
+def test_killed_and_resumed_equals_uninterrupted(tmp_path, heads, k):
+    kw = dict(steps=8, seed=1, heads=heads, k=k, eval_every=4, eval_windows=2, dropout=0.1, **TINY)
+    fit(out=tmp_path / "whole", **kw)
+    fit(out=tmp_path / "cut", stop_after=5, **kw)   # the run is killed after step 5
+    hist = fit(out=tmp_path / "cut", resume=True, **kw)
+    assert hist[-1]["step"] == 8
+    name = {"none": "ntp", "meta": "meta-k3", "deepseek": "deepseek-d2"}[heads]
+    a = weights(tmp_path / "whole" / f"{name}.state.safetensors")
+    b = weights(tmp_path / "cut" / f"{name}.state.safetensors")
+    ws = [n for n in a if n.startswith("__w__.")]
+    assert ws and all(torch.equal(a[n], b[n]) for n in ws)
+
+
+def test_frozen_trunk_trains_only_heads_and_saves_only_heads(tmp_path):
+    fit(steps=3, out=tmp_path, eval_windows=2, **TINY)
+    fit(steps=3, out=tmp_path, heads="stern", k=3, freeze_trunk=True, from_checkpoint=tmp_path / "ntp",
+        eval_windows=2, batch_size=2, progress=False, device="cpu")
+    heads_only = weights(tmp_path / "stern-k3.safetensors")
+    assert heads_only and all(n.startswith("mtp.") for n in heads_only)
+    base, full = ckpt.load(tmp_path / "ntp"), ckpt.load(tmp_path / "stern-k3")
+    for n, t in base.state_dict().items():
+        assert torch.equal(t, full.state_dict()[n]), n  # the trunk did not move
+    info = json.loads((tmp_path / "stern-k3.json").read_text())
+    assert info["base"]["sha256"] == ckpt.sha256(tmp_path / "ntp.safetensors")
+
+
+def test_base_changed_under_heads_is_caught(tmp_path):
+    fit(steps=2, out=tmp_path, eval_windows=2, **TINY)
+    fit(steps=2, out=tmp_path, heads="deepseek", k=1, freeze_trunk=True, from_checkpoint=tmp_path / "ntp",
+        eval_windows=2, batch_size=2, progress=False, device="cpu")
+    fit(steps=3, out=tmp_path, seed=9, eval_windows=2, **TINY)  # retrain the base in place
+    with pytest.raises(MtplabError, match="different ntp.safetensors"):
+        ckpt.load(tmp_path / "deepseek-d1")
+
+
+def test_lr_schedule_warms_up_and_decays():
+    lrs = [lr_at(s, 100, 1.0, 10) for s in range(100)]
+    assert lrs[0] < lrs[9] == 1.0 and lrs[-1] < 0.15 and min(lrs[10:]) >= 0.1
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(preset="huge"), "unknown preset"),
+    (dict(corpus="poems"), "unknown corpus"),
+    (dict(steps=0), "steps must be a positive"),
+    (dict(heads="meta", k=0), "k must be >= 1"),
+    (dict(heads="medusa", k=2), "unknown head family"),
+    (dict(heads="deepseek", k=1, lam=-0.5), "lambda must be >= 0"),
+    (dict(heads="stern", k=3, freeze_trunk=True), "needs --from"),
+])
+def test_bad_training_input(tmp_path, kw, msg):
+    args = dict(TINY, steps=2, out=tmp_path) | kw
+    with pytest.raises(MtplabError, match=msg):
+        fit(**args)
+
+
+def test_heads_from_a_headed_checkpoint_is_refused(tmp_path):
+    fit(steps=2, out=tmp_path, heads="stern", k=2, eval_windows=2, **TINY)
+    with pytest.raises(MtplabError, match="already has stern heads"):
+        fit(steps=2, out=tmp_path, heads="meta", k=2, freeze_trunk=True, from_checkpoint=tmp_path / "stern-k2",
+            batch_size=2, progress=False, device="cpu")
+
+
+# ---- checkpoints: corrupt, truncated, mismatched, missing, failed writes ---------------------------
+@pytest.fixture
+def saved(tmp_path):
+    torch.manual_seed(0)
+    m = GPT(preset("tiny"))
+    return m, ckpt.save(m, tmp_path / "m")
+
+
+def test_roundtrip(saved):
+    m, path = saved
+    x = torch.randint(0, 256, (1, 9))
+    assert torch.allclose(ckpt.load(path)(x).logits, m.eval()(x).logits, atol=1e-6)
+
+
+def test_truncated_checkpoint(saved):
+    _, path = saved
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(MtplabError, match="corrupt or truncated"):
+        ckpt.load(path)
+
+
+def test_garbage_checkpoint(saved):
+    _, path = saved
+    path.write_bytes(b"\x00\x01not a safetensors file")
+    with pytest.raises(MtplabError, match="corrupt or truncated"):
+        ckpt.load(path)
+
+
+def test_config_weights_mismatch(saved):
+    _, path = saved
+    from dataclasses import replace
+    with pytest.raises(MtplabError, match="does not match the weights"):
+        ckpt.load(path, config=replace(preset("tiny"), n_embd=96, n_head=2))
+    with pytest.raises(MtplabError, match="does not match the weights"):
+        ckpt.load(path, config=preset("tiny").with_heads("meta", 3))
+
+
+def test_missing_checkpoint_names_the_shipped_ones(tmp_path):
+    with pytest.raises(MtplabError, match="not found"):
+        ckpt.load(tmp_path / "nope")
+    with pytest.raises(MtplabError, match="not found"):
+        ckpt.load("no-such-checkpoint")
+
+
+def test_failed_write_leaves_old_checkpoint_intact(saved, monkeypatch):
+    m, path = saved
+    before = path.read_bytes()
+
+    def dies_half_way(tensors, filename, metadata=None):
+        with open(filename, "wb") as f:
+            f.write(b"partial")
+        raise OSError("disk full")
+    monkeypatch.setattr(ckpt, "save_file", dies_half_way)
+    with torch.no_grad():
+        m.wte.weight.add_(1.0)
+    with pytest.raises(OSError):
+        ckpt.save(m, path)
+    assert path.read_bytes() == before
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+# ---- command line ---------------------------------------------------------------------------------
+def cli(*args, input_file=None):
+    return subprocess.run([sys.executable, "-m", "mtplab", *args], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_cli_train_and_errors(tmp_path):
+    r = cli("train", "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--out", str(tmp_path), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ntp.safetensors").exists()
+    for args, msg in [(["--steps", "0"], "steps must be"), (["--steps", "2", "--preset", "huge"], "unknown preset"),
+                      (["--steps", "2", "--heads", "stern", "--freeze-trunk"], "needs --from")]:
+        r = cli("train", "--out", str(tmp_path), "--no-progress", *args)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
