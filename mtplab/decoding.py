@@ -154,12 +154,16 @@ def check_prompt(model, prompt_ids, extra: int) -> list[int]:
     return prompt
 
 
-def distribution(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
-    """(n, V) logits -> (n, V) float32 probabilities; temperature 0 gives one-hot argmax rows."""
-    logits = logits.float()
+def check_finite(logits: torch.Tensor) -> torch.Tensor:
     if not torch.isfinite(logits).all():
         raise MtplabError("the model produced NaN or infinite logits; the checkpoint is probably corrupt "
                           "(reload or retrain it)")
+    return logits
+
+
+def distribution(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    """(n, V) logits -> (n, V) float32 probabilities; temperature 0 gives one-hot argmax rows."""
+    logits = check_finite(logits.float())
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / temperature
@@ -185,7 +189,7 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
     n = len(drafts)
     if greedy:
         # greedy: keep the longest prefix of the drafts that the target would also have chosen
-        top = p[:, :].argmax(-1).tolist()
+        top = p.argmax(-1).tolist()  # p may be one-hot rows or raw logits: the argmax is the same
         i = 0
         while i < n and top[i] == drafts[i]:
             i += 1
@@ -209,8 +213,9 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
 
 
 def pick_token(logits_row: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:
-    p = distribution(logits_row.unsqueeze(0), temperature, top_k)[0]
-    return int(p.argmax()) if temperature == 0 else sample(p, generator)
+    if temperature == 0:
+        return int(check_finite(logits_row).argmax())
+    return sample(distribution(logits_row.unsqueeze(0), temperature, top_k)[0], generator)
 
 
 def _ids(tokens: list[int], device) -> torch.Tensor:
@@ -314,7 +319,8 @@ def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sche
         fed = [tokens[-1]] + (drafts if schedule == "overlap" else drafts[:-1])
         out = model(_ids(fed, dev), cache)
         forwards += 1
-        p = distribution(out.logits[0], temperature, top_k)  # (len(fed), V)
+        # greedy compares argmaxes, which the raw logits give; sampling needs the distributions
+        p = check_finite(out.logits[0]) if greedy else distribution(out.logits[0], temperature, top_k)  # (len(fed), V)
         n_ok, nxt, source = accept(drafts, p, q, greedy=greedy, generator=generator)
         new = drafts[:n_ok] + ([nxt] if nxt >= 0 else [])
         tokens.extend(new)
