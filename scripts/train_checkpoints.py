@@ -1,4 +1,7 @@
-"""Train every shipped checkpoint, several runs at once (they are small; one GPU holds them all).
+"""The GPU recipe: every checkpoint and the equal-token cost study, several runs at once on one GPU.
+
+The shipped checkpoints came from scripts/train_cpu.sh (see data/README.md); this script produced the
+equal-token cost study quoted there, on an H200.
 
     python scripts/train_checkpoints.py --out runs/ckpt            # full size (GPU)
     python scripts/train_checkpoints.py --out /tmp/ck --scale smoke  # minutes on a CPU, to check the pipeline

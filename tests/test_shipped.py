@@ -1,0 +1,53 @@
+"""The shipped checkpoints: present, small, loadable, and every decoder on them is exact."""
+import pytest
+import torch
+
+from mtplab import checkpoint as ckpt
+from mtplab.data import held_out_prompts
+from mtplab.decoding import autoregressive
+from mtplab.generate import DEFAULT_CHECKPOINT, decode_with, max_k
+from mtplab.tokenizer import encode
+
+SHIPPED = ["ntp", "draft", "stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3"]
+EXPECTED = {"ntp": ("none", 1), "draft": ("none", 1), "stern-k4": ("stern", 4), "meta-k4": ("meta", 4),
+            "deepseek-d1": ("deepseek", 2), "deepseek-d3": ("deepseek", 4)}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_checkpoint_is_there_small_and_loads(name):
+    path = ckpt.resolve(name)
+    assert path.stat().st_size <= 20 * 2**20
+    info = ckpt.read_info(name)
+    assert (info["config"]["heads"], info["config"]["k"]) == EXPECTED[name]
+    assert info["meta"]["tokens"] > 0 and info["meta"]["val"]["val_bpb"] > 0
+    m = ckpt.load(name)
+    assert m.config.heads == EXPECTED[name][0]
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    models = {n: ckpt.load(n) for n in SHIPPED}
+    prompts = [encode(p)[:40] for p in held_out_prompts("code", 3, 40)]
+    return models, prompts
+
+
+@pytest.mark.parametrize("method", ["blockwise", "blockwise-overlap", "meta", "deepseek", "deepseek-d3",
+                                    "draft-model", "ngram", "oracle"])
+def test_greedy_methods_on_shipped_checkpoints_equal_ar(loaded, method):
+    models, prompts = loaded
+    real = "deepseek" if method == "deepseek-d3" else method
+    model = models["deepseek-d3" if method == "deepseek-d3" else DEFAULT_CHECKPOINT[real]]
+    top = max_k(real, model) or 5
+    for p in prompts:
+        ref = autoregressive(model, p, max_new_tokens=48).tokens
+        for k in range(1, top + 1):
+            tr = decode_with(real, model, p, max_new_tokens=48, k=k, draft_model=models["draft"], alpha=0.8)
+            assert tr.tokens == ref, (method, k)
+
+
+def test_heads_share_the_shipped_trunk(loaded):
+    models, _ = loaded
+    base = models["ntp"].state_dict()
+    for name in ["stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3"]:
+        sd = models[name].state_dict()
+        assert all(torch.equal(base[n], sd[n]) for n in base), name
