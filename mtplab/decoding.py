@@ -132,8 +132,8 @@ class Trace:
 def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None):
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise MtplabError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
-    if temperature is None or not (temperature >= 0):  # also catches NaN
-        raise MtplabError(f"temperature must be >= 0 (got {temperature}); 0 means greedy")
+    if temperature is None or not (0 <= temperature < float("inf")):  # also catches NaN
+        raise MtplabError(f"temperature must be >= 0 and finite (got {temperature}); 0 means greedy")
     if top_k is not None and top_k < 1:
         raise MtplabError(f"top_k must be >= 1 or None (got {top_k})")
 

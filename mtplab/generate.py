@@ -49,7 +49,7 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
     needed = {"blockwise": "stern", "blockwise-overlap": "stern", "meta": "meta", "deepseek": "deepseek"}.get(method)
     if needed and model.config.heads != needed:
         raise MtplabError(f"method {method} needs a checkpoint with {needed} heads, but this one has "
-                          f"{model.config.heads}; use --checkpoint {DEFAULT_CHECKPOINT[method]}")
+                          f"{model.config.heads}; load the checkpoint {DEFAULT_CHECKPOINT[method]} (CLI: --checkpoint {DEFAULT_CHECKPOINT[method]})")
     limit = max_k(method, model)
     if k is None:
         k = limit or 4

@@ -1,0 +1,151 @@
+"""Notebook 05 in a real JupyterLab, driven by headless Debian Chromium through Playwright.
+
+The server binds 127.0.0.1 with a token and serves a copy of the notebook (JupyterLab autosaves, and the
+committed notebook must stay without outputs). The page may reach that server only; everything else is aborted.
+"""
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from mtplab import checkpoint as ckpt
+from tests.test_report import browser_missing, chromium_page
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "05_acceptance_lab.ipynb"
+SHOT = ROOT / "build" / "browser_05_acceptance_lab.png"
+
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "ok")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_server(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"jupyter lab did not answer within {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the server by its pid (it shuts its kernels down), SIGKILL if it hangs."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def lab_server(tmp_path):
+    ckpt.resolve("meta-k4")  # fail fast with the checkpoint message, not after a long wait for the notebook
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    shutil.copy2(NOTEBOOK, root / NOTEBOOK.name)
+    # no "would you like news?" toast over the notebook
+    news = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false"}')
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+           "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           "--LabApp.extension_manager=readonly"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = tmp_path / "jupyter.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=root)
+    try:
+        wait_for_server(f"http://127.0.0.1:{port}/api/status?token={token}", proc, log)
+        yield f"http://127.0.0.1:{port}", token, log
+    finally:
+        stop(proc)
+
+
+def pixels(img) -> str:
+    """The image as the page drew it (a PNG data URL of its pixels)."""
+    return img.evaluate("(im) => { const c = document.createElement('canvas'); c.width = im.naturalWidth; "
+                        "c.height = im.naturalHeight; c.getContext('2d').drawImage(im, 0, 0); return c.toDataURL(); }")
+
+
+def test_acceptance_lab_in_jupyterlab(lab_server):
+    base, token, log = lab_server
+    local = (base, base.replace("http", "ws"), "data:", "blob:")
+    with chromium_page(allow=local) as (page, blocked):
+        page.set_default_timeout(120_000)
+        page.goto(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
+        status = page.locator("#jp-main-statusbar")
+        status.get_by_text("Idle").wait_for()  # the kernel is up
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.locator("li[data-command='runmenu:run-all']").click()
+        # the last cell renders the summary: every cell above it has run
+        page.locator(".jp-OutputArea-output h2", has_text="What we learnt").wait_for()
+        status.get_by_text("Idle").wait_for()
+
+        lab = page.locator(".mtplab-lab")
+        lab.scroll_into_view_if_needed()
+        state = lab.locator(".mtplab-status")
+        rows = lab.locator(".mtplab-tokens .mtplab-step-row")
+        chart = lab.locator("img.mtplab-acceptance")
+        assert "step 4/" in state.inner_text() and rows.count() == 4  # the notebook revealed FIRST_STEPS
+        chart_before, tokens_before = pixels(chart), lab.locator(".mtplab-tokens").inner_html()
+
+        k_box = lab.locator(".mtplab-k input")
+        step = lab.locator(".mtplab-step")
+
+        def status_shows(text):
+            page.wait_for_function("(t) => document.querySelector('.mtplab-status').innerText.includes(t)", arg=text)
+
+        # bad input: a k the checkpoint cannot draft shows a message, not a traceback
+        k_box.fill("9")
+        k_box.press("Enter")
+        step.click()
+        status_shows("at most")
+        assert "⚠" in state.inner_text() and rows.count() == 0
+        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+
+        # change k, then step twice: the token view and the acceptance chart follow
+        k_box.fill("2")
+        k_box.press("Enter")
+        status_shows("not decoded")
+        step.click()
+        status_shows("step 1/")
+        step.click()
+        status_shows("step 2/")
+        assert "⚠" not in state.inner_text() and rows.count() == 2
+        assert lab.locator(".mtplab-tokens").inner_html() != tokens_before
+        for i in range(2):  # k=2: at most one draft a step
+            assert rows.nth(i).locator(".mtplab-accepted, .mtplab-rejected, .mtplab-discarded").count() <= 1
+        assert rows.nth(1).locator(".mtplab-tok").count() >= 1
+        status.get_by_text("Idle").wait_for()  # iopub is ordered: every widget update of the clicks came before
+        assert pixels(chart) != chart_before  # the picture itself changed, not only its blob URL
+        SHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SHOT), full_page=False)
+        assert SHOT.stat().st_size > 10_000
+    print(f"blocked requests: {blocked}")

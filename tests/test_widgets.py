@@ -1,0 +1,219 @@
+"""The acceptance lab's state machine, driven without a browser, on small random models.
+
+The models are injected into the lab's ModelCache under the checkpoint names the methods ask for, so
+these tests need no trained checkpoint; one test loads a saved checkpoint by name through the cache.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mtplab import checkpoint as ckpt
+from mtplab import generate
+from mtplab import widgets as W
+from mtplab.decoding import Step
+from tests.conftest import random_model
+
+PROMPT = "def add(a, b):\n"
+
+
+@pytest.fixture(scope="module")
+def models():
+    # noisy random models, seeds picked so that on PROMPT some steps keep every draft and others reject
+    return W.ModelCache(models={
+        ("ntp", "cpu"): random_model(seed=0),
+        ("draft", "cpu"): random_model(seed=5),
+        ("stern-k4", "cpu"): random_model("stern", 4, seed=4, noise=2.0),
+        ("meta-k4", "cpu"): random_model("meta", 4, seed=5, noise=1.0),
+        ("deepseek-d1", "cpu"): random_model("deepseek", 2, seed=3),
+    })
+
+
+def state(**kw):
+    base = dict(method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu", max_new_tokens=24)
+    base.update(kw)
+    return W.LabState(**base)
+
+
+def check_matches_trace(st):
+    """Every revealed record says what the trace's step says, and its labels follow the accept rule."""
+    assert len(st.records) == st.shown
+    for i, (r, s) in enumerate(zip(st.records, st.trace.steps)):
+        assert r.index == i
+        assert list(r.drafted) == s.drafted and r.accepted == s.accepted and list(r.emitted) == s.emitted
+        assert r.rejected == len(s.drafted) - s.accepted
+        drafts = [t for t in r.tokens if t.kind in ("accepted", "rejected", "discarded")]
+        assert [t.token for t in drafts] == s.drafted
+        assert [t.kind for t in drafts] == (["accepted"] * s.accepted + ["rejected"] * (s.accepted < len(s.drafted))
+                                            + ["discarded"] * max(0, len(s.drafted) - s.accepted - 1))
+        bonus = [t for t in r.tokens if t.kind.startswith("bonus")]
+        if s.bonus is None:
+            assert bonus == []
+        else:
+            assert [t.token for t in bonus] == [s.bonus]
+            assert bonus[0].kind == {"target": "bonus-target", "correction": "bonus-correction"}[s.bonus_source]
+        # the chips, in order, are exactly what the step committed plus what it threw away
+        kept = [t.token for t in r.tokens if t.kind in ("predict", "accepted") or t.kind.startswith("bonus")]
+        assert kept == s.emitted
+    so_far = st.trace_so_far
+    assert so_far.tokens == [t for s in st.trace.steps[:st.shown] for t in s.emitted]
+    assert so_far.num_accepted_tokens == sum(r.accepted for r in st.records)
+
+
+def test_import_does_not_pull_ipywidgets():
+    code = "import sys, mtplab, mtplab.widgets; sys.exit('ipywidgets' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode == 0
+
+
+def test_step_record_labels():
+    rejected = W.step_record(3, Step([10, 11, 12, 13], 1, [10, 99], 99, "correction", 1))
+    assert rejected.kinds == ["accepted", "rejected", "discarded", "discarded", "bonus-correction"]
+    assert rejected.rejected == 3 and rejected.tokens[-1].token == 99
+    all_kept = W.step_record(1, Step([32, 10], 2, [32, 10, 65], 65, "target", 1))
+    assert all_kept.kinds == ["accepted", "accepted", "bonus-target"]
+    assert [t.label for t in all_kept.tokens] == ["␣", "\\n", "A"]
+    plain = W.step_record(2, Step([1, 2], 2, [7, 1, 2], None, "none", 2, predict_token=7))
+    assert plain.kinds == ["predict", "accepted", "accepted"]
+
+
+def test_stepping_reveals_the_trace_one_step_at_a_time(models):
+    st = state()
+    assert st.trace is None and st.records == [] and st.shown == 0
+    st = W.step(st, models)
+    assert st.error == "" and st.shown == 1 and st.total_steps > 3
+    assert st.device_name == "cpu" and st.checkpoint_name == "stern-k4" and st.model_k == 4
+    check_matches_trace(st)
+    trace = st.trace
+    for n in range(2, 5):
+        st = W.step(st, models)
+        assert st.trace is trace and st.shown == n  # stepping reveals; it does not decode again
+        check_matches_trace(st)
+    st = W.run_all(st, models)
+    assert st.done and st.shown == st.total_steps
+    check_matches_trace(st)
+    assert W.step(st, models).shown == st.total_steps  # past the end stays at the end
+    # the lab shows the same decode the CLI glue produces, and greedy speculative output equals AR
+    direct = generate.decode_with("blockwise-overlap", models.get("stern-k4", "cpu"), list(PROMPT.encode()),
+                                  max_new_tokens=24, k=4)
+    assert st.trace.tokens == direct.tokens
+    assert [s.accepted for s in st.trace.steps] == [s.accepted for s in direct.steps]
+    assert st.baseline.method == "ar" and st.baseline.tokens == st.trace.tokens
+    kinds = {k for r in st.records for k in r.kinds}
+    assert {"accepted", "rejected", "discarded", "bonus-correction"} <= kinds  # the noisy heads do get rejected
+    st = W.reset(st)
+    assert st.trace is None and st.shown == 0 and st.k == 4 and st.prompt == PROMPT
+
+
+def test_changing_k_or_method_starts_a_fresh_decode(models):
+    st = W.step(state(), models, 3)
+    assert st.trace.k == 4
+    same = W.configure(st, k=4)
+    assert same is st  # no change, nothing dropped
+    st2 = W.configure(st, k=2)
+    assert st2.trace is None and st2.shown == 0
+    st2 = W.run_all(st2, models)
+    assert st2.trace.k == 2 and max(len(s.drafted) for s in st2.trace.steps) == 1
+    check_matches_trace(st2)
+    st3 = W.run_all(W.configure(st2, method="meta", k=3), models)
+    assert st3.trace.method == "meta" and st3.checkpoint_name == "meta-k4"
+    assert max(len(s.drafted) for s in st3.trace.steps) == 2
+    check_matches_trace(st3)
+    plain = W.run_all(W.configure(st3, method="blockwise", k=4), models)
+    assert plain.trace.schedule == "plain" and any(r.predict_token is not None for r in plain.records)
+    check_matches_trace(plain)
+    ar = W.run_all(W.configure(st3, method="ar"), models)
+    assert ar.baseline is ar.trace and all(r.kinds == ["bonus-target"] for r in ar.records)
+    ds = W.run_all(W.configure(st3, method="deepseek", k=2), models)
+    assert ds.model_k == 2 and ds.checkpoint_name == "deepseek-d1"
+    dm = W.run_all(W.configure(st3, method="draft-model", k=3, temperature=0.8, seed=1), models)
+    assert dm.error == "" and dm.trace.method == "draft-model"
+    check_matches_trace(dm)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(prompt=""), "prompt is empty"),
+    (dict(k=5), "k=5 is larger than this checkpoint supports"),
+    (dict(k=0), "k must be"),
+    (dict(temperature=-0.5), "temperature must be >= 0"),
+    (dict(temperature=float("nan")), "temperature must be >= 0"),
+    (dict(method="meta", checkpoint="stern-k4"), "needs a checkpoint with meta heads"),
+    (dict(method="deepseek", k=3), "at most 2"),
+    (dict(method="oracle", temperature=0.5), "greedy-only"),
+    (dict(method="nope"), "unknown method"),
+    (dict(max_new_tokens=0), "max_new_tokens must be"),
+    (dict(max_new_tokens=500), "context window"),
+    (dict(checkpoint="no-such-checkpoint"), "not found"),
+    (dict(device="tpu"), "unknown device"),
+])
+def test_bad_input_gives_a_message_not_an_exception(models, change, words):
+    good = W.run_all(state(), models)
+    bad = W.step(W.configure(good, **change), models)
+    assert words in bad.error
+    assert bad.trace is None and bad.records == [] and bad.shown == 0
+    assert W.status_text(bad).startswith("⚠") and words in W.status_text(bad)
+    fixed = W.step(W.configure(bad, **{n: getattr(good, n) for n in change}), models)
+    assert fixed.error == "" and fixed.shown == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present, so device='cuda' is not an error here")
+def test_missing_cuda_is_a_message(models):
+    st = W.step(state(device="cuda"), models)
+    assert "CUDA is not available" in st.error and st.trace is None
+
+
+def test_model_cache_loads_checkpoints_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpt, "CHECKPOINT_DIR", tmp_path)
+    ckpt.save(random_model("meta", 3, seed=4), tmp_path / "meta-k4")
+    cache = W.ModelCache()
+    st = W.run_all(state(method="meta", k=3), cache)
+    assert st.error == "" and st.model_k == 3 and list(cache.models) == [("meta-k4", "cpu")]
+    assert cache.get("meta-k4", "cpu") is cache.models[("meta-k4", "cpu")]  # loaded once
+
+
+def test_figures_follow_the_revealed_steps(models):
+    st = W.step(state(), models, 4)
+    fig = W.acceptance_figure(st.trace_so_far, max_drafts=3)
+    steps_ax, cond_ax = fig.axes
+    accepted_bars = steps_ax.containers[1]
+    assert [b.get_height() for b in accepted_bars] == [s.accepted for s in st.trace.steps[:4]]
+    cond = st.trace_so_far.conditional_acceptance
+    assert [b.get_height() for b in cond_ax.containers[0]][:len(cond)] == pytest.approx(
+        [0.0 if c != c else c for c in cond])
+    st = W.run_all(st, models)
+    speed = W.speed_figure(st.trace, st.baseline, device_name="cpu")
+    tpf_ax, wall_ax = speed.axes
+    assert [b.get_height() for b in tpf_ax.containers[0]] == pytest.approx(
+        [st.baseline.tokens_per_forward, st.trace.tokens_per_forward])
+    assert [b.get_height() for b in wall_ax.containers[0]] == pytest.approx(
+        [1000 * st.baseline.wall_s, 1000 * st.trace.wall_s])
+    assert "cpu" in wall_ax.get_title()
+
+
+def test_widget_renders_state_and_shows_errors(models):
+    pytest.importorskip("ipywidgets")
+    lab = W.AcceptanceLab(models=models, method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu",
+                          max_new_tokens=24)
+    assert "not decoded yet" in lab.status.value and "mtplab-tok" not in lab.tokens.value
+    empty_chart = lab.accept_chart.value
+    lab.buttons["step"].click()
+    lab.buttons["step"].click()
+    assert lab.state.shown == 2 and "step 2/" in lab.status.value and "device cpu" in lab.status.value
+    n_chips = sum(len(r.tokens) for r in lab.state.records)
+    assert lab.tokens.value.count("class='mtplab-tok ") == n_chips
+    assert lab.tokens.value.count("mtplab-step-row") == 2
+    assert lab.accept_chart.value != empty_chart and lab.speed_chart.value
+    lab.controls["k"].value = 9  # what typing into the k box does
+    assert lab.state.trace is None and lab.state.k == 9
+    lab.buttons["step"].click()
+    assert "⚠" in lab.status.value and "at most 4" in lab.status.value
+    assert "mtplab-tok" not in lab.tokens.value
+    lab.set(k=2).buttons["run"].click()
+    assert lab.state.error == "" and lab.state.done and lab.controls["k"].value == 2
+    assert lab.tokens.value.count("mtplab-step-row") == min(12, lab.state.total_steps)
+    lab.controls["prompt"].value = ""
+    lab.buttons["run"].click()
+    assert "prompt is empty" in lab.status.value
+    lab.buttons["reset"].click()
+    assert lab.state.error == "" and "not decoded yet" in lab.status.value
