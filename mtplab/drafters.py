@@ -92,7 +92,7 @@ class MetaDrafter(Drafter):
         self._extend(out.pre_last[:, :n_keep])
 
     def propose(self, n):
-        self.last_forwards = 0
+        self.last_forwards = 1  # the K-1 head layers ran once over the newly kept positions (in feedback)
         return _argmax_list(self.model.unembed(self.h_last[:, :n])[0]), None
 
 
@@ -236,7 +236,8 @@ class OracleDrafter(Drafter):
             if float(torch.rand(1, generator=self.rng)) < self.alpha:
                 drafts.append(right)
             else:
-                drafts.append((right + 1 + int(torch.randint(255, (1,), generator=self.rng))) % 256)
+                V = self.model.config.vocab_size  # a wrong token: any other id of the vocabulary
+                drafts.append((right + 1 + int(torch.randint(V - 1, (1,), generator=self.rng))) % V)
         return drafts, None
 
 

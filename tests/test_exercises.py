@@ -1,0 +1,140 @@
+"""Every checker accepts a right answer, rejects a wrong one with a reason, and survives broken code."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mtplab import exercises as ex
+from mtplab import theory
+from mtplab.decoding import accept
+
+
+# ---------------------------------------------------------------------------------- right answers, written here
+def plain_forwards(m, k):
+    if k == 1:
+        return m
+    full, rest = divmod(m, k)
+    return 2 * full + (0 if rest == 0 else 1 if rest == 1 else 2)
+
+
+def overlap_forwards(m, k):
+    return 1 + math.ceil((m - 1) / k)
+
+
+def accepted_prefix(drafts, target):
+    n = 0
+    for d, t in zip(drafts, target):
+        if d != t:
+            break
+        n += 1
+    return n
+
+
+def multi_token_loss(logits, x, K):
+    B, T, _, V = logits.shape
+    return torch.stack([F.cross_entropy(logits[:, :T - k, k].reshape(-1, V), x[:, k + 1:].reshape(-1))
+                        for k in range(K)]).mean()
+
+
+def expected_tokens(alpha, n):
+    return sum(alpha ** i for i in range(n + 1))
+
+
+def speedup(tps, curve, q):
+    return tps / curve[q]
+
+
+def layout(T, k):
+    return list(range(k + 1, T + 1)), list(range(k + 2, T + 2))
+
+
+def deepseek_forwards(m, D):
+    return 1 + math.ceil((m - 1) / (D + 1))
+
+
+def acceptance_rate(p, q):
+    return float(torch.minimum(p, q).sum())
+
+
+def sampling_rule(p, q, d, g):
+    if float(torch.rand(1, generator=g)) < min(1.0, float(p[d] / q[d])):
+        return True, d
+    resid = torch.clamp(p - q, min=0)
+    return False, int(torch.multinomial(resid / resid.sum(), 1, generator=g))
+
+
+def mtplab_rule(p, q, d, g):
+    n, tok, _ = accept([d], p[None], q[None], greedy=False, generator=g)
+    return n == 1, d if n == 1 else tok
+
+
+# ---------------------------------------------------------------------------------- wrong answers
+def copy_loss(logits, x, K):
+    B, T, _, V = logits.shape
+    return torch.stack([F.cross_entropy(logits[:, :T - k, k].reshape(-1, V), x[:, k:T].reshape(-1))
+                        for k in range(K)]).mean()
+
+
+def keep_always(p, q, d, g):
+    return True, d
+
+
+def replace_from_p(p, q, d, g):
+    if float(torch.rand(1, generator=g)) < min(1.0, float(p[d] / q[d])):
+        return True, d
+    return False, int(torch.multinomial(p, 1, generator=g))
+
+
+def never_keep(p, q, d, g):
+    return False, int(torch.multinomial(p, 1, generator=g))
+
+
+def boom(*args):
+    raise RuntimeError("student bug")
+
+
+CASES = [
+    (ex.check_plain_steps, plain_forwards, lambda m, k: 2 * m / k, "Stern's formula"),
+    (ex.check_plain_steps, theory.plain_forwards, lambda m, k: 2 * math.ceil(m / k), "single token"),
+    (ex.check_overlap_steps, overlap_forwards, lambda m, k: math.ceil(m / k), "first forward"),
+    (ex.check_accepted_prefix, accepted_prefix, lambda d, t: sum(a == b for a, b in zip(d, t)), "prefix"),
+    (ex.check_shift, multi_token_loss, copy_loss, "copy"),
+    (ex.check_expected_tokens, expected_tokens, lambda a, n: 1 + a * n, "independent"),
+    (ex.check_speedup, speedup, lambda t, c, q: t, "step count"),
+    (ex.check_latency_cut, lambda s: 1 - 1 / s, lambda s: s - 1, "faster"),
+    (ex.check_deepseek_labels, layout, lambda T, k: (list(range(k + 1, T + 1)), list(range(k + 1, T + 1))), "early"),
+    (ex.check_deepseek_forwards, deepseek_forwards, lambda m, D: theory.overlap_forwards(m, D), "D+1"),
+    (ex.check_acceptance_rate, acceptance_rate, lambda p, q: float((p * q).sum()), "independent samples"),
+    (ex.check_accept_rule, sampling_rule, keep_always, "follow the draft"),
+    (ex.check_accept_rule, mtplab_rule, replace_from_p, "norm(max(0, p - q))"),
+    (ex.check_accept_rule, sampling_rule, never_keep, "wastes drafts"),
+]
+
+
+@pytest.mark.parametrize("checker,right,wrong,hint", CASES, ids=[f"{c[0].__name__}-{c[3]}" for c in CASES])
+def test_checker_accepts_right_and_rejects_wrong(checker, right, wrong, hint):
+    good = checker(right)
+    assert good.ok and bool(good), str(good)
+    assert str(good).startswith("right")
+    bad = checker(wrong)
+    assert not bad.ok and not bool(bad)
+    assert str(bad).startswith("not yet")
+    assert hint in bad.why, bad.why  # the reason names the mistake
+
+
+@pytest.mark.parametrize("checker", sorted({c[0] for c in CASES}, key=lambda f: f.__name__), ids=lambda f: f.__name__)
+def test_checker_reports_exceptions_and_stubs(checker):
+    raised = checker(boom)
+    assert not raised.ok and "student bug" in raised.why
+    stub = checker(lambda *a: None)
+    assert not stub.ok and stub.why
+
+
+def test_the_reference_implementations_pass_their_own_checkers():
+    assert ex.check_plain_steps(theory.plain_forwards)
+    assert ex.check_overlap_steps(theory.overlap_forwards)
+    assert ex.check_expected_tokens(theory.expected_tokens_per_step)
+    assert ex.check_speedup(theory.predicted_speedup)
+    assert ex.check_deepseek_forwards(theory.deepseek_forwards)
+    assert ex.check_accept_rule(mtplab_rule)

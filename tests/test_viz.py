@@ -1,0 +1,140 @@
+"""viz returns Figures built from the data it is given, and never touches pyplot's global state."""
+import io
+
+import matplotlib
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from mtplab import lab, theory, viz
+from mtplab.decoding import autoregressive, speculative
+from mtplab.drafters import OracleDrafter
+from tests.conftest import random_model
+
+matplotlib.use("Agg")
+
+
+def _renders(fig):
+    assert isinstance(fig, Figure)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    assert buf.getvalue()[:4] == b"\x89PNG"
+
+
+@pytest.fixture(scope="module")
+def traces():
+    model = random_model(seed=5)
+    prompt = [7, 8, 9]
+    ref = autoregressive(model, prompt, max_new_tokens=40).tokens
+    return {a: speculative(model, OracleDrafter(ref, a, seed=1), prompt, max_new_tokens=40, k=4, method=f"alpha {a}")
+            for a in (0.5, 0.9)}
+
+
+def test_no_pyplot_figures_are_left_open(traces):
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    viz.acceptance_bars(traces)
+    viz.cost_curve({1: 1.0, 2: 1.1})
+    assert plt.get_fignums() == before
+
+
+def test_forwards_vs_m_plots_the_counts_and_formulas():
+    ms, ks = list(range(1, 9)), (2, 4)
+    plain = {k: [theory.plain_forwards(m, k) for m in ms] for k in ks}
+    over = {k: [theory.overlap_forwards(m, k) for m in ms] for k in ks}
+    fig = viz.forwards_vs_m(ms, plain, over)
+    _renders(fig)
+    axes = fig.axes
+    assert len(axes) == len(ks)
+    for ax, k in zip(axes, ks):
+        by_label = {line.get_label(): list(line.get_ydata()) for line in ax.lines}
+        assert by_label["measured, plain"] == plain[k]
+        assert by_label["measured, overlap"] == over[k]
+        assert by_label["2m/k"] == [2 * m / k for m in ms]
+        assert by_label["1 + m/k"] == [1 + m / k for m in ms]
+
+
+def test_cost_curve_accepts_a_measured_curve():
+    curve = lab.CostCurve(seconds={1: 0.002, 4: 0.0025, 16: 0.006}, context=32, device="cpu")
+    fig = viz.cost_curve(curve)
+    _renders(fig)
+    measured = [ln for ln in fig.axes[0].lines if ln.get_label().startswith("measured")][0]
+    assert list(measured.get_ydata()) == pytest.approx([1.0, 1.25, 3.0])
+
+
+def test_acceptance_bars_show_the_trace_counters(traces):
+    fig = viz.acceptance_bars(traces)
+    _renders(fig)
+    cond_ax, uncond_ax = fig.axes
+    heights = [p.get_height() for p in cond_ax.patches]
+    want = [x for t in traces.values() for x in t.conditional_acceptance]
+    assert heights == pytest.approx(want)
+    heights = [p.get_height() for p in uncond_ax.patches]
+    want = [x for t in traces.values() for x in t.acceptance_rate_per_position]
+    assert heights == pytest.approx(want)
+
+
+def test_trace_steps_and_step_times(traces):
+    tr = traces[0.5]
+    fig = viz.trace_steps(tr)
+    _renders(fig)
+    kept = [p.get_height() for p in fig.axes[0].containers[1]]
+    assert kept == [s.accepted for s in tr.steps if s.drafted]
+    _renders(viz.step_times({"a": tr, "b": traces[0.9]}))
+
+
+def test_other_figures_render():
+    _renders(viz.roofline([1, 2, 4], [0.5, 1.0, 2.0], ridge=1.5))
+    _renders(viz.bars({"a": 1.0, "b": 2.0}, ylabel="x", reference=(0.5, 0.7), reference_label="band"))
+    _renders(viz.memory_curve({"x": {2: 1.0, 4: 1.5}, "y": {2: 2.0, 4: 4.0}}))
+    _renders(viz.block_size_curve([2, 3, 4], {"m": [1.8, 2.4, 2.9]}))
+    fig = viz.depth_accuracy({"a": [0.5, 0.3], "b": [0.4, 0.2, 0.1]}, first_offset=2)
+    _renders(fig)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["+2", "+3", "+4"]
+    counts = torch.tensor([10.0, 30.0, 60.0])
+    fig = viz.sampling_histogram({"run": counts}, torch.tensor([0.1, 0.3, 0.6]), others={"q": torch.ones(3) / 3})
+    _renders(fig)
+    assert [p.get_height() for p in fig.axes[0].patches] == pytest.approx([0.1, 0.3, 0.6])
+
+
+def test_training_curves_from_a_real_history():
+    from mtplab.train import fit
+
+    hist = fit(preset="tiny", heads="meta", k=2, steps=2, batch_size=2, eval_windows=2, eval_every=1, progress=False,
+               device="cpu")
+    fig = viz.training_curves({"meta": hist})
+    _renders(fig)
+    assert len(fig.axes[1].lines) == 2  # one validation curve per depth
+
+
+def test_label_layout_follows_eq_24():
+    """Module k reads t_(i+k) and is scored against t_(i+k+1) for i = 1..T-k: labels t_(2+k)..t_(T+1)."""
+    T, D = 10, 3
+    rows = lab.label_layout(T, D)
+    assert [r["k"] for r in rows] == [0, 1, 2, 3]
+    for row in rows:
+        k = row["k"]
+        assert sorted(row["reads"]) == list(range(1, T - k + 1))
+        assert [row["labels"][i] for i in sorted(row["labels"])] == list(range(2 + k, T + 2))
+        assert all(row["labels"][i] == row["reads"][i] + 1 for i in row["reads"])
+    text = viz.label_layout_text(T, 2)
+    lines = text.splitlines()
+    assert lines[0].split("|")[1].split() == [str(i) for i in range(1, 11)]
+    label1 = next(ln for ln in lines if ln.startswith("module 1: label"))
+    assert label1.split("|")[1].split() == [f"t{j}" for j in range(3, 12)]
+    _renders(viz.label_layout_table(T, 2))
+
+
+def test_label_layout_matches_the_model_and_the_check_can_fail(monkeypatch):
+    model = random_model("deepseek", 4, seed=3)
+    assert lab.layout_matches_model(model, T=10)
+    real = lab.label_layout
+
+    def off_by_one(T, D):  # claims each depth is scored against the token it reads
+        rows = real(T, D)
+        for r in rows:
+            r["labels"] = dict(r["reads"])
+        return rows
+    monkeypatch.setattr(lab, "label_layout", off_by_one)
+    assert not lab.layout_matches_model(model, T=10)
