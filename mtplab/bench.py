@@ -27,12 +27,9 @@ from .config import preset as get_preset
 from .device import describe, pick
 from .errors import MtplabError
 from .generate import DTYPES, decode_with, load_for, max_k
+from .lab import measure_cost_curve, sync
 from .model import GPT
 
-
-def _sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _write(out: Path, name: str, data: dict, table: str, fig=None) -> None:
@@ -56,47 +53,20 @@ def _md(rows: list[dict], cols: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------ cost curve
-@torch.inference_mode()
-def cost_curve(model, *, qs=range(1, 17), context: int = 300, repeats: int = 15, progress: bool = True) -> dict:
-    """Median time of one forward over q new tokens after `context` cached tokens, and t(q)/t(1).
-    The q values are interleaved within each repeat, so drift hits all of them alike."""
-    dev = model.wte.weight.device
-    qs = list(qs)
-    context = min(context, model.config.block_size - max(qs))
-    cache = model.new_cache()
-    model(torch.randint(0, 256, (1, context), device=dev), cache)
-    x = torch.randint(0, 256, (1, max(qs)), device=dev)
-    times = {q: [] for q in qs}
-    it = range(repeats + 2)
-    if progress:
-        from tqdm.auto import tqdm
-        it = tqdm(it, desc="cost curve", leave=False)
-    for r in it:
-        for q in qs:
-            _sync(dev)
-            t0 = time.perf_counter()
-            model(x[:, :q], cache)
-            _sync(dev)
-            if r >= 2:  # two warm-up rounds
-                times[q].append(time.perf_counter() - t0)
-            cache.crop(context)
-    med = {q: statistics.median(v) for q, v in times.items()}
-    return {"context": context, "t_s": med, "ratio": {q: med[q] / med[1] for q in qs}}
-
-
 def run_cost_curve(a) -> dict:
     dev = pick(a.device)
     cfg = get_preset(a.preset)
     torch.manual_seed(0)
     model = GPT(cfg).to(dev, DTYPES[a.dtype]).eval()
-    res = cost_curve(model, repeats=5 if a.quick else 15)
+    res = measure_cost_curve(model, qs=range(1, 17), context=300, repeats=5 if a.quick else 15, progress=True)
     data = {"preset": a.preset, "dtype": a.dtype, "device": describe(dev), "threads": torch.get_num_threads(),
-            **{k: {str(q): v for q, v in res[k].items()} if isinstance(res[k], dict) else res[k] for k in res}}
-    rows = [{"q": q, "t (ms)": res["t_s"][q] * 1e3, "t(q)/t(1)": res["ratio"][q]} for q in res["ratio"]]
+            "context": res.context, "t_s": {str(q): v for q, v in res.seconds.items()},
+            "ratio": {str(q): v for q, v in res.ratio.items()}}
+    rows = [{"q": q, "t (ms)": res.seconds[q] * 1e3, "t(q)/t(1)": res.ratio[q]} for q in res.ratio]
     from . import viz_bench
     _write(Path(a.out), f"cost-curve-{a.preset}-{a.dtype}", data,
-           f"cost curve, preset {a.preset}, {a.dtype}, {describe(dev)}, cache {res['context']} tokens\n\n"
-           + _md(rows, ["q", "t (ms)", "t(q)/t(1)"]), viz_bench.cost_curve_figure({a.dtype: res["ratio"]}, a.preset))
+           f"cost curve, preset {a.preset}, {a.dtype}, {describe(dev)}, cache {res.context} tokens\n\n"
+           + _md(rows, ["q", "t (ms)", "t(q)/t(1)"]), viz_bench.cost_curve_figure({a.dtype: res.ratio}, a.preset))
     return data
 
 
@@ -116,12 +86,12 @@ def _train_probe(spec: dict) -> dict:
         torch.cuda.reset_peak_memory_stats()
     times = []
     for i in range(spec["steps"] + 1):
-        _sync(dev)
+        sync(dev)
         t0 = time.perf_counter()
         train_step(model, x, freeze_trunk=False, lam=0.3, memory_efficient=spec["efficient"])
         opt.step()
         opt.zero_grad(set_to_none=True)
-        _sync(dev)
+        sync(dev)
         if i:
             times.append(time.perf_counter() - t0)
     peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda"
@@ -190,10 +160,9 @@ def run_decode(a) -> dict:
         models[method] = load_for(real, name, device=a.device, dtype=dtype)[0]
     draft = ckpt.load("draft", device=dev, dtype=DTYPES[dtype])
     target = models["ngram"]
-    curve = cost_curve(target, qs=range(1, 9), repeats=5 if a.quick else 10, progress=False)["ratio"]
-    dcurve = cost_curve(draft, qs=[1], repeats=5, progress=False)
-    t1 = cost_curve(target, qs=[1], repeats=5, progress=False)["t_s"][1]
-    t1_draft_ratio = dcurve["t_s"][1] / t1
+    tcurve = measure_cost_curve(target, qs=range(1, 9), context=300, repeats=5 if a.quick else 10)
+    curve = tcurve.ratio
+    t1_draft_ratio = measure_cost_curve(draft, qs=[1], context=300, repeats=5).seconds[1] / tcurve.seconds[1]
     results = []
     for m in ms:
         walls = {meth: [] for meth, _ in METHOD_ROWS}
