@@ -40,8 +40,11 @@ def load_for(method: str, checkpoint=None, *, device="auto", dtype="fp32"):
 
 def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int | None = None,
                 temperature: float = 0.0, top_k: int | None = None, seed: int = 0, alpha: float = 0.8,
-                draft_model=None):
-    """Run one method on an already loaded model and return its Trace."""
+                draft_model=None, reference: list[int] | None = None):
+    """Run one method on an already loaded model and return its Trace.
+
+    `reference` (oracle only): the target's greedy continuation, if already known; otherwise it is
+    computed here, inside whatever the caller is timing."""
     g = torch.Generator().manual_seed(seed)
     if method == "ar":
         return autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -57,11 +60,11 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
         raise MtplabError(f"k must be >= 1 (got {k})")
     if limit is not None and k > limit:
         raise MtplabError(f"k={k} is larger than this checkpoint supports for {method} (at most {limit})")
-    reference = None
     if method == "oracle":
         if temperature != 0:
             raise MtplabError("the oracle drafter is greedy-only; use temperature 0")
-        reference = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
+        if reference is None:
+            reference = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
     drafter, schedule = for_method(method, model, draft_model=draft_model, reference=reference, alpha=alpha,
                                    seed=seed)
     return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
