@@ -58,15 +58,16 @@ def run_cost_curve(a) -> dict:
     cfg = get_preset(a.preset)
     torch.manual_seed(0)
     model = GPT(cfg).to(dev, DTYPES[a.dtype]).eval()
-    res = measure_cost_curve(model, qs=range(1, 17), context=300, repeats=5 if a.quick else 15, progress=True)
+    res = measure_cost_curve(model, qs=range(1, 17), context=min(300, cfg.block_size - 16),
+                             repeats=5 if a.quick else 15, progress=True)
     data = {"preset": a.preset, "dtype": a.dtype, "device": describe(dev), "threads": torch.get_num_threads(),
             "context": res.context, "t_s": {str(q): v for q, v in res.seconds.items()},
             "ratio": {str(q): v for q, v in res.ratio.items()}}
     rows = [{"q": q, "t (ms)": res.seconds[q] * 1e3, "t(q)/t(1)": res.ratio[q]} for q in res.ratio]
-    from . import viz_bench
+    from . import viz
     _write(Path(a.out), f"cost-curve-{a.preset}-{a.dtype}", data,
            f"cost curve, preset {a.preset}, {a.dtype}, {describe(dev)}, cache {res.context} tokens\n\n"
-           + _md(rows, ["q", "t (ms)", "t(q)/t(1)"]), viz_bench.cost_curve_figure({a.dtype: res.ratio}, a.preset))
+           + _md(rows, ["q", "t (ms)", "t(q)/t(1)"]), viz.cost_curve({a.dtype: res}, title=f"cost curve, preset {a.preset}"))
     return data
 
 
@@ -223,16 +224,16 @@ def run_decode(a) -> dict:
                                 t.num_accepted_tokens for t in trs) / max(1, drafts),
                             "speedup_wall": measured, "speedup_predicted": predicted,
                             "efficiency": measured / predicted if predicted else float("nan")})
-    data = {"device": describe(dev), "dtype": dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
-            "repeats": reps, "cost_curve": {str(q): v for q, v in curve.items()}, "draft_t1_ratio": t1_draft_ratio,
-            "rows": results}
-    table = (f"decode benchmark: {len(prompts)} held-out prompts, {reps} interleaved repeats (median), {dtype}, "
-             f"{describe(dev)}, {torch.get_num_threads()} threads\n"
-             f"cost curve t(q)/t(1): " + " ".join(f"{q}:{v:.2f}" for q, v in curve.items()) + "\n\n"
-             + _md(results, ["m", "method", "k", "forwards", "tokens_per_forward", "tokens_per_forward_first64",
-                             "acceptance_per_position", "mean_accepted_length", "speedup_wall",
-                             "speedup_predicted", "efficiency"]))
-    _write(Path(a.out), "decode-quick" if a.quick else "decode", data, table)
+        data = {"device": describe(dev), "dtype": dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
+                "repeats": reps, "cost_curve": {str(q): v for q, v in curve.items()}, "draft_t1_ratio": t1_draft_ratio,
+                "rows": results}
+        table = (f"decode benchmark: {len(prompts)} held-out prompts, {reps} interleaved repeats (median), {dtype}, "
+                 f"{describe(dev)}, {torch.get_num_threads()} threads\n"
+                 f"cost curve t(q)/t(1): " + " ".join(f"{q}:{v:.2f}" for q, v in curve.items()) + "\n\n"
+                 + _md(results, ["m", "method", "k", "forwards", "tokens_per_forward", "tokens_per_forward_first64",
+                                 "acceptance_per_position", "mean_accepted_length", "speedup_wall",
+                                 "speedup_predicted", "efficiency"]))
+        _write(Path(a.out), "decode-quick" if a.quick else "decode", data, table)
     return data
 
 
@@ -271,11 +272,11 @@ def run_crossover(a) -> dict:
                          "tokens_per_forward": fws[al], "speedup_wall": ar / statistics.median(walls[al]),
                          "ar_ms_per_token": ar / m * 1e3})
     data = {"device": describe(dev), "dtype": a.dtype, "k": k, "m": m, "rows": rows}
-    from . import viz_bench
+    from . import viz
     _write(Path(a.out), f"crossover-{a.dtype}", data,
            f"crossover: oracle drafts, k={k}, m={m}, {a.dtype}, {describe(dev)}\n\n"
            + _md(rows, ["width", "params_M", "alpha", "tokens_per_forward", "ar_ms_per_token", "speedup_wall"]),
-           viz_bench.crossover_figure(rows))
+           viz.crossover(rows))
     return data
 
 

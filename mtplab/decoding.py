@@ -47,7 +47,6 @@ class Trace:
     steps: list[Step] = field(default_factory=list)
     k: int = 1
     schedule: str = "ar"
-    prefill_s: float = 0.0
 
     @property
     def tokens(self) -> list[int]:
@@ -67,7 +66,7 @@ class Trace:
 
     @property
     def wall_s(self) -> float:
-        return self.prefill_s + sum(s.wall_s for s in self.steps)
+        return sum(s.wall_s for s in self.steps)  # step 0 is the prefill
 
     @property
     def tokens_per_forward(self) -> float:

@@ -188,7 +188,7 @@ def pooled(traces: list[Trace]) -> Trace:
         raise MtplabError("no traces to pool")
     t0 = traces[0]
     return Trace(method=t0.method, prompt=[], steps=[s for t in traces for s in t.steps], k=t0.k,
-                 schedule=t0.schedule, prefill_s=sum(t.prefill_s for t in traces))
+                 schedule=t0.schedule)
 
 
 def run_prompts(method: str, model, prompts, *, max_new_tokens: int, k: int | None = None, progress: bool = False,

@@ -354,3 +354,19 @@ def sampling_histogram(counts: dict, target, *, others: dict | None = None, labe
     ax.set_title(title)
     ax.legend(fontsize=7)
     return fig
+
+
+def crossover(rows: list[dict]) -> Figure:
+    """Wall-clock speedup of oracle-drafted speculative decoding against model size, one line per alpha."""
+    fig, axes = _figure()
+    ax = axes[0][0]
+    for al in sorted({r["alpha"] for r in rows}):
+        rs = [r for r in rows if r["alpha"] == al]
+        ax.plot([r["params_M"] for r in rs], [r["speedup_wall"] for r in rs], "o-", label=f"alpha = {al}")
+    ax.axhline(1.0, color="0.6", ls="--", label="no speedup")
+    ax.set_xscale("log")
+    ax.set_xlabel("model parameters (millions)")
+    ax.set_ylabel("wall-clock speedup over AR")
+    ax.set_title("Where speculative decoding starts to pay (oracle drafts)")
+    ax.legend(fontsize=7)
+    return fig

@@ -140,8 +140,7 @@ class LabState:
         if self.trace is None:
             return None
         t = self.trace
-        return Trace(method=t.method, prompt=t.prompt, steps=t.steps[:self.shown], k=t.k, schedule=t.schedule,
-                     prefill_s=t.prefill_s)
+        return Trace(method=t.method, prompt=t.prompt, steps=t.steps[:self.shown], k=t.k, schedule=t.schedule)
 
 
 SETTINGS = ("method", "k", "prompt", "temperature", "device", "max_new_tokens", "checkpoint", "seed")
