@@ -40,12 +40,15 @@ def _argmax_list(logits) -> list[int]:
     return logits.float().argmax(-1).tolist()
 
 
+FAMILY_CHECKPOINT = {"stern": "stern-k4", "meta": "meta-k4", "deepseek": "deepseek-d1"}
+
+
 def _need_heads(model, family: str, who: str):
     have = model.config.heads
     if have != family:
         raise MtplabError(f"{who} needs a checkpoint with {family} heads, but this one has "
-                          f"{'none' if have == 'none' else have + ' heads'}; pick a matching checkpoint "
-                          f"(stern-k4, meta-k4, deepseek-d1, deepseek-d3)")
+                          f"{'none' if have == 'none' else have + ' heads'}; use the checkpoint "
+                          f"{FAMILY_CHECKPOINT[family]} (CLI: --checkpoint {FAMILY_CHECKPOINT[family]})")
 
 
 class SternDrafter(Drafter):

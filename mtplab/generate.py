@@ -49,24 +49,21 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
     if method == "ar":
         return autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k, generator=g)
-    needed = {"blockwise": "stern", "blockwise-overlap": "stern", "meta": "meta", "deepseek": "deepseek"}.get(method)
-    if needed and model.config.heads != needed:
-        raise MtplabError(f"method {method} needs a checkpoint with {needed} heads, but this one has "
-                          f"{model.config.heads}; load the checkpoint {DEFAULT_CHECKPOINT[method]} (CLI: --checkpoint {DEFAULT_CHECKPOINT[method]})")
-    limit = max_k(method, model)
-    if k is None:
-        k = limit or 4
-    if k < 1:
+    if k is not None and k < 1:
         raise MtplabError(f"k must be >= 1 (got {k})")
-    if limit is not None and k > limit:
-        raise MtplabError(f"k={k} is larger than this checkpoint supports for {method} (at most {limit})")
     if method == "oracle":
         if temperature != 0:
             raise MtplabError("the oracle drafter is greedy-only; use temperature 0")
         if reference is None:
             reference = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
+    # the drafter checks that the checkpoint has its head family
     drafter, schedule = for_method(method, model, draft_model=draft_model, reference=reference, alpha=alpha,
                                    seed=seed)
+    limit = max_k(method, model)
+    if k is None:
+        k = limit or 4
+    if limit is not None and k > limit:
+        raise MtplabError(f"k={k} is larger than this checkpoint supports for {method} (at most {limit})")
     return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
                        temperature=temperature, top_k=top_k, generator=g, method=method)
 
