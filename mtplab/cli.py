@@ -18,7 +18,8 @@ def _train(a):
                resume=a.resume, heads=a.heads, k=a.k, freeze_trunk=a.freeze_trunk, from_checkpoint=a.from_,
                lam=a.lam, batch_size=a.batch_size, lr=a.lr, eval_every=a.eval_every, device=a.device,
                dropout=a.dropout, save_dtype=a.save_dtype, progress=not a.no_progress,
-               memory_efficient=not a.naive_backward, max_seconds=a.max_seconds)
+               memory_efficient=not a.naive_backward, max_seconds=a.max_seconds, labels=a.labels,
+               autocast=a.autocast, warmup=a.warmup)
     last = hist[-1] if hist else {}
     if a.json:
         print(json.dumps(hist))
@@ -89,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--eval-every", type=int, default=None)
     t.add_argument("--dropout", type=float, default=None)
+    t.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/20, at most 200)")
+    t.add_argument("--labels", default="corpus", help="corpus | self | self-argmax (self-distilled heads; needs --freeze-trunk)")
+    t.add_argument("--autocast", default="auto", help="auto | bf16 | off (auto: bf16 where it pays)")
     t.add_argument("--save-dtype", default=None, choices=["fp32", "fp16", "bf16"])
     t.add_argument("--device", default="auto")
     t.add_argument("--naive-backward", action="store_true", help="meta: one joint backward instead of head by head")

@@ -51,6 +51,32 @@ def depth_cross_entropies(logits: torch.Tensor, x: torch.Tensor) -> list[torch.T
     return out
 
 
+def self_distill_cross_entropies(logits: torch.Tensor, target_logits: torch.Tensor, *,
+                                 hard: bool = False) -> list[torch.Tensor]:
+    """Per-depth cross-entropy against the frozen target's own predictions (self-distillation).
+
+    logits: (B, T, K, V) depth logits; target_logits: (B, T, V) the target's next-token logits over the
+    same (teacher-forced) input. Depth d at position i drafts token i+d; the target predicts that token at
+    position i+d-1, so depth d is scored against target row i+d-1 for i = 0..T-d. Greedy verification keeps
+    a draft only when it equals the target's argmax, so that, not the corpus token, is what a head should
+    learn. hard=False uses the whole distribution softmax(target) as a soft label (also what sampling
+    verification needs); hard=True uses its argmax. Depth 1 is the target itself (scored for the record).
+    """
+    B, T, K, V = logits.shape
+    if target_logits.shape != (B, T, V):
+        raise MtplabError(f"target logits must be (B, T, V) = {(B, T, V)}, got {tuple(target_logits.shape)}")
+    out = []
+    for d in range(1, K + 1):
+        n = T - d + 1
+        teacher = target_logits[:, d - 1:d - 1 + n].float()  # (B, n, V) the target's view of token i+d
+        student = logits[:, :n, d - 1].reshape(-1, V).float()
+        if hard:
+            out.append(F.cross_entropy(student, teacher.argmax(-1).reshape(-1)))
+        else:
+            out.append(F.cross_entropy(student, torch.softmax(teacher, -1).reshape(-1, V)))
+    return out
+
+
 def deepseek_loss(ces: list[torch.Tensor], lam: float) -> torch.Tensor:
     """DeepSeek-V3 eq. (24)-(25): L = L_main + (lambda / D) * sum_k L_MTP^k, with ces[0] the main loss."""
     if lam < 0:

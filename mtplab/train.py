@@ -25,7 +25,7 @@ from .data import get_batch, load_corpus, val_windows
 from .device import pick
 from .errors import MtplabError
 from .heads import attach_heads
-from .losses import depth_cross_entropies, family_loss
+from .losses import depth_cross_entropies, family_loss, self_distill_cross_entropies
 from .model import GPT
 
 LN2 = math.log(2.0)
@@ -45,13 +45,42 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
-def _autocast(device: torch.device):
+LABELS = ("corpus", "self", "self-argmax")
+AUTOCAST = ("auto", "bf16", "off")
+
+
+def bf16_pays(device: torch.device) -> bool:
+    """bf16 autocast pays on CUDA and on CPUs with native bf16 matmuls (AVX512-BF16 / AMX): measured 1.8x
+    the fp32 training speed of the classroom preset on this lab's Xeon; on plain AVX2 it is emulated and slower."""
     if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+        return True
+    return device.type == "cpu" and bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
-def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficient: bool = True) -> float:
+def autocast_kind(device: torch.device, mode: str = "auto") -> str:
+    """'bf16' or 'off': what `mode` means on this device."""
+    return "off" if mode == "off" or (mode == "auto" and not bf16_pays(device)) else "bf16"
+
+
+def _autocast(device: torch.device, mode: str = "auto"):
+    if autocast_kind(device, mode) == "off":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def _head_loss(logits: torch.Tensor, x: torch.Tensor, teacher: torch.Tensor | None, d: int, labels: str):
+    """Cross-entropy of one head's logits (B, T, V) at depth d (1-based): against the corpus token x[i+d],
+    or against the frozen target's prediction of that token (row i+d-1 of `teacher`)."""
+    T, V = logits.shape[1], logits.shape[-1]
+    n = T - d + 1
+    if labels == "corpus":
+        return F.cross_entropy(logits[:, :n].reshape(-1, V).float(), x[:, d:d + n].reshape(-1))
+    return self_distill_cross_entropies(logits[:, :n].unsqueeze(2), teacher[:, d - 1:d - 1 + n],
+                                        hard=labels == "self-argmax")[0]
+
+
+def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficient: bool = True,
+              labels: str = "corpus") -> float:
     """One backward pass for Meta heads (Gloeckle et al. 2024, sec. 2 'memory-efficient implementation').
 
     The trunk runs once; then each head's forward and backward run in turn on a detached copy
@@ -71,13 +100,15 @@ def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficie
         z = model.wte(idx)
         for blk in model.blocks[:-1]:
             z = blk(z, cos, sin)  # (B, T, C)
+    teacher = None
+    if labels != "corpus":  # the frozen target's own next-token logits (head 1), (B, T, V)
+        with torch.no_grad():
+            teacher = model.unembed(heads[0](z, cos, sin))
     if not memory_efficient:
         total = 0.0
         for d in range(first, K):
             logits = model.unembed(heads[d](z, cos, sin))  # (B, T, V)
-            n = T - d
-            total = total + F.cross_entropy(logits[:, :n].reshape(-1, logits.shape[-1]).float(),
-                                            x[:, d + 1:d + 1 + n].reshape(-1))
+            total = total + _head_loss(logits, x, teacher, d + 1, labels)
         loss = total / n_trained
         loss.backward()
         return loss.item()
@@ -85,9 +116,7 @@ def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficie
     total = 0.0
     for d in range(first, K):
         logits = model.unembed(heads[d](z_det, cos, sin))  # (B, T, V) for this head only
-        n = T - d
-        loss_d = F.cross_entropy(logits[:, :n].reshape(-1, logits.shape[-1]).float(),
-                                 x[:, d + 1:d + 1 + n].reshape(-1)) / n_trained
+        loss_d = _head_loss(logits, x, teacher, d + 1, labels) / n_trained
         loss_d.backward()
         total += loss_d.item()
     if not freeze_trunk:
@@ -95,10 +124,11 @@ def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficie
     return total
 
 
-def train_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, lam: float, memory_efficient: bool = True) -> float:
+def train_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, lam: float, memory_efficient: bool = True,
+               labels: str = "corpus") -> float:
     heads = model.config.heads
     if heads == "meta":
-        return meta_step(model, x, freeze_trunk=freeze_trunk, memory_efficient=memory_efficient)
+        return meta_step(model, x, freeze_trunk=freeze_trunk, memory_efficient=memory_efficient, labels=labels)
     idx = x[:, :-1]
     if freeze_trunk:
         with torch.no_grad():
@@ -107,39 +137,48 @@ def train_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, lam: float, m
         logits = torch.cat([out.logits.unsqueeze(2), extra], dim=2)  # (B, T, K, V)
     else:
         logits = model.depth_logits(idx)  # (B, T, K, V)
-    ces = depth_cross_entropies(logits, x)
+    if labels == "corpus":
+        ces = depth_cross_entropies(logits, x)
+    else:  # self-distillation: depth d learns the frozen target's prediction of token i+d
+        ces = self_distill_cross_entropies(logits, logits[:, :, 0].detach(), hard=labels == "self-argmax")
     loss = family_loss(heads, ces, lam=lam, freeze_trunk=freeze_trunk)
     loss.backward()
     return loss.item()
 
 
 @torch.no_grad()
-def evaluate(model: GPT, windows: torch.Tensor, batch_size: int = 16) -> dict:
+def evaluate(model: GPT, windows: torch.Tensor, batch_size: int = 16, autocast: str = "off") -> dict:
     """Teacher-forced per-depth validation: cross-entropy in bits per byte and top-1 accuracy
-    of each depth against the true future token."""
+    of each depth against the true future token, and `val_agree_depth`: how often depth d at position i
+    drafts what the target itself predicts for that token (its argmax at row i+d-1), a teacher-forced
+    estimate of greedy acceptance."""
     was = model.training
     model.eval()
     K = model.config.k
     sums = torch.zeros(K, dtype=torch.float64)
     hits = torch.zeros(K, dtype=torch.float64)
+    agree = torch.zeros(K, dtype=torch.float64)
     counts = torch.zeros(K, dtype=torch.float64)
     dev = model.wte.weight.device
     for i in range(0, len(windows), batch_size):
         x = windows[i:i + batch_size].to(dev)
-        with _autocast(dev):
+        with _autocast(dev, autocast):
             logits = model.depth_logits(x[:, :-1])  # (B, T, K, V)
         T = logits.shape[1]
+        target_top = logits[:, :, 0].float().argmax(-1)  # (B, T) the target's own choice at each position
         for d in range(1, K + 1):
             n = T - d + 1
             lg = logits[:, :n, d - 1].float()
             tgt = x[:, d:d + n]
             sums[d - 1] += F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), reduction="sum").item()
-            hits[d - 1] += (lg.argmax(-1) == tgt).sum().item()
+            top = lg.argmax(-1)
+            hits[d - 1] += (top == tgt).sum().item()
+            agree[d - 1] += (top == target_top[:, d - 1:d - 1 + n]).sum().item()
             counts[d - 1] += tgt.numel()
     model.train(was)
     bpb = (sums / counts / LN2).tolist()
-    acc = (hits / counts).tolist()
-    return {"val_bpb": bpb[0], "val_bpb_depth": bpb, "val_acc_depth": acc}
+    return {"val_bpb": bpb[0], "val_bpb_depth": bpb, "val_acc_depth": (hits / counts).tolist(),
+            "val_agree_depth": (agree / counts).tolist()}
 
 
 def _opt_state_tensors(opt) -> tuple[dict, dict]:
@@ -223,7 +262,8 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
         weight_decay: float = 0.1, grad_clip: float = 1.0, eval_every: int | None = None, eval_windows: int = 64,
         save_every: int | None = None, device: str = "auto", dropout: float | None = None,
         memory_efficient: bool = True, save_dtype: str | None = None, progress: bool = True,
-        stop_after: int | None = None, max_seconds: float | None = None) -> list[dict]:
+        stop_after: int | None = None, max_seconds: float | None = None, labels: str = "corpus",
+        autocast: str = "auto") -> list[dict]:
     """Train a model and return its history (a list of dicts, one per logged step).
 
     heads/k choose the family (k = prediction depths; for deepseek, k = D modules and the model has
@@ -231,6 +271,9 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
     Medusa-1 style) and saves only the head weights with a reference to the base.
     `stop_after` ends the run early after that many steps (to simulate a killed run in tests);
     `max_seconds` ends it (validated and saved) once that much wall time has passed.
+    labels: 'corpus' (the true next tokens), or with a frozen trunk 'self' / 'self-argmax': each depth
+    learns the frozen target's own distribution / choice for its token (self-distillation).
+    autocast: 'auto' trains in bf16 autocast where that pays (CUDA, CPUs with AVX512-BF16), 'bf16', 'off'.
     """
     if steps is None or int(steps) <= 0:
         raise MtplabError(f"steps must be a positive integer (got {steps})")
@@ -242,6 +285,13 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
         raise MtplabError(f"lambda must be >= 0 (got {lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
     if freeze_trunk and from_checkpoint is None:
         raise MtplabError("--freeze-trunk needs --from CHECKPOINT: a frozen trunk must come from a trained model")
+    if labels not in LABELS:
+        raise MtplabError(f"unknown labels {labels!r}; choose one of {', '.join(LABELS)}")
+    if labels != "corpus" and not freeze_trunk:
+        raise MtplabError(f"--labels {labels} needs --freeze-trunk --from CHECKPOINT: the heads learn what a "
+                          "frozen target predicts")
+    if autocast not in AUTOCAST:
+        raise MtplabError(f"unknown autocast {autocast!r}; choose one of {', '.join(AUTOCAST)}")
     if freeze_trunk and heads == "none":
         raise MtplabError("--freeze-trunk with --heads none has nothing to train; choose stern, meta or deepseek")
     depths = k + 1 if heads == "deepseek" else k
@@ -315,7 +365,8 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
     windows = val_windows(val_data, cfg.block_size, eval_windows)
     meta = {"preset": preset if from_checkpoint is None else None, "corpus": corpus, "heads": heads, "k": k,
             "freeze_trunk": freeze_trunk, "from": str(from_checkpoint) if from_checkpoint else None,
-            "seed": seed, "batch_size": batch_size, "lr": lr, "lambda": lam}
+            "seed": seed, "batch_size": batch_size, "lr": lr, "lambda": lam, "labels": labels,
+            "autocast": autocast_kind(dev, autocast)}
 
     bar = None
     if progress:
@@ -332,8 +383,9 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
         if world > 1:
             x = x[rank * batch_size // world:(rank + 1) * batch_size // world]
         x = x.to(dev)
-        with _autocast(dev):
-            loss = train_step(model, x, freeze_trunk=freeze_trunk, lam=lam, memory_efficient=memory_efficient)
+        with _autocast(dev, autocast):
+            loss = train_step(model, x, freeze_trunk=freeze_trunk, lam=lam, memory_efficient=memory_efficient,
+                              labels=labels)
         if world > 1:
             _average_gradients(params, world)
         if not math.isfinite(loss):
@@ -357,7 +409,7 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
             rec = {"step": done, "loss": loss, "lr": opt.param_groups[0]["lr"], "tokens": tokens_seen,
                    "elapsed_s": time.perf_counter() - t0,
                    "tokens_per_s": window_tokens / max(1e-9, time.perf_counter() - window_t)}
-            rec.update(evaluate(model, windows))
+            rec.update(evaluate(model, windows))  # in fp32, comparable across runs
             history.append(rec)
             window_tokens, window_t = 0, time.perf_counter()
             if bar is not None:

@@ -177,3 +177,74 @@ def test_cli_train_and_errors(tmp_path):
                       (["--steps", "2", "--heads", "stern", "--freeze-trunk"], "needs --from")]:
         r = cli("train", "--out", str(tmp_path), "--no-progress", *args)
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_self_labels_score_each_depth_against_the_targets_own_row():
+    """Depth d at position i is scored against the target's logits at row i+d-1 (it predicts token i+d)."""
+    from mtplab.losses import self_distill_cross_entropies
+
+    torch.manual_seed(0)
+    B, T, K, V = 2, 12, 3, 11
+    target = torch.randn(B, T, V) * 3
+    perfect = torch.zeros(B, T, K, V)
+    for d in range(1, K + 1):  # a perfect depth d copies the target row i+d-1 (large scale: a sharp copy)
+        perfect[:, :T - d + 1, d - 1] = target[:, d - 1:] * 50
+    off_by_one = torch.zeros(B, T, K, V)
+    for d in range(1, K + 1):
+        off_by_one[:, :T - d + 1, d - 1] = torch.roll(target, 1, dims=1)[:, d - 1:] * 50
+    hard_perfect = self_distill_cross_entropies(perfect, target, hard=True)
+    hard_shifted = self_distill_cross_entropies(off_by_one, target, hard=True)
+    assert all(float(x) < 1e-3 for x in hard_perfect)
+    assert all(float(x) > 1.0 for x in hard_shifted[1:])
+    # soft labels: the cross-entropy is smallest (the target's entropy) when depth d equals row i+d-1 exactly
+    exact = torch.zeros(B, T, K, V)
+    for d in range(1, K + 1):
+        exact[:, :T - d + 1, d - 1] = target[:, d - 1:]
+    soft = self_distill_cross_entropies(exact, target)
+    ent = [float(-(torch.softmax(target[:, d - 1:], -1) * torch.log_softmax(target[:, d - 1:], -1)).sum(-1).mean())
+           for d in range(1, K + 1)]
+    assert [round(float(s), 5) for s in soft] == [round(e, 5) for e in ent]
+    with pytest.raises(MtplabError, match="target logits must be"):
+        self_distill_cross_entropies(exact, target[:, 1:])
+
+
+@pytest.mark.parametrize("heads,k", [("stern", 3), ("meta", 3), ("deepseek", 3)])
+@pytest.mark.parametrize("labels", ["self", "self-argmax"])
+def test_self_labelled_train_step_is_the_distillation_loss(heads, k, labels):
+    """Each family's training step with self labels computes mean over depths d >= 2 of the cross-entropy
+    between depth d at position i and the frozen target's row i+d-1 (its soft distribution or argmax)."""
+    from mtplab.lab import random_model
+    from mtplab.train import train_step
+
+    model = random_model(vocab_size=32, seed=5, noise=1.0, heads=heads, k=k, n_layer=2, n_head=2, n_embd=32,
+                         block_size=64)
+    x = torch.randint(0, 32, (3, 21), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model.depth_logits(x[:, :-1])  # (B, T, K, V)
+    T = logits.shape[1]
+    want = []
+    for d in range(2, k + 1):
+        student, teacher = logits[:, :T - d + 1, d - 1], logits[:, d - 1:, 0]
+        label = teacher.argmax(-1) if labels == "self-argmax" else torch.softmax(teacher, -1)
+        want.append(torch.nn.functional.cross_entropy(student.reshape(-1, 32), label.reshape(-1, *label.shape[2:])))
+    for n, p in model.named_parameters():
+        p.requires_grad_(n.startswith("mtp."))
+    got = train_step(model, x, freeze_trunk=True, lam=0.3, labels=labels)
+    assert got == pytest.approx(float(torch.stack(want).mean()), rel=1e-5)
+
+
+def test_self_labelled_run_records_its_labels_and_agreement(tmp_path):
+    fit(steps=3, out=tmp_path, eval_windows=2, **TINY)
+    hist = fit(steps=2, out=tmp_path / "self", heads="stern", k=3, freeze_trunk=True, labels="self",
+               from_checkpoint=tmp_path / "ntp", eval_windows=2, batch_size=2, progress=False, device="cpu")
+    assert len(hist[-1]["val_agree_depth"]) == 3 and hist[-1]["val_agree_depth"][0] == 1.0
+    assert json.loads((tmp_path / "self" / "stern-k3.json").read_text())["meta"]["labels"] == "self"
+
+
+def test_self_labels_need_a_frozen_target(tmp_path):
+    with pytest.raises(MtplabError, match="needs --freeze-trunk"):
+        fit(steps=2, out=tmp_path, heads="stern", k=2, labels="self", **TINY)
+    with pytest.raises(MtplabError, match="unknown labels"):
+        fit(steps=2, out=tmp_path, labels="teacher", **TINY)
+    with pytest.raises(MtplabError, match="unknown autocast"):
+        fit(steps=2, out=tmp_path, autocast="fp8", **TINY)
