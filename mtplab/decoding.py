@@ -1,138 +1,55 @@
 """Decoding: autoregressive, and one speculative loop that every drafter plugs into.
 
-B batch (always 1 here), V vocabulary, n drafts in a step, k block size (at most k tokens a step,
-so n <= k-1).
+B batch (always 1 here), V vocabulary, n drafts in a step, k tokens per step (at most k tokens are
+committed a step: n <= k-1 drafts plus one token from the target).
 
 Layers, from the bottom: `distribution` (logits -> probabilities), `accept` (the rule that decides how
-many drafts survive), `prefill`, then `autoregressive` and `speculative`. A drafter only proposes
-tokens and hears back what was committed (`mtplab.drafters`); the loop owns the target model's cache.
+many drafts survive), then the phases of a step, named as Stern et al. 2018 (sec. 3) name them:
+`prefill`, `predict`, `propose`, `verify`, `accept`, `commit`. `iter_steps` runs them and yields one
+`Step` at a time; `speculative` collects the steps into a `Trace`; `autoregressive` is the baseline.
+A drafter only proposes tokens and hears back what was committed (`mtplab.drafters`); the loop owns
+the target's KV cache.
 
 Two schedules (Stern et al. 2018, sec. 3-4):
-* "plain": predict (one forward at the last token: the target's own next token plus drafts) ->
-  verify (one forward over the drafts) -> accept. 2m/k forwards at best.
-* "overlap": one forward verifies this step's drafts and, at the last accepted position, yields both
-  the bonus token and the next step's drafts. 1 + m/k forwards at best.
+* "plain": predict (one forward at the last token commits the target's own next token) -> propose ->
+  verify (one forward over the last token and all drafts but the last) -> accept. 2m/k forwards at best.
+* "overlap": one forward verifies this step's drafts and, at the last accepted position, gives the
+  bonus token and the hidden state the next step's drafts come from. 1 + m/k forwards at best.
+
+Exactness: greedy output equals `autoregressive` greedy output token for token in float32 (tested); in
+bf16 a verify forward over q tokens and a one-token forward round differently, so near-ties can flip.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
 from .errors import MtplabError
-from .tokenizer import decode
-
-
-# ---------------------------------------------------------------------------------- the record
-@dataclass
-class Step:
-    """One decoding step. `emitted` is what the step committed, in order."""
-    drafted: list[int]             # tokens the drafter proposed
-    accepted: int                  # how many of them the target kept (a prefix)
-    emitted: list[int]             # committed tokens: [predict token] + accepted drafts + [bonus]
-    bonus: int | None              # token taken from the target after the accepted prefix (None if none)
-    bonus_source: str              # 'target' (all drafts kept), 'correction' (a draft was rejected), 'none'
-    forwards: int                  # target-model forward passes in this step
-    draft_forwards: int = 0        # drafter forward passes (draft model, DeepSeek modules)
-    wall_s: float = 0.0
-    predict_token: int | None = None  # plain schedule: the token the predict forward committed
-
-
-@dataclass
-class Trace:
-    """What a decoder did, step by step, with the counters vLLM's spec-decode metrics use."""
-    method: str
-    prompt: list[int]
-    steps: list[Step] = field(default_factory=list)
-    k: int = 1
-    schedule: str = "ar"
-
-    @property
-    def tokens(self) -> list[int]:
-        return [t for s in self.steps for t in s.emitted]
-
-    @property
-    def text(self) -> str:
-        return decode(self.tokens)
-
-    @property
-    def forwards(self) -> int:
-        return sum(s.forwards for s in self.steps)
-
-    @property
-    def draft_forwards(self) -> int:
-        return sum(s.draft_forwards for s in self.steps)
-
-    @property
-    def wall_s(self) -> float:
-        return sum(s.wall_s for s in self.steps)  # step 0 is the prefill
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return len(self.tokens) / max(1, self.forwards)
-
-    # vLLM-style counters: a 'draft' is one step that proposed at least one token
-    @property
-    def num_drafts(self) -> int:
-        return sum(1 for s in self.steps if s.drafted)
-
-    @property
-    def num_draft_tokens(self) -> int:
-        return sum(len(s.drafted) for s in self.steps)
-
-    @property
-    def num_accepted_tokens(self) -> int:
-        return sum(s.accepted for s in self.steps)
-
-    @property
-    def accepted_per_position(self) -> list[int]:
-        """accepted_per_position[i]: steps whose draft i (0-based) was accepted."""
-        n = max((len(s.drafted) for s in self.steps), default=0)
-        return [sum(1 for s in self.steps if s.accepted > i) for i in range(n)]
-
-    @property
-    def acceptance_rate_per_position(self) -> list[float]:
-        """Unconditional (vLLM style): accepted at position i / number of drafts."""
-        d = max(1, self.num_drafts)
-        return [a / d for a in self.accepted_per_position]
-
-    @property
-    def conditional_acceptance(self) -> list[float]:
-        """P(draft i accepted | drafts 0..i-1 accepted and draft i existed)."""
-        n = max((len(s.drafted) for s in self.steps), default=0)
-        out = []
-        for i in range(n):
-            reached = sum(1 for s in self.steps if len(s.drafted) > i and s.accepted >= i)
-            out.append(sum(1 for s in self.steps if s.accepted > i) / reached if reached else float("nan"))
-        return out
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens per drafting step counting the bonus token, as vLLM reports it:
-        1 + num_accepted_tokens / num_drafts."""
-        return 1.0 + self.num_accepted_tokens / max(1, self.num_drafts)
-
-    def summary(self) -> dict:
-        return {
-            "method": self.method, "k": self.k, "schedule": self.schedule,
-            "text": self.text, "tokens": self.tokens, "forwards": self.forwards,
-            "draft_forwards": self.draft_forwards, "tokens_per_forward": self.tokens_per_forward,
-            "num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
-            "num_accepted_tokens": self.num_accepted_tokens,
-            "accepted_per_position": self.accepted_per_position,
-            "acceptance_rate_per_position": self.acceptance_rate_per_position,
-            "conditional_acceptance": self.conditional_acceptance,
-            "mean_accepted_length": self.mean_accepted_length, "wall_s": self.wall_s,
-        }
+from .trace import Step, Trace
 
 
 # ---------------------------------------------------------------------------------- the rules
+MIN_TEMPERATURE = 1e-4  # below this, logits / temperature overflow float32 and the softmax gives NaN
+
+
+def check_k(k) -> int:
+    """k, tokens per step, is an integer >= 1 (k = 1 is plain decoding: no drafts)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise MtplabError(f"k must be an integer >= 1 (got {k!r}); k is tokens per step: k-1 drafts plus one")
+    return k
+
+
 def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None):
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise MtplabError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
     if temperature is None or not (0 <= temperature < float("inf")):  # also catches NaN
         raise MtplabError(f"temperature must be >= 0 and finite (got {temperature}); 0 means greedy")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise MtplabError(f"temperature {temperature:g} is too small to sample at (the probabilities overflow); "
+                          f"use 0 for greedy or at least {MIN_TEMPERATURE:g}")
     if top_k is not None and top_k < 1:
         raise MtplabError(f"top_k must be >= 1 or None (got {top_k})")
 
@@ -179,6 +96,11 @@ def sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
 def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy: bool,
            generator: torch.Generator | None) -> tuple[int, int, str]:
     """Decide how many drafts survive and which token follows them.
+
+    The sampling rule is speculative sampling (Leviathan, Kalman, Matias 2023, "Fast Inference from
+    Transformers via Speculative Decoding", sec. 2.3; Chen et al. 2023, "Accelerating Large Language Model
+    Decoding with Speculative Sampling", algorithm 2); the greedy rule is its temperature-0 limit and
+    Stern et al.'s (2018) exact-match verification.
 
     p: (n+1, V) target distributions at the rows that predict drafts[0..n-1] and then the bonus
     (p may have only n rows in the plain schedule, when the last draft's successor was not computed).
@@ -232,102 +154,183 @@ def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float
     trace = Trace(method="ar", prompt=prompt, k=1, schedule="ar")
     cache = model.new_cache() if use_cache else None
     tokens = list(prompt)
-    t0 = time.perf_counter()
-    out = model(_ids(tokens, dev), cache)
-    tok = pick_token(out.logits[0, -1], temperature, top_k, generator)
-    tokens.append(tok)
-    trace.steps.append(Step([], 0, [tok], tok, "target", 1, wall_s=time.perf_counter() - t0))
+    fed = tokens  # the first forward reads the whole prompt
     while len(tokens) - len(prompt) < max_new_tokens:
         t0 = time.perf_counter()
-        out = model(_ids(tokens[-1:], dev), cache) if use_cache else model(_ids(tokens, dev))
+        out = model(_ids(fed, dev), cache) if use_cache else model(_ids(tokens, dev))
+        t1 = time.perf_counter()
         tok = pick_token(out.logits[0, -1], temperature, top_k, generator)
         tokens.append(tok)
-        trace.steps.append(Step([], 0, [tok], tok, "target", 1, wall_s=time.perf_counter() - t0))
+        fed = tokens[-1:]
+        trace.steps.append(Step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target", forwards=1,
+                                wall_s=time.perf_counter() - t0, target_s=t1 - t0))
     return trace
 
 
-@torch.inference_mode()
-def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
-                temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-                method: str | None = None, on_step=None) -> Trace:
-    """Speculative decoding of `model` with any drafter; at most k tokens per step (k-1 drafts).
+@dataclass
+class Decode:
+    """What one speculative decode carries from step to step. Invariant between steps: the target's
+    cache holds tokens[:-1] (the last committed token is fed by the next forward)."""
+    model: object
+    drafter: object
+    cache: object
+    tokens: list[int]
+    prompt_len: int
+    max_new_tokens: int
+    k: int
+    schedule: str
+    temperature: float
+    top_k: int | None
+    generator: torch.Generator | None
+    predicted_once: bool = False  # plain schedule: the prefill served as the first predict
 
-    `on_step(cache, drafter, tokens)`, if given, is called after every step (tests check the caches
-    against a full recompute there).
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
 
-    Greedy output equals `autoregressive` greedy output; sampled output has the target's
-    distribution (accept with min(1, p/q), resample rejections from norm(max(0, p - q))).
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - (len(self.tokens) - self.prompt_len)
+
+    def forward(self, ids: list[int]):
+        return self.model(_ids(ids, self.model.wte.weight.device), self.cache)
+
+    def pick(self, logits_row: torch.Tensor) -> int:
+        return pick_token(logits_row, self.temperature, self.top_k, self.generator)
+
+
+def prefill(run: Decode) -> Step:
+    """The prompt in one forward: its last row gives the first new token (in the plain schedule this is
+    also the first predict). The drafter starts from the same forward."""
+    t0 = time.perf_counter()
+    out = run.forward(run.tokens)
+    t1 = time.perf_counter()
+    tok = run.pick(out.logits[0, -1])
+    run.tokens.append(tok)
+    # cache: the prompt; tokens: prompt + tok
+    t2 = time.perf_counter()
+    run.drafter.begin(run.model, run.tokens, out, run.prompt_len, max_new_tokens=run.max_new_tokens,
+                      generator=run.generator, temperature=run.temperature, top_k=run.top_k)
+    t3 = time.perf_counter()
+    return Step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target", forwards=1,
+                wall_s=t3 - t0, target_s=t1 - t0, draft_s=t3 - t2)
+
+
+def predict(run: Decode):
+    """Plain schedule: one forward at the last committed token commits the target's own next token.
+    Returns the forward (the drafter hears of its one kept row)."""
+    out = run.forward(run.tokens[-1:])
+    run.tokens.append(run.pick(out.logits[0, -1]))
+    # cache: tokens[:-1] again
+    return out
+
+
+def verify(run: Decode, drafts: list[int]) -> tuple[object, torch.Tensor]:
+    """One forward over the last committed token and the drafts (plain: all but the last draft, whose
+    successor the plain schedule does not need). Row i predicts the token after fed[i]: drafts[i], then
+    the bonus. Returns the forward and p: raw logits (greedy compares argmaxes) or distributions."""
+    fed = [run.tokens[-1]] + (drafts if run.schedule == "overlap" else drafts[:-1])
+    out = run.forward(fed)
+    # cache: now also holds fed, some of which may be rejected drafts (commit crops them)
+    logits = out.logits[0]  # (len(fed), V)
+    p = check_finite(logits) if run.greedy else distribution(logits, run.temperature, run.top_k)
+    return out, p
+
+
+def commit(run: Decode, new: list[int], out, base: int) -> None:
+    """Append the accepted drafts and the bonus, crop the cache to the committed tokens, tell the drafter."""
+    run.tokens.extend(new)
+    run.cache.crop(len(run.tokens) - 1)
+    # cache: tokens[:-1] exactly; rows base..len-2 of this forward are kept positions
+    run.drafter.feedback(out, len(run.tokens) - 1 - base, run.tokens)
+
+
+def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
+               temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
+               cache=None) -> Iterator[Step]:
+    """Speculative decoding one step at a time: yields the prefill, then one `Step` per decoding step.
+
+    Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution.
+    `cache` (optional) is the target's KV cache to use, so that a caller can look at it between steps.
+    Wrap the iteration in `torch.inference_mode()` (as `speculative` does) when no gradients are wanted.
     """
     check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
-    if not isinstance(k, int) or k < 1:
-        raise MtplabError(f"k must be an integer >= 1 (got {k!r})")
+    check_k(k)
     if schedule not in ("plain", "overlap"):
         raise MtplabError(f"unknown schedule {schedule!r}; use 'plain' or 'overlap'")
     limit = drafter.max_drafts
     if limit is not None and k - 1 > limit:
         raise MtplabError(f"k={k} needs {k - 1} drafts a step but {drafter.name} gives at most {limit}; "
                           f"use k <= {limit + 1}")
-    greedy = temperature == 0
-    if not greedy and not drafter.supports_sampling:
+    if temperature != 0 and not drafter.supports_sampling:
         raise MtplabError(f"the {drafter.name} drafter is greedy-only; use temperature=0")
     prompt = check_prompt(model, prompt_ids, max_new_tokens + k)
-    dev = model.wte.weight.device
-    trace = Trace(method=method or drafter.name, prompt=prompt, k=k, schedule=schedule)
-    cache = model.new_cache()
-    tokens = list(prompt)
-    m = max_new_tokens
+    run = Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
+                 max_new_tokens, k, schedule, temperature, top_k, generator)
+    yield prefill(run)
+    while run.remaining > 0:
+        step = _step(run)
+        if step.emitted:  # plain schedule, first step with k=1: nothing to verify and no predict yet
+            yield step
 
-    # prefill: the prompt in one forward gives the first new token; the cache then holds tokens[:-1]
+
+def _step(run: Decode) -> Step:
     t0 = time.perf_counter()
-    out = model(_ids(tokens, dev), cache)
-    tok = pick_token(out.logits[0, -1], temperature, top_k, generator)
-    tokens.append(tok)
-    drafter.begin(model, tokens, out, len(prompt), max_new_tokens=m, generator=generator,
-                  temperature=temperature, top_k=top_k)
-    trace.steps.append(Step([], 0, [tok], tok, "target", 1, wall_s=time.perf_counter() - t0))
-
-    predict_needed = False  # plain: the prefill was the first predict
-    while len(tokens) - len(prompt) < m:
-        t0 = time.perf_counter()
-        remaining = m - (len(tokens) - len(prompt))
-        base = cache.length  # == len(tokens) - 1: the last committed token is not in the cache yet
-        forwards = 0
-        predict_token = None
-        emitted: list[int] = []
-        if schedule == "plain" and predict_needed:
-            # predict: one forward at the last token commits the target's own next token
-            out = model(_ids(tokens[-1:], dev), cache)
-            forwards += 1
-            predict_token = pick_token(out.logits[0, -1], temperature, top_k, generator)
-            tokens.append(predict_token)
-            emitted.append(predict_token)
-            drafter.feedback(out, 1, tokens)
-            remaining -= 1
-            base = cache.length
-        n = min(k - 1, remaining - 1 if schedule == "overlap" else remaining)
-        drafts, q = drafter.propose(n) if n > 0 else ([], None)
-        draft_forwards = drafter.last_forwards
-        n = len(drafts)
-        predict_needed = True
-        if schedule == "plain" and n == 0:
-            if emitted:
-                trace.steps.append(Step([], 0, emitted, None, "none", forwards, draft_forwards,
-                                        time.perf_counter() - t0, predict_token))
-            continue
-        # verify: feed the last committed token and the drafts (plain: all but the last draft)
-        fed = [tokens[-1]] + (drafts if schedule == "overlap" else drafts[:-1])
-        out = model(_ids(fed, dev), cache)
+    target_s = draft_s = 0.0
+    emitted: list[int] = []
+    predict_token = None
+    forwards = 0
+    if run.schedule == "plain" and run.predicted_once:
+        t = time.perf_counter()
+        out = predict(run)
+        t1 = time.perf_counter()
+        run.drafter.feedback(out, 1, run.tokens)
+        target_s += t1 - t
+        draft_s += time.perf_counter() - t1
+        predict_token = run.tokens[-1]
+        emitted.append(predict_token)
         forwards += 1
-        # greedy compares argmaxes, which the raw logits give; sampling needs the distributions
-        p = check_finite(out.logits[0]) if greedy else distribution(out.logits[0], temperature, top_k)  # (len(fed), V)
-        n_ok, nxt, source = accept(drafts, p, q, greedy=greedy, generator=generator)
-        new = drafts[:n_ok] + ([nxt] if nxt >= 0 else [])
-        tokens.extend(new)
-        emitted.extend(new)
-        cache.crop(len(tokens) - 1)
-        drafter.feedback(out, len(tokens) - 1 - base, tokens)
-        trace.steps.append(Step(drafts, n_ok, emitted, nxt if nxt >= 0 else None, source, forwards,
-                                draft_forwards, time.perf_counter() - t0, predict_token))
-        if on_step is not None:
-            on_step(cache, drafter, tokens)
+    run.predicted_once = True
+    base = run.cache.length  # == len(tokens) - 1
+    # propose: overlap keeps one place free for the bonus token; plain commits no bonus after all drafts
+    n = min(run.k - 1, run.remaining - 1 if run.schedule == "overlap" else run.remaining)
+    t = time.perf_counter()
+    draft = run.drafter.propose(n) if n > 0 else None
+    draft_s += time.perf_counter() - t
+    drafts = draft.tokens if draft is not None else []
+    calls = draft.calls if draft is not None else 0
+    if run.schedule == "plain" and not drafts:  # nothing to verify: the predict token was the whole step
+        return Step(drafted=[], accepted=0, emitted=emitted, bonus=None, bonus_source="none", forwards=forwards,
+                    draft_forwards=calls, wall_s=time.perf_counter() - t0, target_s=target_s, draft_s=draft_s,
+                    predict_token=predict_token)
+    t = time.perf_counter()
+    out, p = verify(run, drafts)
+    target_s += time.perf_counter() - t
+    forwards += 1
+    n_ok, nxt, source = accept(drafts, p, draft.q if draft is not None else None, greedy=run.greedy,
+                               generator=run.generator)
+    new = drafts[:n_ok] + ([nxt] if nxt >= 0 else [])
+    t = time.perf_counter()
+    commit(run, new, out, base)
+    draft_s += time.perf_counter() - t  # commit's own work is a crop; the rest is the drafter's feedback
+    return Step(drafted=drafts, accepted=n_ok, emitted=emitted + new, bonus=nxt if nxt >= 0 else None,
+                bonus_source=source, forwards=forwards, draft_forwards=calls, wall_s=time.perf_counter() - t0,
+                target_s=target_s, draft_s=draft_s, predict_token=predict_token)
+
+
+@torch.inference_mode()
+def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
+                temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
+                method: str | None = None) -> Trace:
+    """Speculative decoding of `model` with any drafter; at most k tokens per step (k-1 drafts + 1).
+
+    Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution
+    (accept with min(1, p/q), resample rejections from norm(max(0, p - q))).
+    """
+    steps = iter_steps(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
+                       temperature=temperature, top_k=top_k, generator=generator)
+    first = next(steps)  # checks the input before the Trace is made
+    trace = Trace(method=method or drafter.name, prompt=[int(t) for t in prompt_ids], k=k, schedule=schedule,
+                  steps=[first])
+    trace.steps.extend(steps)
     return trace

@@ -1,35 +1,61 @@
-"""Drafters: everything that proposes tokens for `decoding.speculative` to verify.
+"""Drafters: everything that proposes tokens for the speculative loop (`mtplab.decoding`) to verify,
+and `METHODS`, the one table that maps a method name to its drafter, schedule and checkpoint.
 
 B batch (1), T positions, C channels, V vocabulary, n drafts asked for.
 
-The contract (after HF's CandidateGenerator, kept small):
+The contract (`Drafter`, after HF's CandidateGenerator, kept small):
     begin(model, tokens, out, prompt_len, ...)  once, after the target's prefill forward `out`
-    propose(n) -> (drafts, q)                   n tokens to follow tokens[-1]; q: (n, V) or None = one-hot
+    propose(n) -> Draft                         n tokens to follow tokens[-1], their q, the calls it took
     feedback(out, n_keep, tokens)               after each target forward: its first n_keep rows are kept
                                                 positions, and `tokens` now holds every committed token
-    last_forwards                               drafter forward passes spent by the last propose
-`max_drafts` is the most drafts a step can take (None: no limit).
+`max_drafts` is the most drafts a step can take (None: no limit). The loop times propose and feedback
+together as the drafter's cost. A new drafter is one class here and one row in `METHODS`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
 import torch
 
+from .config import ModelConfig
 from .decoding import distribution
 from .errors import MtplabError
-from .model import KVCache
+from .layers import KVCache
 
 
-class Drafter:
+@dataclass
+class Draft:
+    """What one propose returns."""
+    tokens: list[int]                 # the drafts, to follow tokens[-1]
+    q: torch.Tensor | None = None     # (n, V) the drafter's distributions; None: one-hot on the drafts
+    calls: int = 0                    # drafter forward passes it took (a head pass, module calls, ...)
+
+
+class Drafter(Protocol):
+    name: str
+    max_drafts: int | None
+    supports_sampling: bool
+
+    def begin(self, model, tokens: list[int], out, prompt_len: int, *, max_new_tokens: int,
+              generator: torch.Generator | None, temperature: float, top_k: int | None) -> None: ...
+
+    def propose(self, n: int) -> Draft: ...
+
+    def feedback(self, out, n_keep: int, tokens: list[int]) -> None: ...
+
+
+class BaseDrafter:
+    """Defaults for the contract: remember the options and the committed tokens."""
     name = "drafter"
     max_drafts: int | None = None
     supports_sampling = True
-    last_forwards = 0
 
     def begin(self, model, tokens, out, prompt_len, *, max_new_tokens, generator, temperature, top_k):
         self.model, self.tokens, self.prompt_len = model, tokens, prompt_len
         self.temperature, self.top_k, self.generator = temperature, top_k, generator
 
-    def propose(self, n: int):
+    def propose(self, n: int) -> Draft:
         raise NotImplementedError
 
     def feedback(self, out, n_keep: int, tokens: list[int]):
@@ -40,18 +66,24 @@ def _argmax_list(logits) -> list[int]:
     return logits.float().argmax(-1).tolist()
 
 
-FAMILY_CHECKPOINT = {"stern": "stern-k4", "meta": "meta-k4", "deepseek": "deepseek-d1"}
-
-
 def _need_heads(model, family: str, who: str):
     have = model.config.heads
     if have != family:
+        name = next(m.checkpoint for m in METHODS.values() if m.family == family)
         raise MtplabError(f"{who} needs a checkpoint with {family} heads, but this one has "
                           f"{'none' if have == 'none' else have + ' heads'}; use the checkpoint "
-                          f"{FAMILY_CHECKPOINT[family]} (CLI: --checkpoint {FAMILY_CHECKPOINT[family]})")
+                          f"{name} (CLI: --checkpoint {name})")
 
 
-class SternDrafter(Drafter):
+def check_same_vocabulary(draft_model, target) -> None:
+    """Two-model speculative decoding compares token ids: both models must share one tokenizer."""
+    vd, vt = draft_model.config.vocab_size, target.config.vocab_size
+    if vd != vt:
+        raise MtplabError(f"the draft model's vocabulary ({vd}) differs from the target's ({vt}); "
+                          "both must share one tokenizer")
+
+
+class SternDrafter(BaseDrafter):
     """Stern et al. 2018: depths 2..K read the hidden state at the last kept position."""
     name = "blockwise"
 
@@ -68,12 +100,12 @@ class SternDrafter(Drafter):
         self.h = out.hidden[:, n_keep - 1:n_keep]  # (1, 1, C) the position that predicted tokens[-1]
 
     def propose(self, n):
-        self.last_forwards = 0
-        logits = self.model.unembed(self.model.mtp.hidden(self.h)[:, 0, :n])  # (1, n, V)
-        return _argmax_list(logits[0]), None
+        # one pass of the heads: the shared h -> 4h layer, n of the 4h -> h layers, the shared output head
+        logits = self.model.unembed(self.model.mtp.hidden(self.h, n)[:, 0])  # (1, n, V)
+        return Draft(_argmax_list(logits[0]), calls=1)
 
 
-class MetaDrafter(Drafter):
+class MetaDrafter(BaseDrafter):
     """Gloeckle et al. 2024: each extra head is a transformer layer with its own KV cache over the trunk."""
     name = "meta"
 
@@ -95,11 +127,11 @@ class MetaDrafter(Drafter):
         self._extend(out.pre_last[:, :n_keep])
 
     def propose(self, n):
-        self.last_forwards = 1  # the K-1 head layers ran once over the newly kept positions (in feedback)
-        return _argmax_list(self.model.unembed(self.h_last[:, :n])[0]), None
+        # the K-1 head layers ran once over the newly kept positions (in feedback): one call
+        return Draft(_argmax_list(self.model.unembed(self.h_last[:, :n])[0]), calls=1)
 
 
-class DeepSeekDrafter(Drafter):
+class DeepSeekDrafter(BaseDrafter):
     """DeepSeek-V3 modules run free: module k reads the token module k-1 just drafted.
 
     Module k's cache entry at position j depends on t_{j+k}. Entries whose token is still a
@@ -118,8 +150,7 @@ class DeepSeekDrafter(Drafter):
         cfg = model.config
         D = cfg.n_modules
         p = model.wte.weight
-        self.caches = [KVCache(1, 1, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
-                               dtype=p.dtype, device=p.device) for _ in range(D)]
+        self.caches = [KVCache.for_config(cfg, 1, like=p) for _ in range(D)]
         # hidden states by depth: H[0] the main model, H[k] module k; (1, block_size, C)
         self.H = [torch.zeros(1, cfg.block_size, cfg.n_embd, dtype=p.dtype, device=p.device) for _ in range(D + 1)]
         P = out.hidden.shape[1]
@@ -147,24 +178,21 @@ class DeepSeekDrafter(Drafter):
             ext.append(d)
         for k in range(1, n + 1):  # drop provisional entries: keep positions j with t_{j+k} committed
             self.caches[k - 1].crop(max(0, min(self.caches[k - 1].length, L - k + 1)))
-        self.last_forwards = n
-        return drafts, None
+        return Draft(drafts, calls=n)
 
 
-class DraftModelDrafter(Drafter):
+class DraftModelDrafter(BaseDrafter):
     """Classic two-model speculative decoding: a small model drafts, sampling from its own q."""
     name = "draft-model"
 
     def __init__(self, draft_model, target=None):
-        if target is not None and draft_model.config.vocab_size != target.config.vocab_size:
-            raise MtplabError(f"the draft model's vocabulary ({draft_model.config.vocab_size}) differs from the "
-                              f"target's ({target.config.vocab_size}); both must share one tokenizer")
+        if target is not None:
+            check_same_vocabulary(draft_model, target)
         self.draft = draft_model
 
     def begin(self, model, tokens, out, prompt_len, **kw):
         super().begin(model, tokens, out, prompt_len, **kw)
-        if self.draft.config.vocab_size != model.config.vocab_size:
-            raise MtplabError("the draft model's vocabulary differs from the target's; both must share one tokenizer")
+        check_same_vocabulary(self.draft, model)
         self.cache = self.draft.new_cache()
         self.fed: list[int] = []  # tokens whose keys/values sit in the draft cache
 
@@ -189,11 +217,10 @@ class DraftModelDrafter(Drafter):
             drafts.append(d)
             qs.append(q)
             new = [d]
-        self.last_forwards = n
-        return drafts, torch.stack(qs) if qs else None
+        return Draft(drafts, torch.stack(qs) if qs else None, calls=n)
 
 
-class NgramDrafter(Drafter):
+class NgramDrafter(BaseDrafter):
     """Prompt lookup: find the latest earlier occurrence of the current suffix and copy what followed."""
     name = "ngram"
 
@@ -201,7 +228,6 @@ class NgramDrafter(Drafter):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def propose(self, n):
-        self.last_forwards = 0
         toks = self.tokens
         L = len(toks)
         for g in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
@@ -210,11 +236,11 @@ class NgramDrafter(Drafter):
                 if toks[s:s + g] == suffix:
                     cont = toks[s + g:s + g + n]
                     if cont:
-                        return list(cont), None
-        return [], None
+                        return Draft(list(cont))
+        return Draft([])
 
 
-class OracleDrafter(Drafter):
+class OracleDrafter(BaseDrafter):
     """Drafts the target's own greedy token with probability alpha, a wrong token otherwise.
 
     It knows the target's greedy continuation in advance (`reference`), so acceptance is
@@ -230,7 +256,6 @@ class OracleDrafter(Drafter):
         self.rng = torch.Generator().manual_seed(seed)
 
     def propose(self, n):
-        self.last_forwards = 0
         pos = len(self.tokens) - self.prompt_len
         drafts = []
         for i in range(n):
@@ -241,34 +266,53 @@ class OracleDrafter(Drafter):
             else:
                 V = self.model.config.vocab_size  # a wrong token: any other id of the vocabulary
                 drafts.append((right + 1 + int(torch.randint(V - 1, (1,), generator=self.rng))) % V)
-        return drafts, None
+        return Draft(drafts)
 
 
-def oracle_for(model, prompt_ids, *, max_new_tokens: int, k: int, alpha: float, seed: int = 0) -> OracleDrafter:
-    """An oracle drafter for `model` and this prompt (runs the target greedily once, untimed)."""
-    from .decoding import autoregressive
+# ------------------------------------------------------------------------------------- the methods
+@dataclass(frozen=True)
+class Method:
+    """One way to decode: which drafter, which schedule, which shipped checkpoint by default."""
+    name: str
+    checkpoint: str                                   # default checkpoint (data/checkpoints/NAME)
+    schedule: str                                     # 'ar', 'plain' or 'overlap'
+    make: Callable[..., BaseDrafter] | None           # (model, **context) -> drafter; None for AR
+    family: str | None = None                         # head family the checkpoint must carry
+    max_k: Callable[[ModelConfig], int] | None = None  # most tokens per step the checkpoint supports
+    greedy_only: bool = False
 
-    ref = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
-    return OracleDrafter(ref, alpha, seed=seed)
+
+def _needs_draft_model(model, *, draft_model=None, **_):
+    if draft_model is None:
+        raise MtplabError("method draft-model needs a draft model (--draft-checkpoint draft)")
+    return DraftModelDrafter(draft_model, model)
 
 
-def for_method(method: str, model, *, draft_model=None, reference=None, alpha: float = 1.0, seed: int = 0):
-    """The drafter and schedule each CLI method uses."""
-    if method == "blockwise":
-        return SternDrafter(model), "plain"
-    if method == "blockwise-overlap":
-        return SternDrafter(model), "overlap"
-    if method == "meta":
-        return MetaDrafter(model), "overlap"
-    if method == "deepseek":
-        return DeepSeekDrafter(model), "overlap"
-    if method == "draft-model":
-        if draft_model is None:
-            raise MtplabError("method draft-model needs a draft model (--draft-checkpoint draft)")
-        return DraftModelDrafter(draft_model, model), "overlap"
-    if method == "ngram":
-        return NgramDrafter(), "overlap"
-    if method == "oracle":
-        return OracleDrafter(reference, alpha, seed=seed), "overlap"
-    raise MtplabError(f"unknown method {method!r}; choose ar, blockwise, blockwise-overlap, meta, deepseek, "
-                      "draft-model, ngram or oracle")
+def _depths(cfg: ModelConfig) -> int:
+    return cfg.k
+
+
+def _modules_plus_one(cfg: ModelConfig) -> int:
+    return cfg.n_modules + 1
+
+
+METHODS: dict[str, Method] = {m.name: m for m in [
+    Method("ar", "ntp", "ar", None),
+    Method("blockwise", "stern-k4", "plain", lambda model, **_: SternDrafter(model), "stern", _depths),
+    Method("blockwise-overlap", "stern-k4", "overlap", lambda model, **_: SternDrafter(model), "stern", _depths),
+    Method("meta", "meta-k4", "overlap", lambda model, **_: MetaDrafter(model), "meta", _depths),
+    Method("deepseek", "deepseek-d1", "overlap", lambda model, **_: DeepSeekDrafter(model), "deepseek",
+           _modules_plus_one),
+    Method("draft-model", "ntp", "overlap", _needs_draft_model),
+    Method("ngram", "ntp", "overlap", lambda model, **_: NgramDrafter()),
+    Method("oracle", "ntp", "overlap",
+           lambda model, *, reference=None, alpha=0.8, seed=0, **_: OracleDrafter(reference, alpha, seed=seed),
+           greedy_only=True),
+]}
+
+
+def method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise MtplabError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None

@@ -1,4 +1,5 @@
-"""Method -> (checkpoint, drafter, schedule): the glue behind `python -m mtplab generate` and the widgets."""
+"""Method name -> loaded checkpoint -> a decode: the glue behind `python -m mtplab generate` and the widgets.
+The methods themselves are one table, `mtplab.drafters.METHODS`."""
 from __future__ import annotations
 
 import time
@@ -6,35 +7,27 @@ import time
 import torch
 
 from . import checkpoint as ckpt
-from .decoding import autoregressive, speculative
+from .decoding import autoregressive, check_k, speculative
 from .device import describe, pick
-from .drafters import for_method
+from .drafters import METHODS, check_same_vocabulary, method as get_method
 from .errors import MtplabError
 from .tokenizer import encode
 
-METHODS = ("ar", "blockwise", "blockwise-overlap", "meta", "deepseek", "draft-model", "ngram", "oracle")
-DEFAULT_CHECKPOINT = {"ar": "ntp", "blockwise": "stern-k4", "blockwise-overlap": "stern-k4", "meta": "meta-k4",
-                      "deepseek": "deepseek-d1", "draft-model": "ntp", "ngram": "ntp", "oracle": "ntp"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def max_k(method: str, model) -> int | None:
-    """The largest block size a method supports on this model (None: no limit)."""
-    cfg = model.config
-    if method in ("blockwise", "blockwise-overlap", "meta"):
-        return cfg.k
-    if method == "deepseek":
-        return cfg.n_modules + 1
-    return None
+    """The most tokens per step a method supports on this model (None: no limit)."""
+    limit = get_method(method).max_k
+    return limit(model.config) if limit is not None else None
 
 
 def load_for(method: str, checkpoint=None, *, device="auto", dtype="fp32"):
-    if method not in METHODS:
-        raise MtplabError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    m = get_method(method)
     if dtype not in DTYPES:
         raise MtplabError(f"unknown dtype {dtype!r}; use fp32 or bf16")
     dev = pick(device)
-    name = checkpoint or DEFAULT_CHECKPOINT[method]
+    name = checkpoint or m.checkpoint
     return ckpt.load(name, device=dev, dtype=DTYPES[dtype]), name, dev
 
 
@@ -45,26 +38,25 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
 
     `reference` (oracle only): the target's greedy continuation, if already known; otherwise it is
     computed here, inside whatever the caller is timing."""
+    m = get_method(method)
     g = torch.Generator().manual_seed(seed)
-    if method == "ar":
+    if m.make is None:
         return autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k, generator=g)
-    if k is not None and k < 1:
-        raise MtplabError(f"k must be >= 1 (got {k})")
-    if method == "oracle":
-        if temperature != 0:
-            raise MtplabError("the oracle drafter is greedy-only; use temperature 0")
-        if reference is None:
-            reference = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
+    if k is not None:
+        check_k(k)
+    if m.greedy_only and temperature != 0:
+        raise MtplabError(f"the {method} drafter is greedy-only; use temperature 0")
+    if method == "oracle" and reference is None:
+        reference = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
     # the drafter checks that the checkpoint has its head family
-    drafter, schedule = for_method(method, model, draft_model=draft_model, reference=reference, alpha=alpha,
-                                   seed=seed)
+    drafter = m.make(model, draft_model=draft_model, reference=reference, alpha=alpha, seed=seed)
     limit = max_k(method, model)
     if k is None:
         k = limit or 4
     if limit is not None and k > limit:
         raise MtplabError(f"k={k} is larger than this checkpoint supports for {method} (at most {limit})")
-    return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
+    return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=m.schedule,
                        temperature=temperature, top_k=top_k, generator=g, method=method)
 
 
@@ -76,8 +68,7 @@ def run_generate(*, method="ar", checkpoint=None, prompt: str, max_new_tokens=64
     draft = None
     if method == "draft-model":
         draft = ckpt.load(draft_checkpoint or "draft", device=dev, dtype=DTYPES[dtype])
-        if draft.config.vocab_size != model.config.vocab_size:
-            raise MtplabError("the draft model's vocabulary differs from the target's; both must share one tokenizer")
+        check_same_vocabulary(draft, model)
     ids = encode(prompt)
     t0 = time.perf_counter()
     trace = decode_with(method, model, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,

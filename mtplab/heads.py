@@ -15,14 +15,13 @@ depths 2..K. All families share the trunk's final norm and vocabulary projection
 """
 from __future__ import annotations
 
-import copy
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .model import Block, KVCache, RMSNorm
+from .layers import Block, KVCache, RMSNorm
 
 
 class SternHeads(nn.Module):
@@ -36,26 +35,24 @@ class SternHeads(nn.Module):
         nn.init.normal_(self.up.weight, std=0.02)
         nn.init.zeros_(self.up.bias)
 
-    def hidden(self, h):
-        """h: (B, T, C) trunk output -> (B, T, K-1, C) hidden state of depths 2..K."""
+    def hidden(self, h, n: int | None = None):
+        """h: (B, T, C) trunk output -> (B, T, n, C) hidden state of depths 2..n+1 (default: all K-1)."""
+        n = self.down_w.shape[0] if n is None else n
         u = F.relu(self.up(h))  # (B, T, 4C)
-        return h.unsqueeze(2) + torch.einsum("btf,kcf->btkc", u, self.down_w) + self.down_b  # (B, T, K-1, C)
+        # Stern et al. 2018 sec. 6: p_d(y | x) = softmax(W (f_d(h) + h)): a residual back to the trunk's state
+        return h.unsqueeze(2) + torch.einsum("btf,kcf->btkc", u, self.down_w[:n]) + self.down_b[:n]  # (B, T, n, C)
 
     def train_logits(self, model, idx, out):
         return model.unembed(self.hidden(out.hidden))  # (B, T, K-1, V)
 
-    def draft_logits(self, model, h_last):
-        """h_last: (B, 1, C) -> (B, K-1, V): depth 2..K predictions after that position."""
-        return model.unembed(self.hidden(h_last))[:, 0]
-
 
 class MetaHeads(nn.Module):
-    def __init__(self, cfg: ModelConfig, base=None):
+    def __init__(self, cfg: ModelConfig, last_block: nn.Module | None = None):
         super().__init__()
         blocks = [Block(cfg) for _ in range(cfg.k - 1)]
-        if base is not None:  # start each extra head as a copy of head 1 (the trunk's last layer)
+        if last_block is not None:  # start each extra head as a copy of head 1 (the trunk's last layer)
             for b in blocks:
-                b.load_state_dict(base.blocks[-1].state_dict())
+                b.load_state_dict(last_block.state_dict())
         self.blocks = nn.ModuleList(blocks)
 
     def new_cache(self, model, batch: int = 1) -> KVCache:
@@ -67,8 +64,8 @@ class MetaHeads(nn.Module):
     def hidden(self, model, z, cache: KVCache | None = None):
         """z: (B, T, C) trunk output (input of the last layer) -> (B, T, K-1, C)."""
         start = cache.length if cache is not None else 0
-        cos, sin = model.rope(start, z.shape[1])
-        hs = [blk(z, cos, sin, cache, j) for j, blk in enumerate(self.blocks)]
+        rot = model.rope(start, z.shape[1])
+        hs = [blk(z, rot, cache, j) for j, blk in enumerate(self.blocks)]
         if cache is not None:
             cache.advance(z.shape[1])
         return torch.stack(hs, dim=2)  # (B, T, K-1, C)
@@ -93,9 +90,9 @@ class DeepSeekModule(nn.Module):
         # DeepSeek-V3 eq. (21): h'_i^k = M_k [RMSNorm(h_i^{k-1}); RMSNorm(Emb(t_{i+k}))]
         h = self.proj(torch.cat([self.norm_h(h_prev), self.norm_e(emb_next)], dim=-1))  # (B, T, C)
         start = cache.length if cache is not None else 0
-        cos, sin = model.rope(start, h.shape[1])
+        rot = model.rope(start, h.shape[1])
         # eq. (22): h_{1:T-k}^k = TRM_k(h'_{1:T-k}^k)
-        h = self.block(h, cos, sin, cache, 0)
+        h = self.block(h, rot, cache, 0)
         if cache is not None:
             cache.advance(h.shape[1])
         return h
@@ -123,27 +120,13 @@ class DeepSeekModules(nn.Module):
         return torch.stack(per_depth, dim=2)  # (B, T, K-1, V)
 
 
-def build_heads(cfg: ModelConfig, model) -> nn.Module | None:
+def build_heads(cfg: ModelConfig, last_block: nn.Module | None = None) -> nn.Module | None:
     if cfg.heads == "none":
         return None
     if cfg.heads == "stern":
         return SternHeads(cfg)
     if cfg.heads == "meta":
-        return MetaHeads(cfg, base=model)
+        return MetaHeads(cfg, last_block=last_block)
     if cfg.heads == "deepseek":
         return DeepSeekModules(cfg)
     raise AssertionError(cfg.heads)
-
-
-def attach_heads(model, heads: str, k: int):
-    """A new model with the same trunk weights and a fresh head family (used for frozen-trunk training)."""
-    from .model import GPT
-
-    cfg = model.config.with_heads(heads, k)
-    new = GPT(cfg).to(model.wte.weight.device)
-    trunk = {n: t for n, t in model.state_dict().items() if not n.startswith("mtp.")}
-    new.load_state_dict(trunk, strict=False)
-    if heads == "meta":  # copy head 1 into each new head again, now that the trunk's weights are in
-        for b in new.mtp.blocks:
-            b.load_state_dict(copy.deepcopy(new.blocks[-1].state_dict()))
-    return new

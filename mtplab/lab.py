@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import ModelConfig
-from .decoding import Trace, accept, autoregressive, distribution, speculative
+from .decoding import accept, autoregressive, distribution, speculative
+from .trace import Trace
 from .drafters import DeepSeekDrafter, OracleDrafter
 from .errors import MtplabError
 from .model import TrunkOutput
@@ -469,7 +470,7 @@ def forced_and_free(model, windows: torch.Tensor, prompt_lens, *, progress: bool
             drafter = DeepSeekDrafter(model)
             drafter.begin(model, x[:P] + [g], out, P, max_new_tokens=D + 1, generator=None,
                           temperature=0.0, top_k=None)
-            drafts, _ = drafter.propose(D)
+            drafts = drafter.propose(D).tokens
             for k in range(1, D + 1):
                 truth = x[P + k]
                 forced[k - 1] += int(logits[0, P - 1, k - 1].argmax()) == truth

@@ -24,9 +24,8 @@ from .config import HEAD_FAMILIES, preset as get_preset
 from .data import get_batch, load_corpus, val_windows
 from .device import pick
 from .errors import MtplabError
-from .heads import attach_heads
+from .model import GPT, attach_heads
 from .losses import depth_cross_entropies, family_loss, self_distill_cross_entropies
-from .model import GPT
 
 LN2 = math.log(2.0)
 
@@ -90,7 +89,7 @@ def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficie
     """
     idx = x[:, :-1]
     B, T = idx.shape
-    cos, sin = model.rope(0, T)
+    rot = model.rope(0, T)
     heads = [model.blocks[-1]] + list(model.mtp.blocks)
     K = len(heads)
     first = 1 if freeze_trunk else 0  # a frozen trunk leaves head 1 (the original model) untouched
@@ -99,15 +98,15 @@ def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficie
     with ctx:
         z = model.wte(idx)
         for blk in model.blocks[:-1]:
-            z = blk(z, cos, sin)  # (B, T, C)
+            z = blk(z, rot)  # (B, T, C)
     teacher = None
     if labels != "corpus":  # the frozen target's own next-token logits (head 1), (B, T, V)
         with torch.no_grad():
-            teacher = model.unembed(heads[0](z, cos, sin))
+            teacher = model.unembed(heads[0](z, rot))
     if not memory_efficient:
         total = 0.0
         for d in range(first, K):
-            logits = model.unembed(heads[d](z, cos, sin))  # (B, T, V)
+            logits = model.unembed(heads[d](z, rot))  # (B, T, V)
             total = total + _head_loss(logits, x, teacher, d + 1, labels)
         loss = total / n_trained
         loss.backward()
@@ -115,7 +114,7 @@ def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficie
     z_det = z.detach().requires_grad_(not freeze_trunk)
     total = 0.0
     for d in range(first, K):
-        logits = model.unembed(heads[d](z_det, cos, sin))  # (B, T, V) for this head only
+        logits = model.unembed(heads[d](z_det, rot))  # (B, T, V) for this head only
         loss_d = _head_loss(logits, x, teacher, d + 1, labels) / n_trained
         loss_d.backward()
         total += loss_d.item()

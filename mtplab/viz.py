@@ -10,7 +10,7 @@ import math
 
 from matplotlib.figure import Figure
 
-from .decoding import Trace
+from .trace import Trace
 from .tokenizer import token_repr
 
 AR_COLOR, PLAIN_COLOR, OVERLAP_COLOR = "0.35", "tab:orange", "tab:blue"

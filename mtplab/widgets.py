@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 
 from . import checkpoint as ckpt
 from . import generate
-from .decoding import Trace, autoregressive
+from .decoding import autoregressive
+from .trace import Trace
 from .device import describe, pick
 from .errors import MtplabError
 from .tokenizer import encode, token_repr
@@ -189,7 +190,7 @@ def decode(state: LabState, models: ModelCache) -> LabState:
     try:
         _validate(state)
         dev = pick(state.device)
-        name = (generate.DEFAULT_CHECKPOINT[state.method] if state.checkpoint == DEFAULT_CHECKPOINT
+        name = (generate.METHODS[state.method].checkpoint if state.checkpoint == DEFAULT_CHECKPOINT
                 else state.checkpoint)
         model = models.get(name, dev)
         draft = models.get("draft", dev) if state.method == "draft-model" else None

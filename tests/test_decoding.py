@@ -6,8 +6,8 @@ from hypothesis import given, settings, strategies as st
 
 from mtplab import KVCache, MtplabError
 from mtplab import theory
-from mtplab.decoding import autoregressive, speculative
-from mtplab.drafters import (DeepSeekDrafter, DraftModelDrafter, MetaDrafter, NgramDrafter, OracleDrafter,
+from mtplab.decoding import autoregressive, iter_steps, speculative
+from mtplab.drafters import (Draft, DeepSeekDrafter, DraftModelDrafter, MetaDrafter, NgramDrafter, OracleDrafter,
                              SternDrafter)
 from tests.conftest import random_model
 
@@ -80,7 +80,7 @@ def test_deepseek_forward_count_with_perfect_modules(m):
     def perfect(n):  # run the modules (keeps caches honest) but draft the main model's tokens
         orig(n)
         done = len(drafter.tokens) - len(prompt)
-        return ref[done:done + n], None
+        return Draft(ref[done:done + n])
     drafter.propose = perfect
     tr = speculative(model, drafter, prompt, max_new_tokens=m, k=3)
     assert tr.tokens == ref
@@ -101,7 +101,7 @@ def test_oracle_acceptance_matches_theory():
 
 
 def _check_caches(model, prompt_len, used_modules=99):
-    """A callback that compares every cache with a full recompute over the committed tokens."""
+    """A check that compares every cache with a full recompute over the committed tokens."""
     def check(cache, drafter, tokens):
         L = len(tokens) - 1
         assert cache.length == L
@@ -128,6 +128,8 @@ def _check_caches(model, prompt_len, used_modules=99):
                 # modules catch up lazily at the next propose: they may lag, never run ahead of the committed tokens
                 assert n - 8 <= mc.length <= n, (k, mc.length, n)
                 held = mc.length
+                if held == 0:
+                    continue
                 assert (mc.k[:, :, :, :held] - c.k[:, :, :, :held]).abs().max() < 1e-5, k
                 assert (mc.v[:, :, :, :held] - c.v[:, :, :, :held]).abs().max() < 1e-5, k
     return check
@@ -143,17 +145,23 @@ def test_caches_equal_recompute_after_every_step(family_models, fam, schedule):
     orig, rng = d.propose, torch.Generator().manual_seed(0)
 
     def sometimes_wrong(n):  # corrupt one draft in half the steps, so that rollback is exercised
-        drafts, q = orig(n)
+        draft = orig(n)
+        drafts = draft.tokens
         if drafts and float(torch.rand(1, generator=rng)) < 0.5:
             j = int(torch.randint(len(drafts), (1,), generator=rng))
             drafts = drafts[:j] + [(drafts[j] + 1) % 256] + drafts[j + 1:]
-        return drafts, q
+        return Draft(drafts, draft.q, draft.calls)
     d.propose = sometimes_wrong
+    check = _check_caches(model, len(prompt), used_modules=k - 1)
+    cache = model.new_cache()
+    tokens, steps = list(prompt), []
     with torch.inference_mode():
-        tr = speculative(model, d, prompt, max_new_tokens=30, k=k, schedule=schedule,
-                         on_step=_check_caches(model, len(prompt), used_modules=k - 1))
-    assert any(s.accepted < len(s.drafted) for s in tr.steps)  # rollback was exercised
-    assert tr.tokens == autoregressive(model, prompt, max_new_tokens=30).tokens
+        for step in iter_steps(model, d, prompt, max_new_tokens=30, k=k, schedule=schedule, cache=cache):
+            tokens += step.emitted
+            steps.append(step)
+            check(cache, d, tokens)  # after every step, the caches equal a recompute over the committed tokens
+    assert any(s.accepted < len(s.drafted) for s in steps)  # rollback was exercised
+    assert tokens[len(prompt):] == autoregressive(model, prompt, max_new_tokens=30).tokens
 
 
 def test_trace_counters_are_consistent(family_models):
@@ -169,6 +177,23 @@ def test_trace_counters_are_consistent(family_models):
         if s.bonus is not None:
             assert s.emitted[-1] == s.bonus
         assert s.emitted[: s.accepted] == s.drafted[: s.accepted]
+        assert s.wall_s >= s.target_s + s.draft_s > 0  # the measured split never exceeds the step
+
+
+@pytest.mark.parametrize("fam,calls", [("stern", 1), ("meta", 1), ("deepseek", None)])
+def test_drafter_calls_are_counted_per_step_never_carried_over(family_models, fam, calls):
+    """Each step counts the drafter calls of its own propose: a step that proposes nothing counts 0
+    (the last step of an overlapped decode with one token left), Stern's head pass counts 1, and
+    DeepSeek counts one call per module it ran."""
+    model = family_models[fam]
+    tr = speculative(model, HEAD_DRAFTERS[fam](model), [3, 4], max_new_tokens=23, k=4)
+    for s in tr.steps[1:]:
+        want = (calls if calls is not None else len(s.drafted)) if s.drafted else 0
+        assert s.draft_forwards == want, (fam, s)
+    assert tr.steps[-1].drafted == [] or len(tr.tokens) == 23
+    assert tr.draft_forwards == sum(s.draft_forwards for s in tr.steps)
+    split = tr.time_split()
+    assert split["steps"] == len(tr.steps) - 1 and split["draft_s"] > 0 and split["target_s"] > 0
 
 
 @pytest.mark.parametrize("kw,msg", [

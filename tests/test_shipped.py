@@ -5,7 +5,8 @@ import torch
 from mtplab import checkpoint as ckpt
 from mtplab.data import held_out_prompts
 from mtplab.decoding import autoregressive
-from mtplab.generate import DEFAULT_CHECKPOINT, decode_with, max_k
+from mtplab.drafters import METHODS
+from mtplab.generate import decode_with, max_k
 from mtplab.tokenizer import encode
 
 SHIPPED = ["ntp", "draft", "stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3"]
@@ -35,8 +36,8 @@ def loaded():
                                     "draft-model", "ngram", "oracle"])
 def test_greedy_methods_on_shipped_checkpoints_equal_ar(loaded, method):
     models, prompts = loaded
-    real = "deepseek" if method == "deepseek-d3" else method
-    model = models["deepseek-d3" if method == "deepseek-d3" else DEFAULT_CHECKPOINT[real]]
+    real = "deepseek" if method == "deepseek-d3" else method  # deepseek-d3: the deepseek method on another checkpoint
+    model = models["deepseek-d3" if method == "deepseek-d3" else METHODS[real].checkpoint]
     top = max_k(real, model) or 5
     for p in prompts:
         ref = autoregressive(model, p, max_new_tokens=48).tokens

@@ -13,7 +13,7 @@ import torch
 from mtplab import checkpoint as ckpt
 from mtplab import generate
 from mtplab import widgets as W
-from mtplab.decoding import Step
+from mtplab.trace import Step
 from tests.conftest import random_model
 
 PROMPT = "def add(a, b):\n"
@@ -68,13 +68,16 @@ def test_import_does_not_pull_ipywidgets():
 
 
 def test_step_record_labels():
-    rejected = W.step_record(3, Step([10, 11, 12, 13], 1, [10, 99], 99, "correction", 1))
+    rejected = W.step_record(3, Step(drafted=[10, 11, 12, 13], accepted=1, emitted=[10, 99], bonus=99,
+                                            bonus_source="correction", forwards=1))
     assert rejected.kinds == ["accepted", "rejected", "discarded", "discarded", "bonus-correction"]
     assert rejected.rejected == 3 and rejected.tokens[-1].token == 99
-    all_kept = W.step_record(1, Step([32, 10], 2, [32, 10, 65], 65, "target", 1))
+    all_kept = W.step_record(1, Step(drafted=[32, 10], accepted=2, emitted=[32, 10, 65], bonus=65,
+                                            bonus_source="target", forwards=1))
     assert all_kept.kinds == ["accepted", "accepted", "bonus-target"]
     assert [t.label for t in all_kept.tokens] == ["␣", "\\n", "A"]
-    plain = W.step_record(2, Step([1, 2], 2, [7, 1, 2], None, "none", 2, predict_token=7))
+    plain = W.step_record(2, Step(drafted=[1, 2], accepted=2, emitted=[7, 1, 2], bonus=None, bonus_source="none",
+                                         forwards=2, predict_token=7))
     assert plain.kinds == ["predict", "accepted", "accepted"]
 
 
