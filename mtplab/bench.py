@@ -135,7 +135,7 @@ def _drafter_cost(method, model, n_drafts, t1_draft_ratio):
     """Drafter time per step in units of the target's t(1) (an estimate, stated in the report)."""
     L = model.config.n_layer
     if method == "meta":
-        return (model.config.k - 1) / L          # one extra layer per head
+        return (model.config.n_depths - 1) / L          # one extra layer per head
     if method.startswith("deepseek"):
         return n_drafts / L                      # one layer per module call
     if method == "draft-model":

@@ -15,7 +15,8 @@ def _train(a):
     from .train import fit
 
     hist = fit(preset=a.preset, corpus=a.corpus, steps=a.steps, out=a.out, name=a.name, seed=a.seed,
-               resume=a.resume, heads=a.heads, k=a.k, freeze_trunk=a.freeze_trunk, from_checkpoint=a.from_,
+               resume=a.resume, heads=a.heads, n_depths=a.depths, n_modules=a.modules, freeze_trunk=a.freeze_trunk,
+               from_checkpoint=a.from_,
                lam=a.lam, batch_size=a.batch_size, lr=a.lr, eval_every=a.eval_every, device=a.device,
                dropout=a.dropout, save_dtype=a.save_dtype, progress=not a.no_progress,
                memory_efficient=not a.naive_backward, max_seconds=a.max_seconds, labels=a.labels,
@@ -82,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--resume", action="store_true")
     t.add_argument("--heads", default="none", help="none | stern | meta | deepseek")
-    t.add_argument("--k", type=int, default=None, help="prediction depths (deepseek: modules D)")
+    t.add_argument("--depths", type=int, default=None, help="stern, meta: prediction depths K (default 4)")
+    t.add_argument("--modules", type=int, default=None, help="deepseek: sequential MTP modules D (default 1)")
+    t.add_argument("--k", type=int, default=None, help=argparse.SUPPRESS)
     t.add_argument("--freeze-trunk", action="store_true")
     t.add_argument("--from", dest="from_", default=None, help="start from this next-token checkpoint")
     t.add_argument("--lambda", dest="lam", type=float, default=0.3)
@@ -108,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", default=None)
     g.add_argument("--prompt-file", default=None)
     g.add_argument("--max-new-tokens", type=int, default=64)
-    g.add_argument("--k", type=int, default=None, help="block size: at most k tokens per step (k-1 drafts); default: the most the checkpoint supports, 4 otherwise")
+    g.add_argument("--k", type=int, default=None, help="tokens per step: at most k tokens a step (k-1 drafts + 1); default: the most the checkpoint supports, 4 otherwise")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=0)
@@ -133,9 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "cmd", None) == "train" and args.k is None:
-        args.k = 1 if args.heads == "none" else 4
     try:
+        if getattr(args, "cmd", None) == "train" and args.k is not None:
+            raise MtplabError("train takes --depths K (stern, meta) or --modules D (deepseek); "
+                              "k is tokens per step, an option of generate")
         args.func(args)
     except MtplabError as e:
         print(f"error: {e}", file=sys.stderr)

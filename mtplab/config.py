@@ -17,17 +17,17 @@ class ModelConfig:
     block_size: int = 384   # context window in tokens
     dropout: float = 0.0
     heads: str = "none"     # head family: none | stern | meta | deepseek
-    k: int = 1              # prediction depths (for deepseek: 1 + D modules)
+    n_depths: int = 1       # prediction depths K: depth d at position i predicts token i+d (deepseek: 1 + D)
 
     def __post_init__(self):
         if self.heads not in HEAD_FAMILIES:
             raise MtplabError(f"unknown head family {self.heads!r}; choose one of {', '.join(HEAD_FAMILIES)}")
-        if self.k < 1:
-            raise MtplabError(f"k must be >= 1 (got {self.k})")
-        if self.heads == "none" and self.k != 1:
-            raise MtplabError("heads='none' predicts one token per position: use k=1 or pick a head family")
-        if self.heads != "none" and self.k < 2:
-            raise MtplabError(f"heads={self.heads!r} needs k >= 2 prediction depths (got k={self.k})")
+        if self.n_depths < 1:
+            raise MtplabError(f"n_depths must be >= 1 (got {self.n_depths})")
+        if self.heads == "none" and self.n_depths != 1:
+            raise MtplabError("heads='none' predicts one token per position: use n_depths=1 or pick a head family")
+        if self.heads != "none" and self.n_depths < 2:
+            raise MtplabError(f"heads={self.heads!r} needs n_depths >= 2 (got {self.n_depths})")
         if self.n_embd % self.n_head:
             raise MtplabError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.heads == "meta" and self.n_layer < 2:
@@ -36,21 +36,23 @@ class ModelConfig:
     @property
     def n_modules(self) -> int:
         """DeepSeek's D: sequential MTP modules (0 for other families)."""
-        return self.k - 1 if self.heads == "deepseek" else 0
+        return self.n_depths - 1 if self.heads == "deepseek" else 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
+        if "k" in d and "n_depths" not in d:  # checkpoints written before the rename
+            d = {("n_depths" if n == "k" else n): v for n, v in d.items()}
         known = set(cls.__dataclass_fields__)
         unknown = set(d) - known
         if unknown:
             raise MtplabError(f"unknown config keys {sorted(unknown)}; is this an mtplab checkpoint config?")
         return cls(**d)
 
-    def with_heads(self, heads: str, k: int) -> "ModelConfig":
-        return replace(self, heads=heads, k=k if heads != "none" else 1)
+    def with_heads(self, heads: str, n_depths: int) -> "ModelConfig":
+        return replace(self, heads=heads, n_depths=n_depths if heads != "none" else 1)
 
 
 PRESETS: dict[str, ModelConfig] = {

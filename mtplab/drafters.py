@@ -89,7 +89,7 @@ class SternDrafter(BaseDrafter):
 
     def __init__(self, model):
         _need_heads(model, "stern", "blockwise decoding")
-        self.max_drafts = model.config.k - 1
+        self.max_drafts = model.config.n_depths - 1
 
     def begin(self, model, tokens, out, prompt_len, **kw):
         super().begin(model, tokens, out, prompt_len, **kw)
@@ -111,7 +111,7 @@ class MetaDrafter(BaseDrafter):
 
     def __init__(self, model):
         _need_heads(model, "meta", "meta self-speculative decoding")
-        self.max_drafts = model.config.k - 1
+        self.max_drafts = model.config.n_depths - 1
 
     def _extend(self, z):
         h = self.model.mtp.hidden(self.model, z, self.cache)  # (1, T, K-1, C)
@@ -289,7 +289,7 @@ def _needs_draft_model(model, *, draft_model=None, **_):
 
 
 def _depths(cfg: ModelConfig) -> int:
-    return cfg.k
+    return cfg.n_depths
 
 
 def _modules_plus_one(cfg: ModelConfig) -> int:

@@ -27,7 +27,7 @@ from .layers import Block, KVCache, RMSNorm
 class SternHeads(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        C, K = cfg.n_embd, cfg.k
+        C, K = cfg.n_embd, cfg.n_depths
         self.up = nn.Linear(C, 4 * C)  # shared h -> 4h
         # per-depth 4h -> h, batched as one weight (K-1, C, 4C); zero init: every depth starts as a copy of depth 1
         self.down_w = nn.Parameter(torch.zeros(K - 1, C, 4 * C))
@@ -49,7 +49,7 @@ class SternHeads(nn.Module):
 class MetaHeads(nn.Module):
     def __init__(self, cfg: ModelConfig, last_block: nn.Module | None = None):
         super().__init__()
-        blocks = [Block(cfg) for _ in range(cfg.k - 1)]
+        blocks = [Block(cfg) for _ in range(cfg.n_depths - 1)]
         if last_block is not None:  # start each extra head as a copy of head 1 (the trunk's last layer)
             for b in blocks:
                 b.load_state_dict(last_block.state_dict())
@@ -101,7 +101,7 @@ class DeepSeekModule(nn.Module):
 class DeepSeekModules(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.layers = nn.ModuleList(DeepSeekModule(cfg) for _ in range(cfg.k - 1))
+        self.layers = nn.ModuleList(DeepSeekModule(cfg) for _ in range(cfg.n_depths - 1))
 
     def train_logits(self, model, idx, out):
         """Teacher forcing: module k reads the true token t_{i+k}. Positions i > T-1-k are left at zero."""

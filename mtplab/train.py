@@ -30,10 +30,11 @@ from .losses import depth_cross_entropies, family_loss, self_distill_cross_entro
 LN2 = math.log(2.0)
 
 
-def default_name(heads: str, k: int) -> str:
+def default_name(heads: str, n_depths: int) -> str:
+    """ntp, stern-k4 / meta-k4 (K depths), deepseek-d1 (D modules)."""
     if heads == "none":
         return "ntp"
-    return f"deepseek-d{k - 1}" if heads == "deepseek" else f"{heads}-k{k}"
+    return f"deepseek-d{n_depths - 1}" if heads == "deepseek" else f"{heads}-k{n_depths}"
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
@@ -153,7 +154,7 @@ def evaluate(model: GPT, windows: torch.Tensor, batch_size: int = 16, autocast: 
     estimate of greedy acceptance."""
     was = model.training
     model.eval()
-    K = model.config.k
+    K = model.config.n_depths
     sums = torch.zeros(K, dtype=torch.float64)
     hits = torch.zeros(K, dtype=torch.float64)
     agree = torch.zeros(K, dtype=torch.float64)
@@ -255,8 +256,29 @@ def _average_gradients(params, world: int):
         i += g.numel()
 
 
+def _depths_for(heads: str, n_depths: int | None, n_modules: int | None) -> int:
+    """The model's prediction depths K from the family and whichever of K or D (deepseek) was given."""
+    if n_modules is not None:
+        if heads != "deepseek":
+            raise MtplabError(f"--modules (D) is for --heads deepseek; {heads} takes --depths K")
+        if n_depths is not None and n_depths != n_modules + 1:
+            raise MtplabError(f"D={n_modules} modules means K={n_modules + 1} depths, not {n_depths}; give one of them")
+        if n_modules < 1:
+            raise MtplabError(f"--modules must be >= 1 (got {n_modules})")
+        return n_modules + 1
+    if heads == "none":
+        if n_depths not in (None, 1):
+            raise MtplabError(f"--heads none predicts one token per position; --depths {n_depths} needs a head family")
+        return 1
+    depths = n_depths if n_depths is not None else (2 if heads == "deepseek" else 4)
+    if depths < 2:
+        raise MtplabError(f"--heads {heads} needs --depths >= 2 (got {depths}); depth 1 is the trunk's own head")
+    return depths
+
+
 def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=None, name: str | None = None,
-        seed: int = 0, resume: bool = False, heads: str = "none", k: int = 1, freeze_trunk: bool = False,
+        seed: int = 0, resume: bool = False, heads: str = "none", n_depths: int | None = None,
+        n_modules: int | None = None, freeze_trunk: bool = False,
         from_checkpoint=None, lam: float = 0.3, batch_size: int = 16, lr: float = 3e-3, warmup: int | None = None,
         weight_decay: float = 0.1, grad_clip: float = 1.0, eval_every: int | None = None, eval_windows: int = 64,
         save_every: int | None = None, device: str = "auto", dropout: float | None = None,
@@ -265,8 +287,8 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
         autocast: str = "auto") -> list[dict]:
     """Train a model and return its history (a list of dicts, one per logged step).
 
-    heads/k choose the family (k = prediction depths; for deepseek, k = D modules and the model has
-    D+1 depths). freeze_trunk trains only the heads on top of `from_checkpoint` (Stern's frozen base,
+    heads chooses the family; n_depths = K prediction depths (stern, meta; default 4), or for deepseek
+    n_modules = D sequential modules (default 1; the model then has D+1 depths). freeze_trunk trains only the heads on top of `from_checkpoint` (Stern's frozen base,
     Medusa-1 style) and saves only the head weights with a reference to the base.
     `stop_after` ends the run early after that many steps (to simulate a killed run in tests);
     `max_seconds` ends it (validated and saved) once that much wall time has passed.
@@ -278,8 +300,7 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
         raise MtplabError(f"steps must be a positive integer (got {steps})")
     if heads not in HEAD_FAMILIES:
         raise MtplabError(f"unknown head family {heads!r}; choose one of {', '.join(HEAD_FAMILIES)}")
-    if k < 1:
-        raise MtplabError(f"k must be >= 1 (got {k})")
+    depths = _depths_for(heads, n_depths, n_modules)
     if lam < 0:
         raise MtplabError(f"lambda must be >= 0 (got {lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
     if freeze_trunk and from_checkpoint is None:
@@ -293,9 +314,6 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
         raise MtplabError(f"unknown autocast {autocast!r}; choose one of {', '.join(AUTOCAST)}")
     if freeze_trunk and heads == "none":
         raise MtplabError("--freeze-trunk with --heads none has nothing to train; choose stern, meta or deepseek")
-    depths = k + 1 if heads == "deepseek" else k
-    if heads != "none" and depths < 2:
-        raise MtplabError(f"--heads {heads} needs k >= 2 (k >= 1 for deepseek)")
     rank, world, dev = _distributed(device)
     if batch_size % world:
         raise MtplabError(f"--batch-size {batch_size} is the global batch: make it a multiple of the {world} processes")
@@ -362,7 +380,8 @@ def fit(*, preset: str = "tiny", corpus: str = "code", steps: int = 100, out=Non
         torch.set_rng_state(tensors["__torch_rng__"])
         start, history = state["step"], state["history"]
     windows = val_windows(val_data, cfg.block_size, eval_windows)
-    meta = {"preset": preset if from_checkpoint is None else None, "corpus": corpus, "heads": heads, "k": k,
+    meta = {"preset": preset if from_checkpoint is None else None, "corpus": corpus, "heads": heads,
+            "n_depths": depths, "n_modules": depths - 1 if heads == "deepseek" else None,
             "freeze_trunk": freeze_trunk, "from": str(from_checkpoint) if from_checkpoint else None,
             "seed": seed, "batch_size": batch_size, "lr": lr, "lambda": lam, "labels": labels,
             "autocast": autocast_kind(dev, autocast)}

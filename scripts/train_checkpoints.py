@@ -58,19 +58,19 @@ def main():
         launch(a.out, "ntp", common1 + ["--preset", pre, "--steps", str(ntp_steps), "--dropout", "0.1", "--lr", "2e-3"]),
         launch(a.out, "draft", common1 + ["--preset", "draft" if a.scale == "full" else "tiny", "--steps", str(ntp_steps), "--lr", "3e-3"]),
         launch(a.out, "cost-ntp", common1 + ev + ["--preset", pre, "--steps", str(cost_steps), "--dropout", "0.1", "--lr", "2e-3"]),
-        launch(a.out, "cost-stern-k4", common1 + ev + ["--preset", pre, "--steps", str(cost_steps), "--dropout", "0.1", "--lr", "2e-3", "--heads", "stern", "--k", "4"]),
-        launch(a.out, "cost-meta-k4", common1 + ev + ["--preset", pre, "--steps", str(cost_steps), "--dropout", "0.1", "--lr", "2e-3", "--heads", "meta", "--k", "4"]),
-        launch(a.out, "cost-deepseek-d1", common1 + ev + ["--preset", pre, "--steps", str(cost_steps), "--dropout", "0.1", "--lr", "2e-3", "--heads", "deepseek", "--k", "1"]),
+        launch(a.out, "cost-stern-k4", common1 + ev + ["--preset", pre, "--steps", str(cost_steps), "--dropout", "0.1", "--lr", "2e-3", "--heads", "stern", "--depths", "4"]),
+        launch(a.out, "cost-meta-k4", common1 + ev + ["--preset", pre, "--steps", str(cost_steps), "--dropout", "0.1", "--lr", "2e-3", "--heads", "meta", "--depths", "4"]),
+        launch(a.out, "cost-deepseek-d1", common1 + ev + ["--preset", pre, "--steps", str(cost_steps), "--dropout", "0.1", "--lr", "2e-3", "--heads", "deepseek", "--modules", "1"]),
     ]
     ok = wait(phase1[:1])
     base = os.path.join(a.out, "ntp")
     heads = ["--from", base, "--steps", str(head_steps), "--lr", "2e-3"]
     phase2 = [
-        launch(a.out, "stern-k4", common2 + heads + ["--heads", "stern", "--k", "4", "--freeze-trunk"]),
-        launch(a.out, "meta-k4", common2 + heads + ["--heads", "meta", "--k", "4", "--freeze-trunk"]),
-        launch(a.out, "deepseek-d1", common2 + heads + ["--heads", "deepseek", "--k", "1", "--freeze-trunk"]),
-        launch(a.out, "deepseek-d3", common2 + heads + ["--heads", "deepseek", "--k", "3", "--freeze-trunk"]),
-        launch(a.out, "finetuned-stern-k4", common2 + heads + ["--heads", "stern", "--k", "4", "--lr", "5e-4"]),
+        launch(a.out, "stern-k4", common2 + heads + ["--heads", "stern", "--depths", "4", "--freeze-trunk"]),
+        launch(a.out, "meta-k4", common2 + heads + ["--heads", "meta", "--depths", "4", "--freeze-trunk"]),
+        launch(a.out, "deepseek-d1", common2 + heads + ["--heads", "deepseek", "--modules", "1", "--freeze-trunk"]),
+        launch(a.out, "deepseek-d3", common2 + heads + ["--heads", "deepseek", "--modules", "3", "--freeze-trunk"]),
+        launch(a.out, "finetuned-stern-k4", common2 + heads + ["--heads", "stern", "--depths", "4", "--lr", "5e-4"]),
     ]
     ok &= wait(phase1[1:] + phase2)
     sys.exit(0 if ok else 1)

@@ -54,7 +54,7 @@ def test_forward_returns_hidden_and_logits():
 def test_depth_logits_shape(family_models):
     for name, m in family_models.items():
         x = torch.randint(0, 256, (2, 12))
-        assert m.depth_logits(x).shape == (2, 12, m.config.k, 256)
+        assert m.depth_logits(x).shape == (2, 12, m.config.n_depths, 256)
 
 
 def test_tokenizer_roundtrip_and_partial_bytes():
@@ -72,10 +72,12 @@ def test_presets_and_config_errors():
     assert set(["tiny", "classroom", "wide"]) <= set(__import__("mtplab").PRESETS)
     with pytest.raises(MtplabError, match="unknown preset"):
         preset("huge")
-    with pytest.raises(MtplabError, match="k must be"):
-        ModelConfig(heads="meta", k=0)
+    with pytest.raises(MtplabError, match="n_depths must be"):
+        ModelConfig(heads="meta", n_depths=0)
     with pytest.raises(MtplabError, match="unknown head family"):
-        ModelConfig(heads="medusa", k=2)
+        ModelConfig(heads="medusa", n_depths=2)
+    old = ModelConfig.from_dict({"heads": "stern", "k": 3})  # configs written before the rename still load
+    assert old.n_depths == 3
     assert GPT(preset("tiny")).num_params() > 0
 
 

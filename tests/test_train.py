@@ -40,7 +40,7 @@ def test_deterministic_for_a_seed(tmp_path):
 
 @pytest.mark.parametrize("heads,k", [("none", 1), ("meta", 3), ("deepseek", 2)])
 def test_killed_and_resumed_equals_uninterrupted(tmp_path, heads, k):
-    kw = dict(steps=8, seed=1, heads=heads, k=k, eval_every=4, eval_windows=2, dropout=0.1, **TINY)
+    kw = dict(steps=8, seed=1, heads=heads, n_depths=k + (heads == "deepseek"), eval_every=4, eval_windows=2, dropout=0.1, **TINY)
     fit(out=tmp_path / "whole", **kw)
     fit(out=tmp_path / "cut", stop_after=5, **kw)   # the run is killed after step 5
     hist = fit(out=tmp_path / "cut", resume=True, **kw)
@@ -54,7 +54,7 @@ def test_killed_and_resumed_equals_uninterrupted(tmp_path, heads, k):
 
 def test_frozen_trunk_trains_only_heads_and_saves_only_heads(tmp_path):
     fit(steps=3, out=tmp_path, eval_windows=2, **TINY)
-    fit(steps=3, out=tmp_path, heads="stern", k=3, freeze_trunk=True, from_checkpoint=tmp_path / "ntp",
+    fit(steps=3, out=tmp_path, heads="stern", n_depths=3, freeze_trunk=True, from_checkpoint=tmp_path / "ntp",
         eval_windows=2, batch_size=2, progress=False, device="cpu")
     heads_only = weights(tmp_path / "stern-k3.safetensors")
     assert heads_only and all(n.startswith("mtp.") for n in heads_only)
@@ -67,7 +67,7 @@ def test_frozen_trunk_trains_only_heads_and_saves_only_heads(tmp_path):
 
 def test_base_changed_under_heads_is_caught(tmp_path):
     fit(steps=2, out=tmp_path, eval_windows=2, **TINY)
-    fit(steps=2, out=tmp_path, heads="deepseek", k=1, freeze_trunk=True, from_checkpoint=tmp_path / "ntp",
+    fit(steps=2, out=tmp_path, heads="deepseek", n_modules=1, freeze_trunk=True, from_checkpoint=tmp_path / "ntp",
         eval_windows=2, batch_size=2, progress=False, device="cpu")
     fit(steps=3, out=tmp_path, seed=9, eval_windows=2, **TINY)  # retrain the base in place
     with pytest.raises(MtplabError, match="different ntp.safetensors"):
@@ -83,10 +83,13 @@ def test_lr_schedule_warms_up_and_decays():
     (dict(preset="huge"), "unknown preset"),
     (dict(corpus="poems"), "unknown corpus"),
     (dict(steps=0), "steps must be a positive"),
-    (dict(heads="meta", k=0), "k must be >= 1"),
-    (dict(heads="medusa", k=2), "unknown head family"),
-    (dict(heads="deepseek", k=1, lam=-0.5), "lambda must be >= 0"),
-    (dict(heads="stern", k=3, freeze_trunk=True), "needs --from"),
+    (dict(heads="meta", n_depths=0), "needs --depths >= 2"),
+    (dict(heads="deepseek", n_modules=0), "--modules must be >= 1"),
+    (dict(heads="stern", n_modules=2), "--modules .D. is for --heads deepseek"),
+    (dict(heads="deepseek", n_modules=2, n_depths=2), "D=2 modules means K=3 depths"),
+    (dict(heads="medusa", n_depths=2), "unknown head family"),
+    (dict(heads="deepseek", n_modules=1, lam=-0.5), "lambda must be >= 0"),
+    (dict(heads="stern", n_depths=3, freeze_trunk=True), "needs --from"),
 ])
 def test_bad_training_input(tmp_path, kw, msg):
     args = dict(TINY, steps=2, out=tmp_path) | kw
@@ -95,9 +98,9 @@ def test_bad_training_input(tmp_path, kw, msg):
 
 
 def test_heads_from_a_headed_checkpoint_is_refused(tmp_path):
-    fit(steps=2, out=tmp_path, heads="stern", k=2, eval_windows=2, **TINY)
+    fit(steps=2, out=tmp_path, heads="stern", n_depths=2, eval_windows=2, **TINY)
     with pytest.raises(MtplabError, match="already has stern heads"):
-        fit(steps=2, out=tmp_path, heads="meta", k=2, freeze_trunk=True, from_checkpoint=tmp_path / "stern-k2",
+        fit(steps=2, out=tmp_path, heads="meta", n_depths=2, freeze_trunk=True, from_checkpoint=tmp_path / "stern-k2",
             batch_size=2, progress=False, device="cpu")
 
 
@@ -216,7 +219,7 @@ def test_self_labelled_train_step_is_the_distillation_loss(heads, k, labels):
     from mtplab.lab import random_model
     from mtplab.train import train_step
 
-    model = random_model(vocab_size=32, seed=5, noise=1.0, heads=heads, k=k, n_layer=2, n_head=2, n_embd=32,
+    model = random_model(vocab_size=32, seed=5, noise=1.0, heads=heads, n_depths=k, n_layer=2, n_head=2, n_embd=32,
                          block_size=64)
     x = torch.randint(0, 32, (3, 21), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -235,7 +238,7 @@ def test_self_labelled_train_step_is_the_distillation_loss(heads, k, labels):
 
 def test_self_labelled_run_records_its_labels_and_agreement(tmp_path):
     fit(steps=3, out=tmp_path, eval_windows=2, **TINY)
-    hist = fit(steps=2, out=tmp_path / "self", heads="stern", k=3, freeze_trunk=True, labels="self",
+    hist = fit(steps=2, out=tmp_path / "self", heads="stern", n_depths=3, freeze_trunk=True, labels="self",
                from_checkpoint=tmp_path / "ntp", eval_windows=2, batch_size=2, progress=False, device="cpu")
     assert len(hist[-1]["val_agree_depth"]) == 3 and hist[-1]["val_agree_depth"][0] == 1.0
     assert json.loads((tmp_path / "self" / "stern-k3.json").read_text())["meta"]["labels"] == "self"
@@ -243,7 +246,7 @@ def test_self_labelled_run_records_its_labels_and_agreement(tmp_path):
 
 def test_self_labels_need_a_frozen_target(tmp_path):
     with pytest.raises(MtplabError, match="needs --freeze-trunk"):
-        fit(steps=2, out=tmp_path, heads="stern", k=2, labels="self", **TINY)
+        fit(steps=2, out=tmp_path, heads="stern", n_depths=2, labels="self", **TINY)
     with pytest.raises(MtplabError, match="unknown labels"):
         fit(steps=2, out=tmp_path, labels="teacher", **TINY)
     with pytest.raises(MtplabError, match="unknown autocast"):

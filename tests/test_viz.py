@@ -101,7 +101,7 @@ def test_other_figures_render():
 def test_training_curves_from_a_real_history():
     from mtplab.train import fit
 
-    hist = fit(preset="tiny", heads="meta", k=2, steps=2, batch_size=2, eval_windows=2, eval_every=1, progress=False,
+    hist = fit(preset="tiny", heads="meta", n_depths=2, steps=2, batch_size=2, eval_windows=2, eval_every=1, progress=False,
                device="cpu")
     fig = viz.training_curves({"meta": hist})
     _renders(fig)
