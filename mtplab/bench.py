@@ -11,7 +11,6 @@ OUT/NAME.md (and a PNG where there is a figure).
 from __future__ import annotations
 
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -22,11 +21,10 @@ from pathlib import Path
 
 import torch
 
-from . import theory
 from .config import preset as get_preset
 from .device import describe, pick
 from .errors import MtplabError
-from .generate import DTYPES, decode_with, load_for, max_k
+from .generate import DTYPES
 from .lab import measure_cost_curve, sync
 from .model import GPT
 
@@ -126,117 +124,6 @@ def run_train(a) -> dict:
     return data
 
 
-# ------------------------------------------------------------------------------------ decoding
-METHOD_ROWS = [("blockwise", 4), ("blockwise-overlap", 4), ("meta", 4), ("deepseek", None), ("deepseek-d3", None),
-               ("draft-model", 4), ("ngram", 4), ("oracle", 4)]
-
-
-def _drafter_cost(method, model, n_drafts, t1_draft_ratio):
-    """Drafter time per step in units of the target's t(1) (an estimate, stated in the report)."""
-    L = model.config.n_layer
-    if method == "meta":
-        return (model.config.n_depths - 1) / L          # one extra layer per head
-    if method.startswith("deepseek"):
-        return n_drafts / L                      # one layer per module call
-    if method == "draft-model":
-        return n_drafts * t1_draft_ratio
-    return 0.0
-
-
-def run_decode(a) -> dict:
-    from tqdm.auto import tqdm
-
-    from .data import held_out_prompts
-    from .tokenizer import encode
-    from . import checkpoint as ckpt
-
-    dev = pick(a.device)
-    dtype = a.dtype
-    n_prompts, ms, reps = (4, (64, 128), 3) if a.quick else (20, (128, 256), 3)
-    prompts = [encode(p)[:48] for p in held_out_prompts("code", n_prompts, 48)]
-    models = {}
-    for method, _ in METHOD_ROWS:
-        real = "deepseek" if method == "deepseek-d3" else method
-        name = "deepseek-d3" if method == "deepseek-d3" else None
-        models[method] = load_for(real, name, device=a.device, dtype=dtype)[0]
-    draft = ckpt.load("draft", device=dev, dtype=DTYPES[dtype])
-    target = models["ngram"]
-    tcurve = measure_cost_curve(target, qs=range(1, 9), context=300, repeats=5 if a.quick else 10)
-    curve = tcurve.ratio
-    t1_draft_ratio = measure_cost_curve(draft, qs=[1], context=300, repeats=5).seconds[1] / tcurve.seconds[1]
-    results = []
-    for m in ms:
-        walls = {meth: [] for meth, _ in METHOD_ROWS}
-        walls_ar = {meth: [] for meth, _ in METHOD_ROWS}
-        traces = {meth: [] for meth, _ in METHOD_ROWS}
-        bar = tqdm(total=reps * len(prompts) * len(METHOD_ROWS), desc=f"bench decode m={m}")
-        for r in range(reps):
-            for p in prompts:
-                for method, k in METHOD_ROWS:  # interleaved: AR of the same model right beside each method
-                    model = models[method]
-                    real = "deepseek" if method == "deepseek-d3" else method
-                    kk = k if k is not None else max_k(real, model)
-                    t0 = time.perf_counter()
-                    ar = decode_with("ar", model, p, max_new_tokens=m)
-                    walls_ar[method].append(time.perf_counter() - t0)
-                    t0 = time.perf_counter()
-                    tr = decode_with(real, model, p, max_new_tokens=m, k=kk, draft_model=draft, alpha=0.8, seed=r,
-                                     reference=ar.tokens)  # the oracle's knowledge is not part of its time
-                    walls[method].append(time.perf_counter() - t0)
-                    if r == 0:
-                        if tr.tokens != ar.tokens:
-                            raise AssertionError(f"{method}: greedy output differs from AR")
-                        traces[method].append(tr)
-                    bar.update(1)
-        bar.close()
-        for method, k in METHOD_ROWS:
-            trs = traces[method]
-            real = "deepseek" if method == "deepseek-d3" else method
-            kk = k if k is not None else max_k(real, models[method])
-            n = len(prompts)
-            per_rep = [sum(walls_ar[method][i * n:(i + 1) * n]) / sum(walls[method][i * n:(i + 1) * n])
-                       for i in range(reps)]
-            toks = sum(len(t.tokens) for t in trs)
-            fw = sum(t.forwards for t in trs)
-            drafts = sum(t.num_drafts for t in trs)
-            acc_pos = [sum(t.accepted_per_position[i] if i < len(t.accepted_per_position) else 0 for t in trs)
-                       / max(1, drafts) for i in range(kk - 1)]
-            steps = sum(1 for t in trs for s in t.steps[1:])
-            tps = (toks - len(trs)) / max(1, steps)  # tokens per step after the prefill
-            plain = method == "blockwise"
-            q = kk - 1 if plain else kk
-            predicted = theory.predicted_speedup(tps, curve, q, plain=plain,
-                                                 draft_cost=_drafter_cost(real, models[method], kk - 1, t1_draft_ratio))
-            first = [t.steps for t in trs]
-            toks64, fw64 = 0, 0
-            for st in first:
-                c = 0
-                for s in st:
-                    if c >= 64:
-                        break
-                    c += len(s.emitted)
-                    toks64 += len(s.emitted)
-                    fw64 += s.forwards
-            measured = statistics.median(per_rep)
-            results.append({"m": m, "method": method, "k": kk, "forwards": fw, "tokens_per_forward": toks / fw,
-                            "tokens_per_forward_first64": toks64 / max(1, fw64),
-                            "acceptance_per_position": acc_pos, "mean_accepted_length": 1 + sum(
-                                t.num_accepted_tokens for t in trs) / max(1, drafts),
-                            "speedup_wall": measured, "speedup_predicted": predicted,
-                            "efficiency": measured / predicted if predicted else float("nan")})
-        data = {"device": describe(dev), "dtype": dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
-                "repeats": reps, "cost_curve": {str(q): v for q, v in curve.items()}, "draft_t1_ratio": t1_draft_ratio,
-                "rows": results}
-        table = (f"decode benchmark: {len(prompts)} held-out prompts, {reps} interleaved repeats (median), {dtype}, "
-                 f"{describe(dev)}, {torch.get_num_threads()} threads\n"
-                 f"cost curve t(q)/t(1): " + " ".join(f"{q}:{v:.2f}" for q, v in curve.items()) + "\n\n"
-                 + _md(results, ["m", "method", "k", "forwards", "tokens_per_forward", "tokens_per_forward_first64",
-                                 "acceptance_per_position", "mean_accepted_length", "speedup_wall",
-                                 "speedup_predicted", "efficiency"]))
-        _write(Path(a.out), "decode-quick" if a.quick else "decode", data, table)
-    return data
-
-
 # ------------------------------------------------------------------------------------ crossover
 def run_crossover(a) -> dict:
     from tqdm.auto import tqdm
@@ -286,6 +173,7 @@ def main(a) -> None:
     elif a.what == "train":
         data = run_train(a)
     elif a.what == "decode":
+        from .bench_decode import run_decode
         data = run_decode(a)
     elif a.what == "crossover":
         data = run_crossover(a)
@@ -294,6 +182,7 @@ def main(a) -> None:
     if a.json:
         print(json.dumps(data))
     else:
-        name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": "decode-quick" if a.quick else "decode",
+        decode = ("decode-quick" if a.quick else "decode") + ("" if a.dtype == "fp32" else f"-{a.dtype}")
+        name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
                 "crossover": f"crossover-{a.dtype}", "train": "train"}[a.what]
         print(Path(a.out, f"{name}.md").read_text())

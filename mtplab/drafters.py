@@ -114,12 +114,14 @@ class MetaDrafter(BaseDrafter):
         self.max_drafts = model.config.n_depths - 1
 
     def _extend(self, z):
-        h = self.model.mtp.hidden(self.model, z, self.cache)  # (1, T, K-1, C)
-        self.h_last = h[:, -1]  # (1, K-1, C)
+        # the K-1 head layers side by side as batched matmuls (Gloeckle et al.'s heads all read the same z)
+        h = self.heads(z, self.model.rope(self.cache.length, z.shape[1]), self.cache)  # (K-1, T, C)
+        self.h_last = h[:, -1].unsqueeze(0)  # (1, K-1, C)
 
     def begin(self, model, tokens, out, prompt_len, **kw):
         super().begin(model, tokens, out, prompt_len, **kw)
         self.cache = model.mtp.new_cache(model)
+        self.heads = model.mtp.stacked()
         self._extend(out.pre_last)
 
     def feedback(self, out, n_keep, tokens):

@@ -9,7 +9,7 @@ import torch
 from . import checkpoint as ckpt
 from .decoding import autoregressive, check_k, speculative
 from .device import describe, pick
-from .drafters import METHODS, check_same_vocabulary, method as get_method
+from .drafters import METHODS, check_same_vocabulary, method as get_method  # noqa: F401  (METHODS re-exported)
 from .errors import MtplabError
 from .tokenizer import encode
 

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .layers import Block, KVCache, RMSNorm
+from .layers import Block, KVCache, RMSNorm, StackedBlocks
 
 
 class SternHeads(nn.Module):
@@ -56,10 +56,11 @@ class MetaHeads(nn.Module):
         self.blocks = nn.ModuleList(blocks)
 
     def new_cache(self, model, batch: int = 1) -> KVCache:
-        cfg = model.config
-        p = model.wte.weight
-        return KVCache(len(self.blocks), batch, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
-                       dtype=p.dtype, device=p.device)
+        return KVCache.for_config(model.config, len(self.blocks), batch=batch, like=model.wte.weight)
+
+    def stacked(self) -> StackedBlocks:
+        """The K-1 head layers as one stacked block, for drafting (same outputs as `hidden`, fewer ops)."""
+        return StackedBlocks(list(self.blocks))
 
     def hidden(self, model, z, cache: KVCache | None = None):
         """z: (B, T, C) trunk output (input of the last layer) -> (B, T, K-1, C)."""

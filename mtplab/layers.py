@@ -162,3 +162,50 @@ class Block(nn.Module):
     def forward(self, x, rot, cache=None, layer=0, mask=None):
         x = x + self.attn(self.norm1(x), rot, cache, layer, mask)
         return x + self.mlp(self.norm2(x))
+
+
+class StackedBlocks:
+    """G transformer blocks with their own weights run side by side on one input, as batched matmuls.
+
+    For drafting with parallel heads (Meta's extra layers all read the same trunk output z): one block's
+    worth of small ops instead of G, the same bytes of weights. Inference only; the weights are copied
+    (stacked) once, so build it again after training. G groups, then B, T, C, H, D as above.
+    """
+
+    def __init__(self, blocks):
+        def stack(get):
+            return torch.stack([get(b).detach() for b in blocks])
+
+        self.n_head = blocks[0].attn.n_head
+        self.eps = blocks[0].norm1.eps
+        self.norm1 = stack(lambda b: b.norm1.weight).unsqueeze(1)  # (G, 1, C)
+        self.norm2 = stack(lambda b: b.norm2.weight).unsqueeze(1)  # (G, 1, C)
+        self.qkv = stack(lambda b: b.attn.qkv.weight.t())      # (G, C, 3C)
+        self.proj = stack(lambda b: b.attn.proj.weight.t())    # (G, C, C)
+        self.fc = stack(lambda b: b.mlp.fc.weight.t())         # (G, C, 4C)
+        self.down = stack(lambda b: b.mlp.proj.weight.t())     # (G, 4C, C)
+
+    def __call__(self, z, rot, cache: KVCache) -> torch.Tensor:
+        """z: (1, T, C) at positions len(cache)..len(cache)+T-1 -> (G, T, C), one row per block; the cache
+        holds one layer per block (batch 1) and is advanced by T."""
+        G, C = self.qkv.shape[0], self.qkv.shape[1]
+        T, H = z.shape[1], self.n_head
+        x = z.expand(G, T, C)  # (G, T, C) the same input for every block
+        h = F.rms_norm(x, (C,), None, self.eps) * self.norm1
+        qkv = torch.bmm(h, self.qkv).view(G, T, 3, H, C // H)  # (G, T, 3, H, D)
+        qk = apply_rotary(qkv[:, :, :2], rot)
+        q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)  # (G, H, T, D)
+        v = qkv[:, :, 2].transpose(1, 2)
+        p, end = cache.length, cache.length + T
+        if end > cache.max_len:
+            raise MtplabError(f"KV cache is full ({cache.max_len} positions); use a shorter prompt or fewer new tokens")
+        cache.k[:, 0, :, p:end] = k
+        cache.v[:, 0, :, p:end] = v
+        keys, values = cache.k[:, 0, :, :end], cache.v[:, 0, :, :end]  # (G, H, P+T, D)
+        mask = None if T == 1 else causal_mask(p, T, z.device)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        x = x + torch.bmm(y.transpose(1, 2).reshape(G, T, C), self.proj)
+        h = F.rms_norm(x, (C,), None, self.eps) * self.norm2
+        x = x + torch.bmm(F.gelu(torch.bmm(h, self.fc), approximate="tanh"), self.down)
+        cache.advance(T)
+        return x

@@ -95,3 +95,17 @@ def test_device_pick():
             pick("cuda")
     with pytest.raises(MtplabError, match="unknown device"):
         pick("tpu")
+
+
+def test_stacked_meta_heads_equal_the_heads_one_by_one():
+    """The drafter's stacked head layers compute what the K-1 blocks compute one after another, cache included."""
+    m = random_model("meta", 4, seed=9)
+    z = torch.randn(1, 7, m.config.n_embd)
+    with torch.no_grad():
+        one_by_one = m.mtp.new_cache(m)
+        want = torch.cat([m.mtp.hidden(m, z[:, :5], one_by_one), m.mtp.hidden(m, z[:, 5:], one_by_one)], dim=1)
+        stacked, cache = m.mtp.stacked(), m.mtp.new_cache(m)
+        got = torch.cat([stacked(z[:, :5], m.rope(0, 5), cache), stacked(z[:, 5:], m.rope(5, 2), cache)], dim=1)
+    assert torch.allclose(got.permute(1, 0, 2), want[0], atol=1e-5)  # (T, K-1, C)
+    assert cache.length == one_by_one.length == 7
+    assert torch.allclose(cache.k[:, :, :, :7], one_by_one.k[:, :, :, :7], atol=1e-5)
