@@ -1,32 +1,55 @@
-# mtplab: `make run` builds the report, `make test` runs every test, `make lab` opens JupyterLab.
+# mtplab: `make run` builds the report, `make test` runs every test, `make test-fast` the quick lane,
+# `make lab` opens JupyterLab.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU build from local disk here; GPU users: make TORCH_SPEC="torch==2.13.0 --index-url ..." or TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.mtplab-installed
+WIDGETS := $(VENV)/.mtplab-widgets
+BROWSER := $(VENV)/.mtplab-browser
 PORT ?= 8888
+PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
-.PHONY: setup run test lab clean
+.PHONY: setup run test test-fast lint lab clean
 
-$(STAMP): pyproject.toml Makefile scripts/install_browser.sh
+# the package with the notebook stack and the test tools; no browser (only the browser test needs one)
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q -e ".[dev]"
-	bash scripts/install_browser.sh $(VENV)
+	$(BIN)/python -m pip install -q -e ".[notebooks,dev]"
 	touch $(STAMP)
+
+# the jupyter-widgets HTML manager from npm, so that the report's widgets render offline
+$(WIDGETS): $(STAMP) scripts/install_browser.sh vendor/package-lock.json
+	bash scripts/install_browser.sh $(VENV) --widgets-only
+	touch $(WIDGETS)
+
+# Debian's chromium and playwright, for the browser tests
+$(BROWSER): $(STAMP) scripts/install_browser.sh vendor/package-lock.json
+	bash scripts/install_browser.sh $(VENV)
+	touch $(BROWSER) $(WIDGETS)
 
 setup: $(STAMP)
 
-run: setup
-	$(BIN)/python -m mtplab.report
+run: $(WIDGETS)
+	$(BIN)/python -m tools.report
 
-test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --nbval-lax notebooks/
+lint: $(STAMP)
+	$(BIN)/ruff check mtplab tests tools scripts
+	$(BIN)/mypy
 
-lab: setup
+test: lint $(BROWSER)
+	$(PYTEST) -q tests
+	$(PYTEST) -q --nbval-lax notebooks/
+
+# under 2 minutes: the library's unit and property tests, no notebooks, no browser, nothing marked slow
+test-fast: lint
+	$(PYTEST) -q -m "not slow and not browser and not gpu" -p no:cacheprovider \
+		--ignore=tests/test_notebooks.py --ignore=tests/test_report.py --ignore=tests/test_ddp.py tests
+
+lab: $(STAMP)
 	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 clean:

@@ -24,11 +24,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .errors import MtplabError
-from .trace import Step, Trace
+from .layers import KVCache
+from .trace import BonusSource, Step, Trace
+
+if TYPE_CHECKING:  # typing only: drafters import this module
+    from .drafters import Drafter
+    from .model import GPT
 
 
 # ---------------------------------------------------------------------------------- the rules
@@ -94,7 +100,7 @@ def sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
 
 
 def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy: bool,
-           generator: torch.Generator | None) -> tuple[int, int, str]:
+           generator: torch.Generator | None) -> tuple[int, int, BonusSource]:
     """Decide how many drafts survive and which token follows them.
 
     The sampling rule is speculative sampling (Leviathan, Kalman, Matias 2023, "Fast Inference from
@@ -171,9 +177,9 @@ def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float
 class Decode:
     """What one speculative decode carries from step to step. Invariant between steps: the target's
     cache holds tokens[:-1] (the last committed token is fed by the next forward)."""
-    model: object
-    drafter: object
-    cache: object
+    model: GPT
+    drafter: Drafter
+    cache: KVCache
     tokens: list[int]
     prompt_len: int
     max_new_tokens: int

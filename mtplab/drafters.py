@@ -211,7 +211,7 @@ class DraftModelDrafter(BaseDrafter):
         dev = self.draft.wte.weight.device
         new = self.tokens[len(self.fed):]
         drafts, qs = [], []
-        for j in range(n):
+        for _ in range(n):
             out = self.draft(torch.tensor([new], device=dev), self.cache)
             self.fed.extend(new)
             q = distribution(out.logits[0, -1:], self.temperature, self.top_k)[0]  # (V,)

@@ -330,7 +330,7 @@ def meta_backward_memory(ks=(2, 4, 8), *, preset: str = "tiny", batch_size: int 
         x = get_batch(data, batch_size, cfg.block_size, torch.Generator().manual_seed(seed)).to(device)
         for label, eff in (("memory-efficient", True), ("joint backward", False)):
             model.zero_grad(set_to_none=True)
-            out[label][K] = peak_memory(lambda: meta_step(model, x, freeze_trunk=False, memory_efficient=eff),
+            out[label][K] = peak_memory(lambda m=model, x=x, e=eff: meta_step(m, x, freeze_trunk=False, memory_efficient=e),
                                         device) / 2 ** 20
     return out
 

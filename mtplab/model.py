@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from .config import ModelConfig
 from .errors import MtplabError
-from .heads import build_heads
+from .heads import MetaHeads, build_heads
 from .layers import Block, KVCache, RMSNorm, rotary_table
 
 
@@ -101,19 +101,20 @@ class GPT(nn.Module):
         out = self(idx)
         if self.mtp is None:
             return out.logits.unsqueeze(2)  # (B, T, 1, V)
-        return torch.cat([out.logits.unsqueeze(2), self.mtp.train_logits(self, idx, out)], dim=2)
+        extra = self.mtp.train_logits(self, idx, out)  # type: ignore[operator]
+        return torch.cat([out.logits.unsqueeze(2), extra], dim=2)
 
     def num_params(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
 
-def attach_heads(model: GPT, heads: str, k: int) -> GPT:
+def attach_heads(model: GPT, heads: str, n_depths: int) -> GPT:
     """A new model with the same trunk weights and a fresh head family (used for frozen-trunk training)."""
-    cfg = model.config.with_heads(heads, k)
+    cfg = model.config.with_heads(heads, n_depths)
     new = GPT(cfg).to(model.wte.weight.device)
     trunk = {n: t for n, t in model.state_dict().items() if not n.startswith("mtp.")}
     new.load_state_dict(trunk, strict=False)
-    if heads == "meta":  # copy head 1 into each new head again, now that the trunk's weights are in
+    if isinstance(new.mtp, MetaHeads):  # copy head 1 into each new head again, now that the trunk's weights are in
         for b in new.mtp.blocks:
             b.load_state_dict(copy.deepcopy(new.blocks[-1].state_dict()))
     return new

@@ -305,7 +305,7 @@ def label_layout_table(T: int = 10, D: int = 2) -> Figure:
                      colWidths=[first] + [(1 - first) / T] * T)
     table.auto_set_font_size(False)
     table.set_fontsize(8)
-    for (r, c), cell in table.get_celld().items():
+    for (r, _), cell in table.get_celld().items():
         if r == 0:
             cell.set_facecolor("0.85")
         elif body[r - 1][0].endswith("label"):

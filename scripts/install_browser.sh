@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Install what the browser tests and the offline HTML report need. Idempotent: safe to run again.
+#   install_browser.sh [VENV] [--widgets-only]: --widgets-only installs step 3 alone (all `make run` needs)
 #   1. Debian's chromium (Playwright drives it through executable_path; we never run
 #      `playwright install`, which downloads its own browser build)
 #   2. the Python `playwright` package, into the venv given as $1 (default .venv)
@@ -8,6 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv}"
+WIDGETS_ONLY=0
+[ "${2:-}" = "--widgets-only" ] && WIDGETS_ONLY=1
 APT_UPDATED=0
 apt_install() {  # apt-get update at most once a run, then install
     if [ "$(id -u)" -ne 0 ]; then
@@ -18,11 +21,11 @@ apt_install() {  # apt-get update at most once a run, then install
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
 }
 
-if [ ! -x /usr/bin/chromium ]; then
+if [ "$WIDGETS_ONLY" = 0 ] && [ ! -x /usr/bin/chromium ]; then
     apt_install chromium fonts-dejavu-core
 fi
 
-if ! "$VENV/bin/python" -c "import playwright.sync_api" 2>/dev/null; then
+if [ "$WIDGETS_ONLY" = 0 ] && ! "$VENV/bin/python" -c "import playwright.sync_api" 2>/dev/null; then
     "$VENV/bin/python" -m pip install --quiet playwright
 fi
 
@@ -38,4 +41,8 @@ if [ ! -f vendor/node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js ] 
     (cd vendor && npm ci --no-audit --no-fund --ignore-scripts)
     echo "$LOCK_SUM" > vendor/node_modules/.mtplab-lock
 fi
-echo "install_browser.sh: chromium $(/usr/bin/chromium --version 2>/dev/null | awk '{print $2}'), playwright, widget manager ready"
+if [ "$WIDGETS_ONLY" = 1 ]; then
+    echo "install_browser.sh: widget manager ready"
+else
+    echo "install_browser.sh: chromium $(/usr/bin/chromium --version 2>/dev/null | awk '{print $2}'), playwright, widget manager ready"
+fi

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from mtplab import checkpoint as ckpt
 from tests.conftest import random_model

@@ -52,7 +52,7 @@ def test_forward_returns_hidden_and_logits():
 
 
 def test_depth_logits_shape(family_models):
-    for name, m in family_models.items():
+    for m in family_models.values():
         x = torch.randint(0, 256, (2, 12))
         assert m.depth_logits(x).shape == (2, 12, m.config.n_depths, 256)
 

@@ -1,8 +1,8 @@
-"""The report: run every notebook, export each to HTML with its plots and live widgets, link them from an index.
+"""A build tool, not part of the library (hence tools/, not mtplab/). The report: run every notebook, export each to HTML with its plots and live widgets, link them from an index.
 
-    python -m mtplab.report                 # every notebooks/*.ipynb with its own defaults, into build/
-    python -m mtplab.report --smoke         # the same with SMOKE=True (short runs, for CI)
-    python -m mtplab.report -p DEVICE=cpu notebooks/05_acceptance_lab.ipynb
+    python -m tools.report                 # every notebooks/*.ipynb with its own defaults, into build/
+    python -m tools.report --smoke         # the same with SMOKE=True (short runs, for CI)
+    python -m tools.report -p DEVICE=cpu notebooks/05_acceptance_lab.ipynb
 
 Layout of the output folder (build/ by default, git-ignored):
     index.html               one row per notebook: link, status, run time
@@ -182,7 +182,7 @@ def _parameter(text: str) -> tuple[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mtplab.report", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.report", description=__doc__.split("\n")[0])
     ap.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: notebooks/*.ipynb)")
     ap.add_argument("--out", type=Path, default=BUILD, help="output folder (default: build/)")
     ap.add_argument("--smoke", action="store_true", help="run every notebook with SMOKE=True")
