@@ -192,6 +192,8 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     if arch and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch):
         raise MtplabError(f"{path} holds a {', '.join(arch)}, which has no causal LM head; save the model with its "
                           "head (e.g. AutoModelForCausalLM ... save_pretrained) and point --hf at that")
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a local load is quick; keep stderr for errors
     try:
         hf, info = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
                                                         output_loading_info=True)
@@ -199,6 +201,9 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
         raise MtplabError(f"{path} is not a causal language model ({str(e).splitlines()[0][:160]})") from None
     except OSError as e:
         raise MtplabError(f"cannot load the weights in {path}: {str(e).splitlines()[0][:200]}") from None
+    finally:
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
     missing = [k for k in info.get("missing_keys", []) if "rotary" not in k]
     if missing:
         raise MtplabError(f"the weights in {path} lack {missing[:3]}{'...' if len(missing) > 3 else ''}; "

@@ -11,7 +11,9 @@ through the same loss here (the lab's `meta_step` runs the lab's own blocks, whi
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -19,6 +21,7 @@ from .data import CORPORA, corpus_path, get_batch, val_windows
 from .decoding import check_options, check_prompt
 from .errors import MtplabError
 from .losses import family_loss, self_distill_cross_entropies
+from .trace import Trace
 from .train import _depths_for, evaluate, lr_at, train_step
 
 HF_LABELS = ("self", "self-argmax")
@@ -130,6 +133,20 @@ def reference_generate(target, prompt_ids, *, max_new_tokens: int) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
+@dataclass
+class HFTrace(Trace):
+    """A Trace whose `text` comes from the model's own tokenizer (the lab's Trace decodes bytes)."""
+    detokenize: Callable[[list[int]], str] | None = None
+
+    @property
+    def text(self) -> str:
+        return self.detokenize(self.tokens)
+
+    @classmethod
+    def of(cls, trace: Trace, target) -> "HFTrace":
+        return cls(**{f.name: getattr(trace, f.name) for f in fields(Trace)}, detokenize=target.decode)
+
+
 def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str, max_new_tokens=64, k=None,
                     temperature=0.0, top_k=None, seed=0, alpha=0.8, draft_hf=None, device="auto",
                     dtype="fp32") -> dict:
@@ -158,7 +175,7 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
     t0 = time.perf_counter()
     trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
                         top_k=top_k, seed=seed, alpha=alpha, draft_model=draft)
-    res = trace.summary()
-    res.update(text=target.decode(trace.tokens), checkpoint=heads_checkpoint or target.path, hf=target.path,
+    res = HFTrace.of(trace, target).summary()
+    res.update(checkpoint=heads_checkpoint or target.path, hf=target.path,
                device=describe(dev), wall_s=time.perf_counter() - t0)
     return res
