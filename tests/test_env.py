@@ -31,7 +31,7 @@ def conda_env():
 
 def test_environment_yml_matches_pyproject():
     proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = names(proj["dependencies"]) | names(proj["optional-dependencies"]["dev"])
+    wanted = names(proj["dependencies"]).union(*(names(v) for v in proj["optional-dependencies"].values()))
     conda, pip = conda_env()
     have = {n for n in conda | pip} | {k for k, v in CONDA_NAMES.items() if v in conda}
     missing = sorted(n for n in wanted if n not in have and CONDA_NAMES.get(n) not in conda)
