@@ -175,6 +175,10 @@ class HFTarget(nn.Module):
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids])
 
+    def token_repr(self, i: int) -> str:
+        """A printable label for one token (what `mtplab.tokenizer.token_repr` is for byte tokens)."""
+        return self.decode([i]).replace("\n", "\\n").replace("\t", "\\t").replace(" ", "␣") or f"<{int(i)}>"
+
 
 # ---------------------------------------------------------------------------------- loading
 def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT) -> HFTarget:

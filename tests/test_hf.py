@@ -204,6 +204,24 @@ def test_cli_train_and_generate(dirs, tmp_path, capsys):
     assert rc == 2 and "not a Hugging Face model directory" in err
 
 
+def test_cli_flags_that_do_not_go_together(dirs, tmp_path, capsys):
+    rc, _, err = _cli(capsys, "generate", "--heads-checkpoint", tmp_path / "h", "--prompt", "x")
+    assert rc == 2 and "go with --hf PATH" in err
+    rc, _, err = _cli(capsys, "generate", "--hf", dirs / "gpt2", "--checkpoint", "ntp", "--prompt", "x")
+    assert rc == 2 and "drop --checkpoint" in err
+    rc, _, err = _cli(capsys, "train", "--hf", dirs / "gpt2", "--from", "ntp", "--heads", "stern", "--steps", "1",
+                      "--out", tmp_path)
+    assert rc == 2 and "drop --from" in err
+    rc, _, err = _cli(capsys, "train", "--hf", dirs / "gpt2", "--steps", "1", "--out", tmp_path)
+    assert rc == 2 and "choose --heads stern, meta or deepseek" in err
+
+
+def test_token_labels(targets):
+    t = targets["gpt2"]
+    ids = t.encode("def f(x):\n    return x")
+    assert "".join(t.token_repr(i) for i in ids) == "def␣f(x):\\n␣␣␣␣return␣x"
+
+
 def test_core_does_not_import_transformers():
     code = ("import sys, mtplab, mtplab.cli, mtplab.generate, mtplab.train, mtplab.drafters, mtplab.decoding; "
             "assert 'transformers' not in sys.modules, 'core imported transformers'")
