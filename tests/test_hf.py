@@ -222,6 +222,22 @@ def test_token_labels(targets):
     assert "".join(t.token_repr(i) for i in ids) == "def␣f(x):\\n␣␣␣␣return␣x"
 
 
+def test_sampling_runs_and_is_seeded(targets, dirs):
+    t, draft = targets["llama"], load_hf(dirs / "draft")
+    ids = t.encode(PROMPT)
+    runs = [decode_with("draft-model", t, ids, max_new_tokens=20, k=3, temperature=1.0, seed=s, draft_model=draft)
+            for s in (0, 0, 1)]
+    assert runs[0].tokens == runs[1].tokens and all(0 <= i < V for i in runs[2].tokens)
+    assert len(runs[2].tokens) == 20 and runs[0].num_draft_tokens > 0
+
+
+def test_without_transformers_the_error_names_the_extra(dirs, monkeypatch):
+    import mtplab.hf
+    monkeypatch.setattr(mtplab.hf, "transformers", None)
+    with pytest.raises(MtplabError, match=r'pip install -e "\.\[hf\]"'):
+        load_hf(dirs / "gpt2")
+
+
 def test_core_does_not_import_transformers():
     code = ("import sys, mtplab, mtplab.cli, mtplab.generate, mtplab.train, mtplab.drafters, mtplab.decoding; "
             "assert 'transformers' not in sys.modules, 'core imported transformers'")
