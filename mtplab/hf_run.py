@@ -166,6 +166,10 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
         raise MtplabError("the prompt is empty; give some text with --prompt")
     dev = pick(device)
     target = load_target(hf, heads_checkpoint if m.family is not None else None, device=dev, dtype=DTYPES[dtype])
+    if m.family is not None and target.config.heads != m.family:
+        raise MtplabError(f"method {method} needs {m.family} heads, but {Path(heads_checkpoint).name} holds "
+                          f"{target.config.heads} heads; train {m.family} heads with python -m mtplab train --hf "
+                          f"{hf} --heads {m.family} ...")
     draft = None
     if method == "draft-model":
         if draft_hf is None:

@@ -171,9 +171,11 @@ def test_bad_inputs(dirs, tmp_path):
         load_target(dirs / "gpt2-other", path)
     with pytest.raises(MtplabError, match="not found"):
         load_heads(load_hf(dirs / "gpt2"), tmp_path / "nothing")
+    from mtplab.hf_run import run_hf_generate
     with pytest.raises(MtplabError, match="needs stern heads .* --heads-checkpoint"):
-        from mtplab.hf_run import run_hf_generate
         run_hf_generate(hf=str(dirs / "gpt2"), method="blockwise", prompt="x")
+    with pytest.raises(MtplabError, match="method meta needs meta heads, but stern.safetensors holds stern heads"):
+        run_hf_generate(hf=str(dirs / "gpt2"), heads_checkpoint=path, method="meta", prompt="x")
 
 
 def _cli(capsys, *args):
