@@ -12,6 +12,8 @@ from .errors import MtplabError
 
 
 def _train(a):
+    if a.hf:
+        return _train_hf(a)
     from .train import fit
 
     hist = fit(preset=a.preset, corpus=a.corpus, steps=a.steps, out=a.out, name=a.name, seed=a.seed,
@@ -27,6 +29,25 @@ def _train(a):
     else:
         print(f"done: {last.get('step')} steps, {last.get('tokens')} tokens, val bpb {last.get('val_bpb', float('nan')):.3f}, "
               "per-depth top-1 acc " + " ".join(f"{x:.3f}" for x in last.get("val_acc_depth", [])))
+
+
+def _train_hf(a):
+    """train --hf PATH: self-distilled heads on a local Hugging Face model (mtplab.hf_run)."""
+    from .hf_run import run_hf_train
+
+    if a.from_ is not None:
+        raise MtplabError("--hf trains heads on the model at that path with its trunk frozen; drop --from")
+    labels = "self" if a.labels == "corpus" else a.labels  # --hf heads always learn the model's own predictions
+    res = run_hf_train(hf=a.hf, heads=a.heads, n_depths=a.depths, n_modules=a.modules, out=a.out, name=a.name,
+                       device=a.device, corpus=a.corpus, steps=a.steps, batch_size=a.batch_size,
+                       seq_len=a.seq_len, lr=a.lr, warmup=a.warmup, lam=a.lam, labels=labels, seed=a.seed,
+                       max_seconds=a.max_seconds, log=None if a.no_progress or a.json else print)
+    last = res["history"][-1]
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print(f"done: {last['step']} steps; heads saved to {res['checkpoint']}; agreement with the target by "
+              "depth " + " ".join(f"{x:.3f}" for x in last["val_agree_depth"]))
 
 
 def _read_prompt(a) -> str:
@@ -48,10 +69,20 @@ def _read_prompt(a) -> str:
 def _generate(a):
     from .generate import run_generate
 
-    res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
-                       max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
-                       seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
-                       dtype=a.dtype)
+    if not a.hf and (a.heads_checkpoint or a.draft_hf):
+        raise MtplabError("--heads-checkpoint and --draft-hf go with --hf PATH; the lab's own models take --checkpoint")
+    if a.hf and (a.checkpoint or a.draft_checkpoint):
+        raise MtplabError("with --hf the model is PATH and its heads come from --heads-checkpoint; drop --checkpoint")
+    if a.hf:
+        from .hf_run import run_hf_generate
+        res = run_hf_generate(hf=a.hf, heads_checkpoint=a.heads_checkpoint, method=a.method, prompt=_read_prompt(a),
+                              max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
+                              seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype)
+    else:
+            res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
+                           max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
+                           seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
+                           dtype=a.dtype)
     if a.json:
         print(json.dumps(res))
     else:
@@ -102,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-seconds", type=float, default=None, help="stop (and save) after this much wall time")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--json", action="store_true")
+    t.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory: train heads on its frozen trunk")
+    t.add_argument("--seq-len", type=int, default=128, help="--hf: tokens per training window")
     t.set_defaults(func=_train)
 
     g = sub.add_parser("generate", help="generate text, autoregressively or speculatively")
@@ -120,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     g.add_argument("--json", action="store_true")
+    g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target")
+    g.add_argument("--heads-checkpoint", default=None, help="--hf: heads trained with train --hf")
+    g.add_argument("--draft-hf", default=None, help="--hf, method draft-model: a smaller model with the same tokenizer")
     g.set_defaults(func=_generate)
 
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
