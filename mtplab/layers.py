@@ -40,10 +40,14 @@ def rotary_table(block_size: int, head_dim: int, base: float = 10000.0) -> torch
 
 
 def apply_rotary(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-    """x: (B, T, ..., D) with channel pairs (x[2j], x[2j+1]) read as one complex number; rot: (T, D/2).
+    """x: (B, T, ..., D) with channel pairs (x[2j], x[2j+1]) read as one complex number; rot: (T, D/2),
+    or (B, T, D/2) when each row has its own positions.
     Returns x rotated, same shape and dtype. q and k go through in one call (stacked on a middle axis)."""
     xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (B, T, ..., D/2)
-    shape = (x.shape[1],) + (1,) * (x.dim() - 3) + (rot.shape[-1],)
+    if rot.dim() == 2:
+        shape = (x.shape[1],) + (1,) * (x.dim() - 3) + (rot.shape[-1],)
+    else:  # (B, T, D/2): a position per row and token (ragged batches, token trees)
+        shape = tuple(rot.shape[:2]) + (1,) * (x.dim() - 3) + (rot.shape[-1],)
     return torch.view_as_real(xc * rot.view(shape)).flatten(-2).to(x.dtype)
 
 
