@@ -107,7 +107,7 @@ class BatchTrace:
 
     @property
     def new_tokens(self) -> int:
-        return sum(len(t.tokens) - len(t.prompt) for t in self.traces)
+        return sum(len(t.tokens) for t in self.traces)
 
 
 def row_output(out: TrunkOutput, b: int, n: int) -> TrunkOutput:

@@ -1,0 +1,77 @@
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from mtplab import MtplabError
+from mtplab.batched import RaggedKVCache, batched_autoregressive, batched_speculative
+from mtplab.decoding import autoregressive
+from mtplab.drafters import DeepSeekDrafter, MetaDrafter, SternDrafter
+from tests.conftest import random_model
+
+HEAD_DRAFTERS = {"stern": SternDrafter, "meta": MetaDrafter, "deepseek": DeepSeekDrafter}
+
+prompts_st = st.lists(st.lists(st.integers(0, 255), min_size=1, max_size=14), min_size=1, max_size=5)
+
+
+@settings(max_examples=8, deadline=None)
+@given(prompts=prompts_st, data=st.data(), k=st.integers(1, 5))
+def test_batched_rows_equal_each_row_alone(family_models, prompts, data, k):
+    """Prompts of different lengths, rows finishing at different steps: every row equals AR of that row alone."""
+    ms = data.draw(st.lists(st.integers(1, 18), min_size=len(prompts), max_size=len(prompts)))
+    for fam, cls in [("none", None)] + list(HEAD_DRAFTERS.items()):
+        model = family_models[fam]
+        refs = [autoregressive(model, p, max_new_tokens=m).tokens for p, m in zip(prompts, ms)]
+        res = batched_speculative(model, cls, prompts, max_new_tokens=ms, k=1 if cls is None else k)
+        assert res.tokens == refs, fam
+        assert [len(t) for t in res.tokens] == ms  # nothing padded into any row's output
+
+
+def test_rows_accept_different_numbers_of_drafts_and_leave_when_done():
+    model = random_model("stern", 4, seed=5, noise=1.0, vocab_size=16)
+    prompts = [[1, 2, 3], [9, 9, 9, 9, 9, 9, 9, 9], [4], [7, 3, 1, 2, 5]]
+    ms = [30, 5, 22, 12]
+    res = batched_speculative(model, SternDrafter, prompts, max_new_tokens=ms, k=4)
+    assert res.tokens == [autoregressive(model, p, max_new_tokens=m).tokens for p, m in zip(prompts, ms)]
+    assert res.batch_sizes[0] == 4 and res.batch_sizes[-1] < 4  # rows left the batch as they finished
+    assert sorted(res.batch_sizes, reverse=True) == res.batch_sizes
+    per_step = [[s.accepted for s in t.steps[1:]] for t in res.traces]
+    assert len({tuple(a[:3]) for a in per_step}) > 1 or any(0 < x < 3 for a in per_step for x in a), per_step
+
+
+def test_batched_ar_forward_count():
+    model = random_model(seed=4)
+    res = batched_autoregressive(model, [[1], [2, 3], [4, 5, 6]], max_new_tokens=[3, 7, 5])
+    assert res.forwards == 7 and res.batch_sizes == [3, 3, 3, 2, 2, 1, 1]
+    assert res.new_tokens == 15
+
+
+def test_ragged_cache_rows_see_only_their_own_prefix():
+    """Garbage beyond a row's length is never seen: overwriting it does not change the logits."""
+    model = random_model(seed=6)
+    with torch.inference_mode():
+        outs = []
+        for junk in (0.0, 1e3):
+            cache = RaggedKVCache.for_model(model, 2)
+            cache.k.fill_(junk)
+            cache.v.fill_(junk)
+            cache.lengths = [0, 0]
+            pos, mask = cache.plan(3)
+            out = model(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache, positions=pos, mask=mask)
+            cache.lengths = [1, 3]  # row 0 keeps one token: its positions 1, 2 are now dead
+            pos, mask = cache.plan(2)
+            outs.append(model(torch.tensor([[8, 9], [8, 9]]), cache, positions=pos, mask=mask).logits)
+        torch.testing.assert_close(outs[0], outs[1])
+        alone = model(torch.tensor([[1, 8, 9]])).logits[0, 1:]
+        torch.testing.assert_close(outs[0][0], alone, atol=1e-5, rtol=1e-4)
+
+
+def test_batched_bad_input(family_models):
+    model = family_models["stern"]
+    with pytest.raises(MtplabError, match="no prompts"):
+        batched_speculative(model, SternDrafter, [], max_new_tokens=4, k=2)
+    with pytest.raises(MtplabError, match="one per prompt"):
+        batched_speculative(model, SternDrafter, [[1], [2]], max_new_tokens=[4], k=2)
+    with pytest.raises(MtplabError, match="k <= 7"):
+        batched_speculative(model, SternDrafter, [[1]], max_new_tokens=4, k=9)
+    with pytest.raises(MtplabError, match="stern heads"):
+        batched_speculative(family_models["none"], SternDrafter, [[1]], max_new_tokens=4, k=2)
