@@ -149,7 +149,7 @@ def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, 
     if drafter.max_drafts is not None and len(widths) > drafter.max_drafts:
         raise MtplabError(f"a tree {len(widths)} deep needs {len(widths)} depths of drafts but {drafter.name} "
                           f"gives at most {drafter.max_drafts}; use at most {drafter.max_drafts} widths")
-    prompt = check_prompt(model, prompt_ids, max_new_tokens + sum(_nodes(widths)) + 1)
+    prompt = check_prompt(model, prompt_ids, max_new_tokens + sum(nodes_per_depth(widths)) + 1)
     cache = cache if cache is not None else model.new_cache()
     tokens = list(prompt)
     t0 = time.perf_counter()
@@ -163,7 +163,7 @@ def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, 
         yield _tree_step(model, drafter, cache, tokens, widths[:max_new_tokens - (len(tokens) - len(prompt)) - 1])
 
 
-def _nodes(widths) -> list[int]:
+def nodes_per_depth(widths) -> list[int]:
     """Nodes per depth: w_1, w_1 w_2, ..."""
     out, n = [], 1
     for w in widths:

@@ -75,3 +75,32 @@ def test_batched_bad_input(family_models):
         batched_speculative(model, SternDrafter, [[1]], max_new_tokens=4, k=9)
     with pytest.raises(MtplabError, match="stern heads"):
         batched_speculative(family_models["none"], SternDrafter, [[1]], max_new_tokens=4, k=2)
+
+
+def test_batch_and_tree_benchmarks_run_on_tiny_models(tmp_path, monkeypatch):
+    """The benchmark code runs end to end (random models stand in for the checkpoints; nothing is timed here
+    that anyone reads). Output files and the --json row fields are checked."""
+    import argparse
+    import json
+
+    from mtplab import bench, bench_batch
+    from mtplab.drafters import METHODS
+
+    def fake_load(meth, checkpoint=None, *, device="auto", dtype="fp32"):
+        fam = METHODS[meth].family
+        return random_model(fam, 4, seed=1) if fam else random_model(), f"random-{fam}", torch.device("cpu")
+
+    monkeypatch.setattr(bench_batch, "load_for", fake_load)
+    monkeypatch.setattr(bench_batch, "prompts_for", lambda n, length=48: [[1 + i, 2, 3][: 1 + i % 3] for i in range(n)])
+    for what in ("batch", "tree"):
+        a = argparse.Namespace(what=what, quick=True, json=True, device="cpu", dtype="fp32", out=str(tmp_path),
+                               preset="tiny")
+        bench.main(a)
+        data = json.loads((tmp_path / f"{what}-quick.json").read_text())
+        assert (tmp_path / f"{what}-quick.md").exists()
+        for r in data["rows"]:
+            assert r["tokens_per_s"] > 0 and r["tokens_per_forward"] >= 1
+    batch = json.loads((tmp_path / "batch-quick.json").read_text())["rows"]
+    assert {r["method"] for r in batch} == {"ar", "blockwise-overlap", "meta", "deepseek"}
+    assert {r["batch_size"] for r in batch} == {1, 4, 16}
+    assert all(r["latency_ms_per_token"] > 0 and r["t_q_over_t1"] > 0 for r in batch)
