@@ -136,6 +136,11 @@ class TreeStep:
     path: list[int]
     step: Step
 
+    @property
+    def side_branch(self) -> bool:
+        """Did the accepted path leave the top-1 chain (some node on it is not its parent's first child)?"""
+        return any(self.tree.children(self.tree.parent[r - 1])[0] != r - 1 for r in self.path[1:])
+
 
 def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, temperature: float = 0.0,
                     cache=None) -> Iterator[TreeStep]:

@@ -124,3 +124,18 @@ def test_trees_refuse_sampling_and_bad_input(family_models):
     ds = family_models["deepseek"]
     with pytest.raises(MtplabError, match="stern or meta"):
         tree_speculative(ds, DeepSeekDrafter(ds), [1], max_new_tokens=4, widths=(2,))
+
+
+def test_tree_figures_are_figures(family_models):
+    from matplotlib.figure import Figure
+
+    from mtplab import viz_trees
+    model = family_models["none"]
+    ref = autoregressive(model, [5, 6, 7], max_new_tokens=12).tokens
+    _, steps = run_checked(model, TreeOracle(ref, 4), [5, 6, 7], 12, (3, 2))
+    for ts in steps[1:]:
+        assert isinstance(viz_trees.tree_step(ts), Figure)
+    rows = [{"kind": kind, "batch_size": b, "tokens_per_s": 10.0 * b, "latency_ms_per_token": 5.0,
+             "speedup_vs_ar": 1.2 / b} for kind in ("ar", "spec") for b in (1, 2, 4)]
+    fig = viz_trees.batch_tradeoff({"blockwise": rows})
+    assert isinstance(fig, Figure) and len(fig.axes) == 3
