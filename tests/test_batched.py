@@ -27,15 +27,20 @@ def test_batched_rows_equal_each_row_alone(family_models, prompts, data, k):
 
 
 def test_rows_accept_different_numbers_of_drafts_and_leave_when_done():
-    model = random_model("stern", 4, seed=5, noise=1.0, vocab_size=16)
+    model = random_model("stern", 4, seed=5)
     prompts = [[1, 2, 3], [9, 9, 9, 9, 9, 9, 9, 9], [4], [7, 3, 1, 2, 5]]
     ms = [30, 5, 22, 12]
     res = batched_speculative(model, SternDrafter, prompts, max_new_tokens=ms, k=4)
     assert res.tokens == [autoregressive(model, p, max_new_tokens=m).tokens for p, m in zip(prompts, ms)]
     assert res.batch_sizes[0] == 4 and res.batch_sizes[-1] < 4  # rows left the batch as they finished
     assert sorted(res.batch_sizes, reverse=True) == res.batch_sizes
-    per_step = [[s.accepted for s in t.steps[1:]] for t in res.traces]
-    assert len({tuple(a[:3]) for a in per_step}) > 1 or any(0 < x < 3 for a in per_step for x in a), per_step
+    # in one batched forward, rows that each drafted 3 tokens kept different numbers of them
+    kept: dict[int, set] = {}
+    for t in res.traces:
+        for j, s in enumerate(t.steps[1:]):
+            if len(s.drafted) == 3:
+                kept.setdefault(j, set()).add(s.accepted)
+    assert any(len(v) > 1 for v in kept.values()), kept
 
 
 def test_batched_ar_forward_count():
