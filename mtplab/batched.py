@@ -21,63 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .batched_drafters import for_rows
 from .decoding import accept, check_finite, check_k, check_prompt
 from .errors import MtplabError
-from .model import TrunkOutput
+from .layers import RaggedKVCache
 from .trace import Step, Trace
-
-
-class RaggedKVCache:
-    """Keys and values of every layer for B rows, row b holding positions 0..lengths[b]-1.
-
-    `plan(T)` gives the positions and mask of the next forward over T tokens per row; `append` (called by
-    each attention layer) writes them at each row's own offset; `lengths` is set by the decoder."""
-
-    def __init__(self, n_layers, batch, n_head, max_len, head_dim, *, dtype=torch.float32, device="cpu"):
-        shape = (n_layers, batch, n_head, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.max_len = max_len
-        self.lengths = [0] * batch
-
-    @classmethod
-    def for_model(cls, model, batch: int) -> "RaggedKVCache":
-        cfg, w = model.config, model.wte.weight
-        return cls(cfg.n_layer, batch, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
-                   dtype=w.dtype, device=w.device)
-
-    def plan(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (B, T) = L_b + t, and mask (B, 1, T, P) with key j visible to query t of row b iff j <= L_b + t."""
-        dev = self.k.device
-        lens = torch.tensor(self.lengths, device=dev)
-        self._pos = lens[:, None] + torch.arange(T, device=dev)  # (B, T)
-        self._end = max(self.lengths) + T
-        if self._end > self.max_len:
-            raise MtplabError(f"KV cache is full ({self.max_len} positions); use shorter prompts or fewer new tokens")
-        keys = torch.arange(self._end, device=dev)
-        mask = keys[None, None, None, :] <= self._pos[:, None, :, None]  # (B, 1, T, P)
-        return self._pos, mask
-
-    def append(self, layer: int, k, v):
-        """k, v: (B, H, T, D) at the planned positions; returns this layer's keys and values (B, H, P, D)."""
-        rows = torch.arange(k.shape[0], device=k.device)[:, None]  # (B, 1)
-        self.k[layer][rows, :, self._pos] = k.transpose(1, 2)  # indexed as (B, T, H, D)
-        self.v[layer][rows, :, self._pos] = v.transpose(1, 2)
-        return self.k[layer, :, :, :self._end], self.v[layer, :, :, :self._end]
-
-    @property
-    def length(self) -> int:
-        """The longest row (attention reads it only when no mask is given; decoders here always give one)."""
-        return max(self.lengths)
-
-    def advance(self, q: int):
-        self.lengths = [n + q for n in self.lengths]
-
-    def keep(self, rows: list[int]):
-        """Only these rows stay in the batch (the others have finished)."""
-        idx = torch.tensor(rows, device=self.k.device)
-        self.k, self.v = self.k[:, idx], self.v[:, idx]
-        self.lengths = [self.lengths[i] for i in rows]
 
 
 @dataclass
@@ -86,7 +34,6 @@ class Row:
     trace: Trace
     tokens: list[int]          # prompt + committed tokens
     max_new_tokens: int
-    drafter: object = None
 
     @property
     def remaining(self) -> int:
@@ -110,12 +57,6 @@ class BatchTrace:
         return sum(len(t.tokens) for t in self.traces)
 
 
-def row_output(out: TrunkOutput, b: int, n: int) -> TrunkOutput:
-    """Row b's first n positions of a batched forward, shaped as a B = 1 forward (what a drafter reads)."""
-    return TrunkOutput(hidden=out.hidden[b:b + 1, :n], logits=out.logits[b:b + 1, :n],
-                       pre_last=out.pre_last[b:b + 1, :n])
-
-
 def _forward(model, cache: RaggedKVCache, fed: list[list[int]], res: BatchTrace):
     T = len(fed[0])
     pos, mask = cache.plan(T)
@@ -137,7 +78,7 @@ def _check(model, prompts, max_new_tokens, extra: int) -> list[tuple[list[int], 
     return [(check_prompt(model, p, m + extra), m) for p, m in zip(prompts, ms)]
 
 
-def _prefill(model, rows: list[Row], res: BatchTrace) -> RaggedKVCache:
+def _prefill(model, rows: list[Row], drafter, res: BatchTrace) -> RaggedKVCache:
     """Every prompt in one forward; a shorter prompt is followed by filler that its mask never lets it see."""
     cache = RaggedKVCache.for_model(model, len(rows))
     lens = [len(r.tokens) for r in rows]
@@ -151,36 +92,34 @@ def _prefill(model, rows: list[Row], res: BatchTrace) -> RaggedKVCache:
         r.tokens.append(tok)
         r.trace.steps.append(Step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target",
                                   forwards=1, wall_s=dt, target_s=dt))
-        if r.drafter is not None:
-            r.drafter.begin(model, r.tokens, row_output(out, b, n), n, max_new_tokens=r.max_new_tokens,
-                            generator=None, temperature=0.0, top_k=None)
+    if drafter is not None:
+        drafter.begin(model, out, rows)
     return cache
 
 
-def _step(model, cache: RaggedKVCache, rows: list[Row], k: int, res: BatchTrace) -> None:
-    """propose (per row) -> verify (one batched forward) -> accept and commit (per row)."""
+def _step(model, cache: RaggedKVCache, rows: list[Row], drafter, k: int, res: BatchTrace) -> None:
+    """propose -> verify (one batched forward) -> accept and commit (per row) -> the drafter's feedback."""
     t0 = time.perf_counter()
-    drafts = []
-    for r in rows:  # overlap schedule: keep one place free for the bonus token
-        n = min(k - 1, r.remaining - 1)
-        drafts.append(r.drafter.propose(n).tokens if (r.drafter is not None and n > 0) else [])
+    ns = [min(k - 1, r.remaining - 1) for r in rows]  # overlap schedule: keep one place free for the bonus token
+    drafts = drafter.propose(ns) if drafter is not None else [[] for _ in rows]
     t1 = time.perf_counter()
     T = 1 + max(len(d) for d in drafts)
     # row b feeds its last committed token and its drafts; filler evens out the rows and is never kept
     fed = [[r.tokens[-1]] + d + [r.tokens[-1]] * (T - 1 - len(d)) for r, d in zip(rows, drafts)]
     out = _forward(model, cache, fed, res)
     t2 = time.perf_counter()
+    n_keep = []
     for b, (r, d) in enumerate(zip(rows, drafts)):
         # greedy: keep the longest prefix of the drafts that the target would also have chosen
         n_ok, nxt, source = accept(d, check_finite(out.logits[b, :len(d) + 1]), None, greedy=True, generator=None)
         new = d[:n_ok] + [nxt]
         r.tokens.extend(new)
         r.trace.steps.append(Step(drafted=d, accepted=n_ok, emitted=new, bonus=nxt, bonus_source=source,
-                                  forwards=1, draft_forwards=int(bool(d)), wall_s=0.0, target_s=t2 - t1,
-                                  draft_s=0.0))
+                                  forwards=1, draft_forwards=int(bool(d)), target_s=t2 - t1))
         cache.lengths[b] = len(r.tokens) - 1  # cache: this row's tokens[:-1]; its rejected drafts are dead
-        if r.drafter is not None:
-            r.drafter.feedback(row_output(out, b, n_ok + 1), n_ok + 1, r.tokens)
+        n_keep.append(n_ok + 1)
+    if drafter is not None:
+        drafter.feedback(out, n_keep, rows)
     wall = time.perf_counter() - t0
     for r in rows:  # the batch shares one clock: every row's step took the whole step
         r.trace.steps[-1].wall_s = wall
@@ -188,34 +127,38 @@ def _step(model, cache: RaggedKVCache, rows: list[Row], k: int, res: BatchTrace)
 
 
 @torch.inference_mode()
-def batched_speculative(model, make_drafter, prompts, *, max_new_tokens, k: int,
-                        method: str | None = None) -> BatchTrace:
+def batched_speculative(model, make_drafter, prompts, *, max_new_tokens, k: int, method: str | None = None,
+                        per_row: bool = False) -> BatchTrace:
     """Greedy speculative decoding of B prompts at once (overlap schedule: one target forward a step).
 
-    make_drafter: model -> a fresh drafter, one per row (e.g. `SternDrafter`); None decodes without drafts
-    (batched autoregressive). max_new_tokens: one int, or one per prompt. Row b's output equals
-    `autoregressive(model, prompts[b], max_new_tokens=...)` greedy output.
+    make_drafter: model -> a fresh B = 1 drafter (e.g. `SternDrafter`), one per row; Stern and Meta heads
+    then draft for all rows in one call (`mtplab.batched_drafters`) unless per_row=True, other drafters
+    run row by row. None decodes without drafts (batched autoregressive). max_new_tokens: one int, or one
+    per prompt. Row b's output equals `autoregressive(model, prompts[b], max_new_tokens=...)` greedy output.
     """
     check_k(k)
     t0 = time.perf_counter()
-    rows = []
-    for p, m in _check(model, prompts, max_new_tokens, k):
-        d = make_drafter(model) if make_drafter is not None else None
-        if d is not None and d.max_drafts is not None and k - 1 > d.max_drafts:
-            raise MtplabError(f"k={k} needs {k - 1} drafts a step but {d.name} gives at most {d.max_drafts}; "
-                              f"use k <= {d.max_drafts + 1}")
-        name = method or (d.name if d is not None else "ar")
-        rows.append(Row(Trace(method=name, prompt=p, k=k, schedule="overlap" if d else "ar"), list(p), m, d))
+    checked = _check(model, prompts, max_new_tokens, k)
+    drafters = [make_drafter(model) for _ in checked] if make_drafter is not None else []
+    d = drafters[0] if drafters else None
+    if d is not None and d.max_drafts is not None and k - 1 > d.max_drafts:
+        raise MtplabError(f"k={k} needs {k - 1} drafts a step but {d.name} gives at most {d.max_drafts}; "
+                          f"use k <= {d.max_drafts + 1}")
+    name = method or (d.name if d is not None else "ar")
+    rows = [Row(Trace(method=name, prompt=p, k=k, schedule="overlap" if d else "ar"), list(p), m) for p, m in checked]
+    drafter = for_rows(drafters, per_row=per_row) if drafters else None
     res = BatchTrace([r.trace for r in rows])
-    cache = _prefill(model, rows, res)
+    cache = _prefill(model, rows, drafter, res)
     while True:
         live = [b for b, r in enumerate(rows) if r.remaining > 0]
         if not live:
             break
         if len(live) < len(rows):  # finished rows leave the batch
             cache.keep(live)
+            if drafter is not None:
+                drafter.keep(live)
             rows = [rows[b] for b in live]
-        _step(model, cache, rows, k, res)
+        _step(model, cache, rows, drafter, k, res)
     res.wall_s = time.perf_counter() - t0
     return res
 

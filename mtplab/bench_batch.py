@@ -17,12 +17,13 @@ from pathlib import Path
 
 import torch
 
-from .batched import RaggedKVCache, batched_autoregressive, batched_speculative
+from .batched import batched_autoregressive, batched_speculative
 from .decoding import autoregressive
 from .device import describe
 from .drafters import METHODS
 from .generate import load_for, max_k
 from .lab import sync
+from .layers import RaggedKVCache
 from .trees import nodes_per_depth, tree_speculative
 
 BATCH_METHODS = ("blockwise-overlap", "meta", "deepseek")  # one per head family, each against AR of its model
