@@ -7,10 +7,10 @@ the top-w_d candidates of every depth d: each node at depth d-1 gets the w_d can
 its children (the Stern and Meta heads read only the hidden state at the last committed position, so
 depth d's candidates do not depend on which depth d-1 token precedes them). Widths (1, 1, 1) are the
 chain; (2, 2, 1) has 2 + 4 + 4 = 10 nodes. This is the tree attention of Medusa (Cai et al. 2024,
-sec. 2.1.2) and SpecInfer (Miao et al. 2024, sec. 4): the last committed token (the root) and all N
-nodes go through the target in one forward, node i at position L + depth(i), and a mask lets node i
-see the committed prefix, the root, its ancestors and itself, so its row is exactly what a chain
-forward along its branch would compute. The accepted path is the longest branch the target agrees
+sec. 2.1.2) and the token tree verification of SpecInfer (Miao et al. 2024): the root (the last
+committed token) and all N nodes go through the target in one forward, node i at position
+L + depth(i), and a mask lets node i see the committed prefix, the root, its ancestors and itself,
+so its row is what a chain forward along its branch computes (equal up to float rounding). The accepted path is the longest branch the target agrees
 with; its keys and values are compacted to positions L..L+a, and everything else (pruned branches)
 is cut off, so the cache holds exactly the committed tokens.
 
