@@ -4,6 +4,8 @@
     python -m mtplab bench cost-curve  t(q)/t(1) of one cached forward over q new tokens, q = 1..16
     python -m mtplab bench decode      every method on the shipped checkpoints, against AR of the same model
     python -m mtplab bench crossover   oracle drafts on random models of growing width: where MTP starts to pay
+    python -m mtplab bench batch       throughput and latency against batch size (mtplab.bench_batch)
+    python -m mtplab bench tree        chain vs token trees (mtplab.bench_batch)
 
 Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
 OUT/NAME.md (and a PNG where there is a figure).
@@ -177,6 +179,9 @@ def main(a) -> None:
         data = run_decode(a)
     elif a.what == "crossover":
         data = run_crossover(a)
+    elif a.what in ("batch", "tree"):  # batches and token trees: mtplab.bench_batch
+        from . import bench_batch
+        data = (bench_batch.run_batch if a.what == "batch" else bench_batch.run_tree)(a)
     else:
         raise MtplabError(f"unknown benchmark {a.what!r}")
     if a.json:
@@ -184,5 +189,6 @@ def main(a) -> None:
     else:
         decode = ("decode-quick" if a.quick else "decode") + ("" if a.dtype == "fp32" else f"-{a.dtype}")
         name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
-                "crossover": f"crossover-{a.dtype}", "train": "train"}[a.what]
+                "crossover": f"crossover-{a.dtype}", "train": "train",
+                "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree"}[a.what]
         print(Path(a.out, f"{name}.md").read_text())

@@ -1,5 +1,6 @@
 """Building blocks shared by the trunk and the head families: RMSNorm, rotary positions, the KV cache,
-causal self-attention, the MLP and the pre-norm transformer block.
+causal self-attention, the MLP and the pre-norm transformer block; and `RaggedKVCache`, a cache whose rows
+have their own lengths (`mtplab.batched`).
 
 B batch, T time (new tokens in this call), P cached positions, C channels, H heads, D head dim (C // H).
 
@@ -40,10 +41,14 @@ def rotary_table(block_size: int, head_dim: int, base: float = 10000.0) -> torch
 
 
 def apply_rotary(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-    """x: (B, T, ..., D) with channel pairs (x[2j], x[2j+1]) read as one complex number; rot: (T, D/2).
+    """x: (B, T, ..., D) with channel pairs (x[2j], x[2j+1]) read as one complex number; rot: (T, D/2),
+    or (B, T, D/2) when each row has its own positions.
     Returns x rotated, same shape and dtype. q and k go through in one call (stacked on a middle axis)."""
     xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (B, T, ..., D/2)
-    shape = (x.shape[1],) + (1,) * (x.dim() - 3) + (rot.shape[-1],)
+    if rot.dim() == 2:
+        shape = (x.shape[1],) + (1,) * (x.dim() - 3) + (rot.shape[-1],)
+    else:  # (B, T, D/2): a position per row and token (ragged batches, token trees)
+        shape = tuple(rot.shape[:2]) + (1,) * (x.dim() - 3) + (rot.shape[-1],)
     return torch.view_as_real(xc * rot.view(shape)).flatten(-2).to(x.dtype)
 
 
@@ -209,3 +214,57 @@ class StackedBlocks:
         x = x + torch.bmm(F.gelu(torch.bmm(h, self.fc), approximate="tanh"), self.down)
         cache.advance(T)
         return x
+
+
+class RaggedKVCache:
+    """Keys and values of every layer for B rows, row b holding positions 0..lengths[b]-1.
+
+    `plan(T)` gives the positions and mask of the next forward over T tokens per row; `append` (called by
+    each attention layer) writes them at each row's own offset; `lengths` is set by the decoder."""
+
+    def __init__(self, n_layers, batch, n_head, max_len, head_dim, *, dtype=torch.float32, device="cpu"):
+        shape = (n_layers, batch, n_head, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.lengths = [0] * batch
+
+    @classmethod
+    def for_model(cls, model, batch: int) -> "RaggedKVCache":
+        """A cache for the trunk of `model`, with its dtype and device."""
+        cfg, w = model.config, model.wte.weight
+        return cls(cfg.n_layer, batch, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head,
+                   dtype=w.dtype, device=w.device)
+
+    def plan(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (B, T) = L_b + t, and mask (B, 1, T, P) with key j visible to query t of row b iff j <= L_b + t."""
+        dev = self.k.device
+        lens = torch.tensor(self.lengths, device=dev)
+        self._pos = lens[:, None] + torch.arange(T, device=dev)  # (B, T)
+        self._end = max(self.lengths) + T
+        if self._end > self.max_len:
+            raise MtplabError(f"KV cache is full ({self.max_len} positions); use shorter prompts or fewer new tokens")
+        keys = torch.arange(self._end, device=dev)
+        mask = keys[None, None, None, :] <= self._pos[:, None, :, None]  # (B, 1, T, P)
+        return self._pos, mask
+
+    def append(self, layer: int, k, v):
+        """k, v: (B, H, T, D) at the planned positions; returns this layer's keys and values (B, H, P, D)."""
+        rows = torch.arange(k.shape[0], device=k.device)[:, None]  # (B, 1)
+        self.k[layer][rows, :, self._pos] = k.transpose(1, 2)  # indexed as (B, T, H, D)
+        self.v[layer][rows, :, self._pos] = v.transpose(1, 2)
+        return self.k[layer, :, :, :self._end], self.v[layer, :, :, :self._end]
+
+    @property
+    def length(self) -> int:
+        """The longest row (attention reads it only when no mask is given; decoders here always give one)."""
+        return max(self.lengths)
+
+    def advance(self, q: int):
+        self.lengths = [n + q for n in self.lengths]
+
+    def keep(self, rows: list[int]):
+        """Only these rows stay in the batch (the others have finished)."""
+        idx = torch.tensor(rows, device=self.k.device)
+        self.k, self.v = self.k[:, idx], self.v[:, idx]
+        self.lengths = [self.lengths[i] for i in rows]

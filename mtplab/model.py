@@ -77,17 +77,31 @@ class GPT(nn.Module):
                                   like=self.wte.weight)
 
     # ---- forward -------------------------------------------------------------------------
-    def forward(self, idx, cache: KVCache | None = None) -> TrunkOutput:
-        """idx: (B, T) token ids. With a cache, they sit at positions len(cache)..len(cache)+T-1."""
+    def rope_at(self, positions: torch.Tensor) -> torch.Tensor:
+        """(B, T, D/2) rotary factors of explicit positions (B, T): ragged batches and token trees."""
+        top = int(positions.max())
+        if top >= self.config.block_size:
+            raise MtplabError(f"position {top} exceeds the context window of {self.config.block_size}; "
+                              "shorten the prompts or ask for fewer new tokens")
+        self.rope(0, 1)  # moves the table to the model's device
+        return self._rot[positions]
+
+    def forward(self, idx, cache=None, *, positions=None, mask=None) -> TrunkOutput:
+        """idx: (B, T) token ids. With a cache, they sit at positions len(cache)..len(cache)+T-1.
+
+        `positions` (B, T) and `mask` (B or 1, 1, T, P+T) bool, both optional, override that: each token's
+        rotary position and the cached keys each query may see (`mtplab.batched`, `mtplab.trees`)."""
         B, T = idx.shape
-        start = cache.length if cache is not None else 0
-        rot = self.rope(start, T)
+        if positions is None:
+            rot = self.rope(cache.length if cache is not None else 0, T)
+        else:
+            rot = self.rope_at(positions)
         x = self.wte(idx)  # (B, T, C)
         pre_last = x
         for i, block in enumerate(self.blocks):
             if i == len(self.blocks) - 1:
                 pre_last = x
-            x = block(x, rot, cache, i)
+            x = block(x, rot, cache, i, mask)
         if cache is not None:
             cache.advance(T)
         return TrunkOutput(hidden=x, logits=self.unembed(x), pre_last=pre_last)
