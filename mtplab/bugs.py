@@ -19,6 +19,8 @@ V vocabulary of the toy, N draws per test.
 """
 from __future__ import annotations
 
+import ast
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -145,6 +147,23 @@ ANSWERS: dict[str, Answer] = {
     "rule_h": Answer(top_k_on_p, True, f"top-{TOP_K} applied to p but not to q: the output follows top-k(p)"),
 }
 RULES = {name: a.rule for name, a in ANSWERS.items()}
+
+
+def listing(name: str) -> str:
+    """The source of rule `name` as a student sees it: under its neutral name, without its docstring."""
+    if name not in ANSWERS:
+        raise MtplabError(f"unknown rule {name!r}; the rules are {', '.join(ANSWERS)}")
+    tree = ast.parse(inspect.getsource(ANSWERS[name].rule))
+    fn = tree.body[0]
+    fn.name = name
+    if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant):
+        fn.body = fn.body[1:]  # the docstring names the bug
+    return ast.unparse(tree)
+
+
+def shared_listing() -> str:
+    """The two helpers several rules call: the residual draw and the textbook loop."""
+    return inspect.getsource(_resample) + "\n\n" + inspect.getsource(_standard)
 
 
 # ---------------------------------------------------------------------------------- the harness

@@ -159,14 +159,19 @@ def estimate_acceptance(model, prompts, *, max_new_tokens: int = 64, k: int | No
                       conditional=[a / r if r else float("nan") for a, r in zip(accepted, reached)])
 
 
-def live_acceptance(model, prompts, *, max_new_tokens: int = 64, k: int | None = None) -> Acceptance:
-    """The same rates counted by the live greedy verify loop (overlapped schedule) on the same prompts."""
+def live_trace(model, prompts, *, max_new_tokens: int = 64, k: int | None = None):
+    """The live greedy verify loop (overlapped schedule) of the checkpoint's own drafter on every prompt,
+    pooled into one `Trace`."""
     fam = _family(model)
     name = {"stern": "blockwise-overlap", "meta": "meta", "deepseek": "deepseek"}[fam]
     k = model.config.n_depths if k is None else k
     ids = [_prompt_ids(model, p, max_new_tokens, k) for p in prompts]
-    traces = run_prompts(name, model, ids, max_new_tokens=max_new_tokens, k=k)
-    return from_trace(pooled(traces))
+    return pooled(run_prompts(name, model, ids, max_new_tokens=max_new_tokens, k=k))
+
+
+def live_acceptance(model, prompts, *, max_new_tokens: int = 64, k: int | None = None) -> Acceptance:
+    """The same rates counted by the live greedy verify loop on the same prompts."""
+    return from_trace(live_trace(model, prompts, max_new_tokens=max_new_tokens, k=k))
 
 
 def compare(model, prompts, *, max_new_tokens: int = 64, k: int | None = None) -> dict[str, Acceptance]:
@@ -186,4 +191,4 @@ def largest_gap(a: Acceptance, b: Acceptance) -> float:
     return max(abs(x - y) for x, y in zip(a.unconditional, b.unconditional))
 
 
-__all__ = ["estimate_acceptance", "greedy_paths", "live_acceptance", "compare", "match_counts", "no_causal_mask", "largest_gap"]
+__all__ = ["estimate_acceptance", "greedy_paths", "live_trace", "live_acceptance", "compare", "match_counts", "no_causal_mask", "largest_gap"]
