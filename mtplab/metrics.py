@@ -5,7 +5,8 @@ n drafts per step; draft j (0-based) sits at depth j+2. Conventions:
 * unconditional per position (vLLM's spec-decode metrics, llama.cpp): a_j = P(draft j accepted)
   = steps whose draft j was accepted / steps that drafted;
 * conditional per position: c_j = P(draft j accepted | drafts 0..j-1 accepted);
-* mean accepted length: E[accepted drafts] = sum_j a_j without the bonus token, 1 + sum_j a_j with it.
+* mean accepted length: E[accepted drafts] = sum_j a_j without the bonus token, 1 + sum_j a_j with it;
+* one number, accepted / drafted tokens: sum_j a_j / n.
 
 With every step drafting the same n tokens, a_j = c_0 c_1 ... c_j and c_j = a_j / a_{j-1}. A `Trace`
 whose last steps drafted fewer tokens (the end of the text) makes the product only approximately a_j;
@@ -39,9 +40,16 @@ class Acceptance:
         """Mean tokens committed per drafting step, with the bonus token: 1 + sum_j a_j (vLLM's)."""
         return 1.0 + self.mean_accepted
 
+    @property
+    def draft_acceptance_rate(self) -> float:
+        """Accepted drafts / drafted tokens, sum_j a_j / n: the one-number rate (vLLM's
+        num_accepted_tokens / num_draft_tokens when every step drafts n tokens)."""
+        return self.mean_accepted / max(1, len(self.unconditional))
+
     def as_dict(self) -> dict:
         return {"unconditional": self.unconditional, "conditional": self.conditional,
-                "mean_accepted": self.mean_accepted, "mean_accepted_length": self.mean_accepted_length}
+                "mean_accepted": self.mean_accepted, "mean_accepted_length": self.mean_accepted_length,
+                "draft_acceptance_rate": self.draft_acceptance_rate}
 
 
 def _rates(rates) -> list[float]:
@@ -97,7 +105,7 @@ def from_trace(trace: Trace) -> Acceptance:
 def alpha_from_length(length: float, n_drafts: int, *, bonus: bool = True) -> float:
     """The constant conditional rate alpha that gives this mean accepted length with n drafts a step:
     solves alpha + ... + alpha^n = length (- 1 with the bonus), by bisection. Only the mean is known,
-    so this is the one-parameter reading (Leviathan et al. 2023, eq. 1, truncated at n drafts)."""
+    so this is the one-parameter reading (Leviathan et al. 2023, eq. 1: (1 - alpha^(n+1)) / (1 - alpha))."""
     if not isinstance(n_drafts, int) or n_drafts < 1:
         raise MtplabError(f"n_drafts must be an integer >= 1 (got {n_drafts!r})")
     target = float(length) - (1.0 if bonus else 0.0)
@@ -123,6 +131,7 @@ def table(acc: Acceptance) -> str:
         rows.append(f"{j:>5}  {j + 2:>5}  {a:>13.3f}  {cs:>11}")
     rows.append(f"mean accepted drafts (no bonus): {acc.mean_accepted:.3f}")
     rows.append(f"mean accepted length (with bonus): {acc.mean_accepted_length:.3f}")
+    rows.append(f"accepted / drafted tokens: {acc.draft_acceptance_rate:.3f}")
     return "\n".join(rows)
 
 

@@ -47,6 +47,7 @@ def test_conditional_and_unconditional_convert_into_each_other(tr):
     acc = metrics.convert(tr)
     _same(metrics.to_unconditional([0.0 if math.isnan(c) else c for c in acc.conditional]), acc.unconditional)
     _same(metrics.to_conditional(acc.unconditional), acc.conditional)
+    assert acc.draft_acceptance_rate == pytest.approx(tr.num_accepted_tokens / tr.num_draft_tokens, abs=1e-12)
     from_cond = metrics.convert([0.0 if math.isnan(c) else c for c in acc.conditional], "conditional")
     assert from_cond.mean_accepted_length == pytest.approx(tr.mean_accepted_length, abs=1e-12)
 
