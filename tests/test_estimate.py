@@ -31,6 +31,15 @@ def test_on_a_shipped_checkpoint_the_estimate_matches_and_both_controls_fail():
     assert sum(r["live loop"].unconditional) > 0.3  # the live loop accepts drafts: the test is not 0 == 0
 
 
+@pytest.mark.parametrize("name", ["meta-k4", "deepseek-d1"])
+def test_shipped_meta_and_deepseek_checkpoints_match_their_live_loop(name):
+    model = checkpoint.load(name)
+    tf = estimate.estimate_acceptance(model, ["def main("], max_new_tokens=24)
+    live = estimate.live_acceptance(model, ["def main("], max_new_tokens=24)
+    assert tf.unconditional == pytest.approx(live.unconditional, abs=1e-12)
+    assert len(tf.unconditional) == model.config.n_depths - 1
+
+
 def test_no_causal_mask_lets_early_positions_see_the_future_and_is_undone():
     model = random_model("stern", 3, seed=2, vocab_size=16, n_layer=1)  # one layer: keys are the inputs
     idx = torch.randint(0, 16, (1, 20), generator=torch.Generator().manual_seed(0))
