@@ -76,3 +76,13 @@ def test_bad_input_names_the_fix():
         bugs.judge("rule_a")
     with pytest.raises(MtplabError, match="seeds must be"):
         bugs.power(bugs.reference, seeds=0)
+
+
+def test_power_bars_colour_the_answers():
+    from mtplab import viz_metrics
+
+    power = {n: (1.0 if a.broken else 0.0) for n, a in bugs.ANSWERS.items()}
+    fig = viz_metrics.power_bars(power, alpha=bugs.ALPHA, broken={n: a.broken for n, a in bugs.ANSWERS.items()})
+    bars = fig.axes[0].patches
+    assert [b.get_height() for b in bars] == list(power.values())
+    assert len({b.get_facecolor() for b in bars}) == 2

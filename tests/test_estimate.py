@@ -75,3 +75,13 @@ def test_bad_input_names_the_fix():
         estimate.estimate_acceptance(stern, PROMPTS, max_new_tokens=8, shift=2)
     with pytest.raises(MtplabError, match="give at least one prompt"):
         estimate.estimate_acceptance(stern, [], max_new_tokens=8)
+
+
+def test_estimate_vs_live_figure_has_one_line_per_estimate():
+    from mtplab import viz_metrics
+    from mtplab.metrics import convert
+
+    results = {"live loop": convert([0.6, 0.3]), "teacher-forced": convert([0.6, 0.3]), "control": convert([0.2, 0.1])}
+    fig = viz_metrics.estimate_vs_live(results, title="x")
+    assert len(fig.axes) == 2 and all(len(ax.lines) == 3 for ax in fig.axes)
+    assert list(fig.axes[0].lines[2].get_ydata()) == [0.2, 0.1]

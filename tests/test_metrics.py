@@ -113,3 +113,13 @@ def test_widget_converts_and_metrics_does_not_import_ipywidgets():
     assert "0.450" in out.value
     text.value = "0.9, 2"
     assert "error" in out.value and "[0, 1]" in out.value
+
+
+def test_conventions_figure_draws_both_rates_per_position():
+    from mtplab import viz_metrics
+
+    fig = viz_metrics.conventions(metrics.convert([0.8, 0.5, 0.2]))
+    ax = fig.axes[0]
+    heights = sorted(round(p.get_height(), 6) for p in ax.patches)
+    assert heights == sorted([0.8, 0.5, 0.2, 0.8, 0.625, 0.4])
+    assert "2.50" in ax.get_title() and "1.50" in ax.get_title()
