@@ -214,3 +214,36 @@ def check_verdicts(verdicts: dict) -> Check:
                 hints.append(f"{r} is correct: one small p-value on one seed happens at rate {ALPHA}")
         return Check(name, False, f"{len(wrong)} of {len(ANSWERS)} verdicts are off. " + "; ".join(hints))
     return Check(name, True, "; ".join(f"{r}: {a.why}" for r, a in ANSWERS.items() if a.broken))
+
+
+def main(argv=None) -> int:
+    """python -m mtplab.bugs [--seeds S] [--draws N] [--quick] [--json PATH]: the power table over S seeds."""
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m mtplab.bugs", description=main.__doc__)
+    ap.add_argument("--seeds", type=int, default=200, help="independent toys per rule (default 200)")
+    ap.add_argument("--draws", type=int, default=N_DRAWS, help=f"draws per test (default {N_DRAWS})")
+    ap.add_argument("--quick", action="store_true", help="5 seeds: a check that it runs")
+    ap.add_argument("--json", type=str, default=None, help="also write the table to this JSON file")
+    args = ap.parse_args(argv)
+    seeds = 5 if args.quick else args.seeds
+    try:
+        table = power_table(seeds=seeds, n=args.draws)
+    except MtplabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for name, rate in table.items():
+        a = ANSWERS[name]
+        print(f"{name} ({a.rule.__name__}, {'broken' if a.broken else 'correct'}): rejected on {rate:.3f} of {seeds} "
+              f"seeds at alpha {ALPHA}, {args.draws} draws each")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"seeds": seeds, "n_draws": args.draws, "alpha": ALPHA, "vocab": V,
+                       "power": table, "broken": {n: a.broken for n, a in ANSWERS.items()}}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

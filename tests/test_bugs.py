@@ -86,3 +86,17 @@ def test_power_bars_colour_the_answers():
     bars = fig.axes[0].patches
     assert [b.get_height() for b in bars] == list(power.values())
     assert len({b.get_facecolor() for b in bars}) == 2
+
+
+def test_the_power_command_prints_every_rule_and_refuses_bad_input(tmp_path, capsys):
+    out = tmp_path / "power.json"
+    assert bugs.main(["--seeds", "1", "--draws", "60", "--json", str(out)]) == 0  # the command, not the statistics
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8 and lines[0].startswith("rule_a (residual_is_p, broken)")
+    import json
+    saved = json.loads(out.read_text())
+    assert set(saved["power"]) == set(bugs.ANSWERS) and saved["n_draws"] == 60
+    assert bugs.main(["--seeds", "0"]) == 2
+    assert "seeds must be" in capsys.readouterr().err
+    assert bugs.main(["--seeds", "1", "--draws", "10"]) == 2
+    assert "n must be an integer >= 50" in capsys.readouterr().err
