@@ -6,9 +6,11 @@ Greedy self-speculation drafts from the target's own hidden state: at the positi
 the last committed token t_{i+1}, depth d (2..K) proposes t_{i+d}. Along the target's greedy path every
 such draft can be read from ONE teacher-forced forward over prompt + continuation (`GPT.depth_logits`),
 because the live loop sees the same tokens there. Draft j (depth j+2) at position i is accepted when
-depths 2..j+2 at i all equal the target's own tokens t_{i+2}..t_{i+j+2}; counting over every position i
-gives per-position unconditional and conditional rates. The live loop visits only the positions where a
-step starts, so the two differ by sampling, not by definition. (DeepSeek modules read the true token
+depths 2..j+2 at i all equal the target's own tokens t_{i+2}..t_{i+j+2}. The live loop scores only the
+positions where a step starts, and where the next step starts depends on how many drafts this one kept:
+replaying that walk over the teacher-forced drafts (positions='steps', the default) gives the live loop's
+own counts; counting at every position (positions='all', the usual quick estimate) weighs easy stretches
+more, because the live loop crosses them in fewer steps. (DeepSeek modules read the true token
 t_{i+d-1} here and the previous draft live; the two agree whenever that draft was accepted, which is the
 only case acceptance counts.)
 
@@ -178,7 +180,7 @@ def compare(model, prompts, *, max_new_tokens: int = 64, k: int | None = None) -
     """The live loop, the estimate (at the live loop's step starts and at every position) and the two
     controls, on the same prompts; the target decodes each prompt once for all four estimates."""
     paths = greedy_paths(model, prompts, max_new_tokens=max_new_tokens, k=k)
-    kw = dict(max_new_tokens=max_new_tokens, k=k, paths=paths)
+    kw = {"max_new_tokens": max_new_tokens, "k": k, "paths": paths}
     return {"live loop": live_acceptance(model, prompts, max_new_tokens=max_new_tokens, k=k),
             "teacher-forced": estimate_acceptance(model, prompts, **kw),
             "teacher-forced, every position": estimate_acceptance(model, prompts, positions="all", **kw),
@@ -191,4 +193,5 @@ def largest_gap(a: Acceptance, b: Acceptance) -> float:
     return max(abs(x - y) for x, y in zip(a.unconditional, b.unconditional))
 
 
-__all__ = ["estimate_acceptance", "greedy_paths", "live_trace", "live_acceptance", "compare", "match_counts", "no_causal_mask", "largest_gap"]
+__all__ = ["compare", "estimate_acceptance", "greedy_paths", "largest_gap", "live_acceptance", "live_trace",
+           "match_counts", "no_causal_mask"]

@@ -15,6 +15,7 @@ rebuilt from a_j is exact for any trace.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -65,7 +66,7 @@ def _rates(rates) -> list[float]:
 def to_conditional(unconditional) -> list[float]:
     """c_j = a_j / a_{j-1} (a_{-1} = 1); NaN where a_{j-1} = 0 (no step reached draft j)."""
     a = _rates(unconditional)
-    if any(later > earlier + 1e-12 for earlier, later in zip(a, a[1:])):
+    if any(later > earlier + 1e-12 for earlier, later in itertools.pairwise(a)):
         raise MtplabError(f"unconditional rates cannot rise with the position (got {a}); were these conditional? "
                           "pass kind='conditional'")
     prev = [1.0] + a[:-1]

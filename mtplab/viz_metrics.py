@@ -52,7 +52,7 @@ def estimate_vs_live(results: dict[str, Acceptance], *, live: str = "live loop",
     for ax, what in zip(axes, ("unconditional", "conditional")):
         for name, acc in results.items():
             ys = getattr(acc, what)
-            style = dict(color="k", lw=2.5, marker="o") if name == live else dict(marker=".", ls="--")
+            style = {"color": "k", "lw": 2.5, "marker": "o"} if name == live else {"marker": ".", "ls": "--"}
             ax.plot(range(len(ys)), ys, label=name, **style)
         n = len(next(iter(results.values())).unconditional)
         ax.set_xticks(range(n), [f"depth {j + 2}" for j in range(n)])

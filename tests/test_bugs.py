@@ -51,7 +51,7 @@ def test_first_unverified_keeps_a_draft_that_p_never_gives():
 
 
 def test_bf16_rule_changes_p_only_through_rounding():
-    p, q = bugs.toy(0)
+    p, _ = bugs.toy(0)
     logits = (torch.log(p.double()) + bugs.LOGIT_LEVEL).to(torch.bfloat16).float()
     assert (logits - logits.round()).abs().max() == 0  # bf16 steps by 1 between 128 and 256
 

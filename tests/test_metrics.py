@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mtplab import metrics, theory
 from mtplab.errors import MtplabError
@@ -106,10 +107,10 @@ def test_table_lists_every_convention():
 def test_widget_converts_and_metrics_does_not_import_ipywidgets():
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     code = "import sys, mtplab.metrics; assert 'ipywidgets' not in sys.modules"
-    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
     pytest.importorskip("ipywidgets")
     box = metrics.converter_widget([0.9, 0.5], "conditional")
-    text, which, out = box.children
+    text, _, out = box.children
     assert "0.450" in out.value
     text.value = "0.9, 2"
     assert "error" in out.value and "[0, 1]" in out.value
