@@ -1,0 +1,102 @@
+"""Find the bug (mtplab.bugs): the chi-square test catches every planted bug and passes the correct rules."""
+import pytest
+import torch
+
+from mtplab import bugs
+from mtplab.decoding import accept
+from mtplab.errors import MtplabError
+
+BROKEN = [name for name, a in bugs.ANSWERS.items() if a.broken]
+CORRECT = [name for name, a in bugs.ANSWERS.items() if not a.broken]
+
+
+def test_the_lab_plants_six_bugs_and_two_correct_rules():
+    planted = {bugs.ANSWERS[n].rule.__name__ for n in BROKEN}
+    assert planted == {"ignores_temperature", "p_in_bf16", "argmax_residual", "first_unverified", "residual_is_p",
+                       "top_k_on_p"}
+    assert len(CORRECT) == 2
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_every_planted_bug_is_caught_at_the_default_sample_size(name):
+    # 3 seeds here; the notebook and the lead's command run more (bugs.power_table)
+    assert bugs.power(bugs.RULES[name], seeds=3) == 1.0
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_the_correct_rules_pass(name):
+    runs = [bugs.judge(bugs.RULES[name], s) for s in range(3)]
+    assert not any(r["broken"] for r in runs), [r["pvalue"] for r in runs]
+    assert all(r["counts"].sum() == bugs.N_DRAWS for r in runs)
+
+
+def test_ratio_free_is_decoding_accept_draw_for_draw():
+    """u * q(d) < p(d) is u < p(d) / q(d): with the same random numbers, the same verdicts and tokens."""
+    g = torch.Generator().manual_seed(1)
+    for trial in range(200):
+        n = 1 + trial % 4
+        p = torch.softmax(2 * torch.randn(n + 1, 8, generator=g), -1)
+        q = torch.softmax(2 * torch.randn(n, 8, generator=g), -1)
+        drafts = torch.multinomial(q, 1, generator=g)[:, 0].tolist()
+        ours = bugs.ratio_free(drafts, p, q, greedy=False, generator=torch.Generator().manual_seed(trial))
+        want = accept(drafts, p, q, greedy=False, generator=torch.Generator().manual_seed(trial))
+        assert ours == want
+
+
+def test_first_unverified_keeps_a_draft_that_p_never_gives():
+    p = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    q = torch.tensor([[0.0, 1.0]])
+    assert bugs.first_unverified([1], p, q, greedy=False, generator=torch.Generator())[0] == 1
+    assert bugs.reference([1], p, q, greedy=False, generator=torch.Generator())[:2] == (0, 0)
+
+
+def test_bf16_rule_changes_p_only_through_rounding():
+    p, _ = bugs.toy(0)
+    logits = (torch.log(p.double()) + bugs.LOGIT_LEVEL).to(torch.bfloat16).float()
+    assert (logits - logits.round()).abs().max() == 0  # bf16 steps by 1 between 128 and 256
+
+
+def test_check_verdicts_grades_the_answers():
+    right = {n: a.broken for n, a in bugs.ANSWERS.items()}
+    assert bugs.check_verdicts(right)
+    one_off = dict(right, rule_e=False)
+    verdict = bugs.check_verdicts(one_off)
+    assert not verdict and "rule_e is broken" in verdict.why and "1 of 8" in verdict.why
+    cried_wolf = bugs.check_verdicts(dict(right, rule_b=True))
+    assert not cried_wolf and "rule_b is correct" in cried_wolf.why
+    assert "no verdict yet for rule_h" in bugs.check_verdicts({n: v for n, v in right.items() if n != "rule_h"}).why
+    assert not bugs.check_verdicts(["rule_a"])
+    assert "unknown rule" in bugs.check_verdicts(dict(right, rule_z=True)).why
+
+
+def test_bad_input_names_the_fix():
+    with pytest.raises(MtplabError, match="n must be an integer >= 50"):
+        bugs.judge(bugs.reference, n=10)
+    with pytest.raises(MtplabError, match="rule must be a function"):
+        bugs.judge("rule_a")
+    with pytest.raises(MtplabError, match="seeds must be"):
+        bugs.power(bugs.reference, seeds=0)
+
+
+def test_power_bars_colour_the_answers():
+    from mtplab import viz_metrics
+
+    power = {n: (1.0 if a.broken else 0.0) for n, a in bugs.ANSWERS.items()}
+    fig = viz_metrics.power_bars(power, alpha=bugs.ALPHA, broken={n: a.broken for n, a in bugs.ANSWERS.items()})
+    bars = fig.axes[0].patches
+    assert [b.get_height() for b in bars] == list(power.values())
+    assert len({b.get_facecolor() for b in bars}) == 2
+
+
+def test_the_power_command_prints_every_rule_and_refuses_bad_input(tmp_path, capsys):
+    out = tmp_path / "power.json"
+    assert bugs.main(["--seeds", "1", "--draws", "60", "--json", str(out)]) == 0  # the command, not the statistics
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8 and lines[0].startswith("rule_a (residual_is_p, broken)")
+    import json
+    saved = json.loads(out.read_text())
+    assert set(saved["power"]) == set(bugs.ANSWERS) and saved["n_draws"] == 60
+    assert bugs.main(["--seeds", "0"]) == 2
+    assert "seeds must be" in capsys.readouterr().err
+    assert bugs.main(["--seeds", "1", "--draws", "10"]) == 2
+    assert "n must be an integer >= 50" in capsys.readouterr().err

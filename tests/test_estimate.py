@@ -1,0 +1,87 @@
+"""Acceptance without decoding (mtplab.estimate): one teacher-forced forward counts what the live loop counts."""
+import pytest
+import torch
+
+from mtplab import checkpoint, estimate
+from mtplab.errors import MtplabError
+from tests.conftest import random_model
+
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8], [1, 6, 1, 8, 0, 3, 3, 9, 8]]
+
+
+@pytest.mark.parametrize("heads,K", [("stern", 4), ("meta", 4), ("deepseek", 3)])
+def test_teacher_forced_counts_equal_the_live_loop(heads, K):
+    # vocabulary 10, weak noise: drafts right often enough that every position is reached
+    model = random_model(heads, K, seed=5, vocab_size=10, noise=0.3)
+    live = estimate.live_acceptance(model, PROMPTS, max_new_tokens=30)
+    tf = estimate.estimate_acceptance(model, PROMPTS, max_new_tokens=30)
+    assert tf.unconditional == pytest.approx(live.unconditional, abs=1e-12)
+    assert tf.conditional == pytest.approx(live.conditional, abs=1e-12, nan_ok=True)
+    assert tf.mean_accepted_length == pytest.approx(live.mean_accepted_length, abs=1e-12)
+    assert len(tf.unconditional) == K - 1
+
+
+def test_on_a_shipped_checkpoint_the_estimate_matches_and_both_controls_fail():
+    model = checkpoint.load("stern-k4")
+    prompts = ["def main(", "import numpy as np\n"]
+    r = estimate.compare(model, prompts, max_new_tokens=40)
+    assert estimate.largest_gap(r["teacher-forced"], r["live loop"]) < 1e-12
+    assert estimate.largest_gap(r["control: target shifted by one"], r["live loop"]) > 0.05
+    assert estimate.largest_gap(r["control: no causal mask"], r["live loop"]) > 0.02
+    assert sum(r["live loop"].unconditional) > 0.3  # the live loop accepts drafts: the test is not 0 == 0
+
+
+@pytest.mark.parametrize("name", ["meta-k4", "deepseek-d1"])
+def test_shipped_meta_and_deepseek_checkpoints_match_their_live_loop(name):
+    model = checkpoint.load(name)
+    tf = estimate.estimate_acceptance(model, ["def main("], max_new_tokens=24)
+    live = estimate.live_acceptance(model, ["def main("], max_new_tokens=24)
+    assert tf.unconditional == pytest.approx(live.unconditional, abs=1e-12)
+    assert len(tf.unconditional) == model.config.n_depths - 1
+
+
+def test_no_causal_mask_lets_early_positions_see_the_future_and_is_undone():
+    model = random_model("stern", 3, seed=2, vocab_size=16, n_layer=1)  # one layer: keys are the inputs
+    idx = torch.randint(0, 16, (1, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model.depth_logits(idx)
+        with estimate.no_causal_mask(model):
+            open_ = model.depth_logits(idx)
+        after = model.depth_logits(idx)
+    assert torch.equal(before, after)
+    assert (open_[0, :-1] - before[0, :-1]).abs().max() > 1e-3  # earlier positions now see later tokens
+    assert torch.allclose(open_[0, -1], before[0, -1], atol=1e-5)  # the last one saw every key anyway
+
+
+def test_every_position_counts_more_steps_than_the_live_loop():
+    model = random_model("stern", 4, seed=5, vocab_size=10)
+    paths = estimate.greedy_paths(model, PROMPTS[:1], max_new_tokens=30)
+    seq, P = paths[0]
+    steps = estimate.match_counts(model, seq, P, 3)["steps"]
+    every = estimate.match_counts(model, seq, P, 3, positions="all")["steps"]
+    assert every == 30 - 1 and steps <= every
+
+
+def test_bad_input_names_the_fix():
+    plain = random_model()
+    with pytest.raises(MtplabError, match="use stern-k4, meta-k4"):
+        estimate.estimate_acceptance(plain, PROMPTS, max_new_tokens=8)
+    stern = random_model("stern", 3, vocab_size=10)
+    with pytest.raises(MtplabError, match=r"k must be an integer in 2..3"):
+        estimate.estimate_acceptance(stern, PROMPTS, max_new_tokens=8, k=5)
+    with pytest.raises(MtplabError, match="positions must be"):
+        estimate.estimate_acceptance(stern, PROMPTS, max_new_tokens=8, positions="some")
+    with pytest.raises(MtplabError, match="shift must be 0"):
+        estimate.estimate_acceptance(stern, PROMPTS, max_new_tokens=8, shift=2)
+    with pytest.raises(MtplabError, match="give at least one prompt"):
+        estimate.estimate_acceptance(stern, [], max_new_tokens=8)
+
+
+def test_estimate_vs_live_figure_has_one_line_per_estimate():
+    from mtplab import viz_metrics
+    from mtplab.metrics import convert
+
+    results = {"live loop": convert([0.6, 0.3]), "teacher-forced": convert([0.6, 0.3]), "control": convert([0.2, 0.1])}
+    fig = viz_metrics.estimate_vs_live(results, title="x")
+    assert len(fig.axes) == 2 and all(len(ax.lines) == 3 for ax in fig.axes)
+    assert list(fig.axes[0].lines[2].get_ydata()) == [0.2, 0.1]
