@@ -1,13 +1,15 @@
 """The two shipped corpora as byte tensors, and seeded random batches."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
 from .errors import MtplabError
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+# data/ beside the package in a source checkout; MTPLAB_DATA points elsewhere (a non-editable install)
+DATA_DIR = Path(os.environ.get("MTPLAB_DATA") or Path(__file__).resolve().parent.parent / "data")
 CORPORA = ("code", "prose")
 
 
@@ -16,7 +18,11 @@ def corpus_path(name: str, split: str) -> Path:
         raise MtplabError(f"unknown corpus {name!r}; choose one of {', '.join(CORPORA)}")
     if split not in ("train", "val"):
         raise MtplabError(f"unknown split {split!r}; use 'train' or 'val'")
-    return DATA_DIR / "corpora" / f"{name}_{split}.txt"
+    path = DATA_DIR / "corpora" / f"{name}_{split}.txt"
+    if not path.exists():
+        raise MtplabError(f"corpus file {path} not found; mtplab's data/ folder ships with the source, not the "
+                          "wheel: set MTPLAB_DATA=/path/to/mtplab/data (or install with pip install -e .)")
+    return path
 
 
 def load_corpus(name: str, split: str = "train") -> torch.Tensor:

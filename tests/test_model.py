@@ -109,3 +109,14 @@ def test_stacked_meta_heads_equal_the_heads_one_by_one():
     assert torch.allclose(got.permute(1, 0, 2), want[0], atol=1e-5)  # (T, K-1, C)
     assert cache.length == one_by_one.length == 7
     assert torch.allclose(cache.k[:, :, :, :7], one_by_one.k[:, :, :, :7], atol=1e-5)
+
+
+def test_data_folder_can_be_pointed_at(tmp_path):
+    """After a non-editable install data/ is not beside the package: MTPLAB_DATA says where it is."""
+    import subprocess
+    import sys
+    code = ("from mtplab.data import corpus_path\n"
+            "try:\n    corpus_path('code', 'val')\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    env = {"MTPLAB_DATA": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout
+    assert "MtplabError" in out and "MTPLAB_DATA" in out
