@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# The recipe behind the shipped checkpoints, on a 2-core CPU (data/README.md says what each run reached).
-# The next-token trunk first; then the four head families on the frozen trunk and the draft model, at once.
-# --max-seconds caps each run; a capped run stops, validates and saves (its JSON records stopped_early).
+# The recipe behind the shipped checkpoints, on a 2-core CPU with native bf16 (data/README.md says what each
+# run reached and how long it took). Each run stops, validates and saves at --max-seconds (its JSON records
+# stopped_early); a killed run continues with the same line plus --resume.
+#
+#   1. the next-token trunk: the first 757 steps (fp32, 2025) were continued from data/checkpoints/ntp
+#      with bf16 autocast for 1350 more steps (interrupted once and resumed; see data/README.md)
+#   2. the head families on the frozen trunk, self-distilled (--labels self), all at once, one thread each,
+#      and one Stern run on corpus labels for the corpus-versus-self comparison
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-runs/cpu}
 export OMP_NUM_THREADS=1
-common="--corpus code --batch-size 16 --save-dtype fp16 --seed 0 --out $OUT"
-$PY -m mtplab train $common --preset classroom --steps 1000 --lr 3e-3 --eval-every 100 --name ntp --max-seconds 3300
-heads="$common --from $OUT/ntp --freeze-trunk --lr 2e-3 --eval-every 50 --max-seconds 2100"
-$PY -m mtplab train $heads --heads stern --depths 4 --steps 400 &
-$PY -m mtplab train $heads --heads meta --depths 4 --steps 250 &
-$PY -m mtplab train $heads --heads deepseek --modules 1 --steps 350 &
-$PY -m mtplab train $heads --heads deepseek --modules 3 --steps 220 &
-$PY -m mtplab train $common --preset draft --steps 900 --lr 3e-3 --eval-every 100 --name draft --max-seconds 2100 &
+common="--corpus code --batch-size 16 --save-dtype fp16 --seed 0 --no-progress"
+if [ "${1:-}" != "--heads-only" ]; then
+    $PY -m mtplab train $common --from ntp --steps 1350 --lr 1.5e-3 --warmup 50 --eval-every 150 \
+        --out "$OUT/trunk" --name ntp --seed 1 --max-seconds 4600
+    cp "$OUT/trunk/ntp.safetensors" data/checkpoints/ntp.safetensors   # the heads name their base by sha256
+fi
+heads="$common --from ntp --freeze-trunk --lr 2e-3 --eval-every 50 --max-seconds ${HEAD_SECONDS:-1500} --out $OUT/heads"
+$PY -m mtplab train $heads --heads stern --depths 4 --labels self --steps 600 &
+$PY -m mtplab train $heads --heads stern --depths 4 --labels corpus --steps 600 --name stern-k4-corpus &
+$PY -m mtplab train $heads --heads meta --depths 4 --labels self --steps 330 &
+$PY -m mtplab train $heads --heads deepseek --modules 1 --labels self --steps 600 &
+$PY -m mtplab train $heads --heads deepseek --modules 3 --labels self --steps 300 &
 wait
-for n in ntp draft stern-k4 meta-k4 deepseek-d1 deepseek-d3; do cp "$OUT/$n.safetensors" "$OUT/$n.json" data/checkpoints/; done
