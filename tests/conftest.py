@@ -6,12 +6,12 @@ import torch
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
-from mtplab import lab  # noqa: E402
+from mtplab import toys  # noqa: E402
 
 
 def random_model(heads="none", n_depths=1, seed=0, vocab_size=256, n_layer=2, n_embd=32, n_head=2, block_size=96, noise=0.3):
     """A small random model whose heads disagree with the trunk often enough to exercise rejection."""
-    return lab.random_model(vocab_size=vocab_size, seed=seed, noise=noise, heads=heads, n_depths=n_depths, n_layer=n_layer,
+    return toys.random_model(vocab_size=vocab_size, seed=seed, noise=noise, heads=heads, n_depths=n_depths, n_layer=n_layer,
                             n_head=n_head, n_embd=n_embd, block_size=block_size)
 
 

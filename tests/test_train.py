@@ -215,7 +215,7 @@ def test_self_labels_score_each_depth_against_the_targets_own_row():
 def test_self_labelled_train_step_is_the_distillation_loss(heads, k, labels):
     """Each family's training step with self labels computes mean over depths d >= 2 of the cross-entropy
     between depth d at position i and the frozen target's row i+d-1 (its soft distribution or argmax)."""
-    from mtplab.lab import random_model
+    from mtplab.toys import random_model
     from mtplab.train import train_step
 
     model = random_model(vocab_size=32, seed=5, noise=1.0, heads=heads, n_depths=k, n_layer=2, n_head=2, n_embd=32,

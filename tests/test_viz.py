@@ -136,5 +136,5 @@ def test_label_layout_matches_the_model_and_the_check_can_fail(monkeypatch):
         for r in rows:
             r["labels"] = dict(r["reads"])
         return rows
-    monkeypatch.setattr(lab, "label_layout", off_by_one)
+    monkeypatch.setattr(lab.deepseek, "label_layout", off_by_one)  # where layout_matches_model looks it up
     assert not lab.layout_matches_model(model, T=10)
