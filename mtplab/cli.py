@@ -6,16 +6,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from .errors import MtplabError
+
+MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
+
+
+def _finite(x):
+    """NaN and infinities become null, so that strict JSON parsers read --json output."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(_finite(obj), allow_nan=False))
 
 
 def _train(a):
     from .train import fit
 
     hist = fit(preset=a.preset, corpus=a.corpus, steps=a.steps, out=a.out, name=a.name, seed=a.seed,
-               resume=a.resume, heads=a.heads, n_depths=a.depths, n_modules=a.modules, freeze_trunk=a.freeze_trunk,
+               resume=a.resume, overwrite=a.overwrite, heads=a.heads, n_depths=a.depths, n_modules=a.modules, freeze_trunk=a.freeze_trunk,
                from_checkpoint=a.from_,
                lam=a.lam, batch_size=a.batch_size, lr=a.lr, eval_every=a.eval_every, device=a.device,
                dropout=a.dropout, save_dtype=a.save_dtype, progress=not a.no_progress,
@@ -23,18 +41,24 @@ def _train(a):
                autocast=a.autocast, warmup=a.warmup)
     last = hist[-1] if hist else {}
     if a.json:
-        print(json.dumps(hist))
+        _print_json(hist)
+    elif last:
+        print(f"done: {last['step']} steps, {last['tokens']} tokens, val bpb {last['val_bpb']:.3f}, "
+              "per-depth top-1 acc " + " ".join(f"{x:.3f}" for x in last["val_acc_depth"]))
     else:
-        print(f"done: {last.get('step')} steps, {last.get('tokens')} tokens, val bpb {last.get('val_bpb', float('nan')):.3f}, "
-              "per-depth top-1 acc " + " ".join(f"{x:.3f}" for x in last.get("val_acc_depth", [])))
+        print("done: nothing left to train (the run had already reached --steps)")
 
 
 def _read_prompt(a) -> str:
     if a.prompt_file:
         try:
-            raw = open(a.prompt_file, "rb").read()
+            with open(a.prompt_file, "rb") as f:
+                raw = f.read(MAX_PROMPT_BYTES + 1)  # never more: /dev/zero would fill the memory
         except OSError as e:
             raise MtplabError(f"cannot read prompt file {a.prompt_file}: {e.strerror}") from None
+        if len(raw) > MAX_PROMPT_BYTES:
+            raise MtplabError(f"prompt file {a.prompt_file} is longer than {MAX_PROMPT_BYTES} bytes, more than any "
+                              "context window holds; give a shorter file")
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -42,18 +66,26 @@ def _read_prompt(a) -> str:
                               "save it as UTF-8 or pass --prompt") from None
     if a.prompt is None:
         raise MtplabError("give a prompt with --prompt TEXT or --prompt-file PATH")
+    try:
+        a.prompt.encode("utf-8")  # bytes that are not UTF-8 reach Python as lone surrogates
+    except UnicodeEncodeError as e:
+        raise MtplabError(f"--prompt is not valid UTF-8 (character {e.start}); pass UTF-8 text, or put the "
+                          "bytes in a file and use --prompt-file") from None
     return a.prompt
 
 
 def _generate(a):
     from .generate import run_generate
 
+    if a.k is not None and a.method == "ar":
+        raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
+                          "forward: drop --k or choose a speculative --method")
     res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
                        max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
                        seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
                        dtype=a.dtype)
     if a.json:
-        print(json.dumps(res))
+        _print_json(res)
     else:
         print(res["text"])
         print(f"\n[{res['method']} on {res['checkpoint']}: {len(res['tokens'])} tokens in {res['forwards']} forwards "
@@ -81,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True)
     t.add_argument("--name", default=None, help="checkpoint file stem (default: ntp, stern-k4, ...)")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--resume", action="store_true")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out (same settings; --steps, "
+                   "--max-seconds, --eval-every, --save-dtype, --device may change)")
+    t.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     t.add_argument("--heads", default="none", help="none | stern | meta | deepseek")
     t.add_argument("--depths", type=int, default=None, help="stern, meta: prediction depths K (default 4)")
     t.add_argument("--modules", type=int, default=None, help="deepseek: sequential MTP modules D (default 1)")
@@ -144,4 +178,7 @@ def main(argv=None) -> int:
     except MtplabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
     return 0

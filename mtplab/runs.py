@@ -118,12 +118,17 @@ def save(out: Path, name: str, *, model, opt, gen, step: int, history: list, set
         manifest = {"step": step, "state_sha256": ckpt.sha256(p["next"]), "scalars": scalars,
                     "settings": settings, "history": history}
         ckpt.atomic_write_text(p["manifest"], json.dumps(manifest) + "\n")
-        os.replace(p["next"], p["state"])
+        _promote(p["next"], p["state"])
     except (OSError, SafetensorError) as e:
         full = isinstance(e, OSError) and e.errno == errno.ENOSPC
         why = "the disk is full" if full else (getattr(e, "strerror", None) or str(e))
         raise MtplabError(f"could not save step {step} to {out} ({why}); the last complete save is still there: "
                           "free space or fix --out, then continue with --resume") from None
+
+
+def _promote(src: Path, dst: Path) -> None:
+    """The last point of a save: the committed state file takes its usual name."""
+    os.replace(src, dst)
 
 
 def read_manifest(out: Path, name: str) -> dict:
