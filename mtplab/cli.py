@@ -102,10 +102,7 @@ def _bench(a):
     bench.main(a)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-
+def _train_parser(sub) -> None:
     t = sub.add_parser("train", help="train a model (next-token or multi-token)")
     t.add_argument("--preset", default="classroom")
     t.add_argument("--corpus", default="code")
@@ -137,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=_train)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    _train_parser(sub)
 
     g = sub.add_parser("generate", help="generate text, autoregressively or speculatively")
     g.add_argument("--method", default="ar",

@@ -10,7 +10,6 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from .errors import MtplabError
 from .model import GPT
 from .losses import depth_cross_entropies, family_loss, self_distill_cross_entropies
 
