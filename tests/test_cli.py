@@ -171,3 +171,11 @@ def test_sigint_during_training_says_how_to_resume(tmp_path):
     err = err.decode()
     assert p.returncode == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert "interrupted at step" in err and "the last complete save is step" in err and "--resume" in err, err
+
+
+def test_a_draft_models_smaller_window_is_named_as_the_drafts(ckdir, tmp_path):
+    ckpt.save(random_model(seed=6, n_embd=16, block_size=32), tmp_path / "short")
+    r = run("generate", "--method", "draft-model", "--checkpoint", "ntp", "--draft-checkpoint", str(tmp_path / "short"),
+            "--prompt", "abc", "--max-new-tokens", "40", env={"MTPLAB_CHECKPOINTS": str(ckdir)})
+    one_line(r, "the draft model's context window (32) is smaller than the target's (128): the prompt (3 tokens) "
+                "plus 40 new tokens plus k=4 do not fit it")
