@@ -76,10 +76,15 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _stem(p: Path) -> str:
+    """NAME of NAME, NAME.json or NAME.safetensors; a dotted NAME ('my.run') keeps its dots."""
+    return p.name[:-len(p.suffix)] if p.suffix in (".json", ".safetensors") else p.name
+
+
 def resolve(name_or_path) -> Path:
     """A file stem in data/checkpoints/ ('ntp') or a path to NAME.safetensors / NAME.json / NAME."""
     p = Path(name_or_path)
-    stem = p.name[:-len(p.suffix)] if p.suffix in (".json", ".safetensors") else p.name  # 'my.run' keeps its dot
+    stem = _stem(p)
     candidates = [p, p.with_name(stem + ".safetensors")]
     if not p.is_absolute() and len(p.parts) == 1:
         candidates.append(CHECKPOINT_DIR / f"{stem}.safetensors")
@@ -93,7 +98,8 @@ def resolve(name_or_path) -> Path:
 
 def save(model: GPT, path, *, meta: dict | None = None, base: str | Path | None = None, dtype=None) -> Path:
     """Write PATH.safetensors and PATH.json. With `base`, store only the head weights (mtp.*)."""
-    path = Path(path).with_suffix(".safetensors")
+    path = Path(path)
+    path = path.with_name(_stem(path) + ".safetensors")
     state = {n: t.detach() for n, t in model.state_dict().items()}
     state.pop("lm_head.weight", None)  # tied to wte.weight
     info = {"config": model.config.to_dict(), "meta": meta or {}}

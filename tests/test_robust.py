@@ -270,6 +270,9 @@ def test_dotted_name_trains_and_loads_by_name(tmp_path, monkeypatch):
     assert ckpt.load(tmp_path / "my.run").config.n_layer == 2
     monkeypatch.setattr(ckpt, "CHECKPOINT_DIR", tmp_path)
     assert ckpt.load("my.run").config.n_layer == 2
+    ckpt.save(ckpt.load("my.run"), tmp_path / "copy.v2")
+    assert (tmp_path / "copy.v2.safetensors").is_file() and (tmp_path / "copy.v2.json").is_file()
+    assert ckpt.load("copy.v2").config.n_layer == 2
 
 
 # ---- SIGINT during training ----------------------------------------------------------------------------
