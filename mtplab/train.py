@@ -23,6 +23,7 @@ from .model import GPT, attach_heads
 from .steps import autocast_context, autocast_kind, evaluate, lr_at, meta_step, train_step  # noqa: F401
 from .trainconfig import SAVE_DTYPES, TrainConfig, check, default_name  # noqa: F401
 
+
 def _build_model(c: TrainConfig, depths: int) -> GPT:
     """From scratch (the preset), or heads attached to a next-token checkpoint (`--from`)."""
     if c.from_checkpoint is None:
@@ -206,8 +207,8 @@ def _one(run: _Run, step: int, train_data, windows, eval_every: int, save_every:
 
 def fit(config: TrainConfig | None = None, /, **kwargs) -> list[dict]:
     """Train a model and return its history (a list of dicts, one per validation).
-    Give a TrainConfig or its fields as keywords (see TrainConfig)."""
-    c = config if config is not None else TrainConfig(**kwargs)
+    Give a TrainConfig, its fields as keywords (see TrainConfig), or both (the keywords replace fields)."""
+    c = replace(config, **kwargs) if config is not None else TrainConfig(**kwargs)
     check(c)
     rank, world, dev = distributed.setup(c.device)
     if c.batch_size % world:

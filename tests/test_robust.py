@@ -26,7 +26,9 @@ def same(a, b):
 def test_fit_takes_a_config_or_keywords(tmp_path):
     fit(TrainConfig(steps=2, out=tmp_path / "a", seed=2, **TINY))
     fit(steps=2, out=tmp_path / "b", seed=2, **TINY)
+    fit(TrainConfig(steps=2, **TINY), out=tmp_path / "c", seed=2)  # keywords replace the config's fields
     assert same(live_weights(tmp_path / "a"), live_weights(tmp_path / "b"))
+    assert same(live_weights(tmp_path / "a"), live_weights(tmp_path / "c"))
     with pytest.raises(TypeError):
         fit(steps=2, bogus=1)
 
