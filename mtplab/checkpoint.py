@@ -1,7 +1,10 @@
 """Checkpoints: safetensors weights plus a JSON config, written atomically, loaded without pickle.
 
 A checkpoint whose trunk was frozen during training stores only its head weights and names
-its base checkpoint (file stem and sha256); loading it loads the base first.
+its base checkpoint (file name, the directory it was trained from, sha256); loading it finds the base
+by that sha256 among regular files of that name beside it, where it was trained from, or in
+data/checkpoints. A config is checked (types, ranges) and against the weights file's header before
+anything is allocated.
 """
 from __future__ import annotations
 
@@ -19,8 +22,11 @@ from .config import ModelConfig
 from .errors import MtplabError
 from .model import GPT
 
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 # MTPLAB_CHECKPOINTS points elsewhere (e.g. freshly trained checkpoints) without touching data/
-CHECKPOINT_DIR = Path(os.environ.get("MTPLAB_CHECKPOINTS") or Path(__file__).resolve().parent.parent / "data" / "checkpoints")
+CHECKPOINT_DIR = Path(os.environ.get("MTPLAB_CHECKPOINTS") or SHIPPED_DIR)
+MAX_HEADER = 100 << 20  # bytes of safetensors header we are willing to read
+MAX_BLOCK = 1 << 16     # the longest context window a config may ask for
 
 
 def atomic_write(path: Path, write) -> None:
@@ -32,11 +38,27 @@ def atomic_write(path: Path, write) -> None:
     try:
         write(tmp)
         os.chmod(tmp, 0o644)
+        with open(tmp, "rb") as f:  # the bytes reach the disk before the name points at them
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -54,14 +76,20 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _stem(p: Path) -> str:
+    """NAME of NAME, NAME.json or NAME.safetensors; a dotted NAME ('my.run') keeps its dots."""
+    return p.name[:-len(p.suffix)] if p.suffix in (".json", ".safetensors") else p.name
+
+
 def resolve(name_or_path) -> Path:
     """A file stem in data/checkpoints/ ('ntp') or a path to NAME.safetensors / NAME.json / NAME."""
     p = Path(name_or_path)
-    candidates = [p, p.with_suffix(".safetensors")] if p.suffix != ".json" else [p.with_suffix(".safetensors")]
+    stem = _stem(p)
+    candidates = [p, p.with_name(stem + ".safetensors")]
     if not p.is_absolute() and len(p.parts) == 1:
-        candidates.append(CHECKPOINT_DIR / f"{p.stem}.safetensors")
+        candidates.append(CHECKPOINT_DIR / f"{stem}.safetensors")
     for c in candidates:
-        if c.suffix == ".safetensors" and c.exists():
+        if c.suffix == ".safetensors" and c.is_file():
             return c
     known = sorted(q.stem for q in CHECKPOINT_DIR.glob("*.safetensors"))
     raise MtplabError(f"checkpoint {str(name_or_path)!r} not found; shipped ones are {', '.join(known) or 'none'}, "
@@ -70,14 +98,15 @@ def resolve(name_or_path) -> Path:
 
 def save(model: GPT, path, *, meta: dict | None = None, base: str | Path | None = None, dtype=None) -> Path:
     """Write PATH.safetensors and PATH.json. With `base`, store only the head weights (mtp.*)."""
-    path = Path(path).with_suffix(".safetensors")
+    path = Path(path)
+    path = path.with_name(_stem(path) + ".safetensors")
     state = {n: t.detach() for n, t in model.state_dict().items()}
     state.pop("lm_head.weight", None)  # tied to wte.weight
     info = {"config": model.config.to_dict(), "meta": meta or {}}
     if base is not None:
         base_path = resolve(base)
         state = {n: t for n, t in state.items() if n.startswith("mtp.")}
-        info["base"] = {"file": base_path.name, "sha256": sha256(base_path)}
+        info["base"] = {"file": base_path.name, "dir": str(base_path.resolve().parent), "sha256": sha256(base_path)}
     state = {n: (t.to(dtype) if dtype is not None and t.is_floating_point() else t).contiguous().cpu()
              for n, t in state.items()}
     atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"format": "mtplab"}))
@@ -103,23 +132,77 @@ def _read_tensors(path: Path) -> dict:
         raise MtplabError(f"{path} is corrupt or truncated ({e}); restore it from git or retrain") from None
 
 
+def _header(path: Path) -> dict:
+    """name -> shape from the safetensors header, read without loading (or trusting) the tensors."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 0 < n <= min(MAX_HEADER, path.stat().st_size - 8):
+                raise ValueError(f"header length {n}")
+            head = json.loads(f.read(n))
+        return {k: tuple(v["shape"]) for k, v in head.items() if k != "__metadata__"}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise MtplabError(f"{path} is corrupt or truncated ({e}); restore it from git or retrain") from None
+
+
+def _config(info, jpath: Path) -> ModelConfig:
+    """The saved config, its field types and ranges checked before any tensor is allocated."""
+    raw = info.get("config") if isinstance(info, dict) else None
+    if not isinstance(raw, dict):
+        raise MtplabError(f"{jpath} has no 'config' object; it is not an mtplab checkpoint (retrain or restore it)")
+    fields = ModelConfig.__dataclass_fields__
+    for key, v in raw.items():
+        want = fields[key].type if key in fields else None
+        bad = (want == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 1)
+               or want == "float" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1)
+               or want == "str" and not isinstance(v, str))
+        if bad:
+            raise MtplabError(f"{jpath}: config field {key}={v!r} is not a valid {want}; restore the file or retrain")
+    if raw.get("block_size", 1) > MAX_BLOCK:
+        raise MtplabError(f"{jpath}: block_size {raw['block_size']} is over {MAX_BLOCK}; restore the file or retrain")
+    return ModelConfig.from_dict(raw)
+
+
+def _check_header(cfg: ModelConfig, shapes: dict, path: Path) -> None:
+    """The sizes that drive allocation (vocabulary, width, layers) must be those of the weights file."""
+    wte = shapes.get("wte.weight")
+    layers = {int(n.split(".")[1]) for n in shapes if n.startswith("blocks.") and n.split(".")[1].isdigit()}
+    if wte != (cfg.vocab_size, cfg.n_embd) or len(layers) != cfg.n_layer:
+        raise MtplabError(f"config does not match the weights in {path.name}: the config says vocab_size "
+                          f"{cfg.vocab_size}, n_embd {cfg.n_embd}, n_layer {cfg.n_layer}; the weights have "
+                          f"wte {wte} and {len(layers)} layers. Restore the config saved with them or retrain.")
+
+
+def _find_base(path: Path, base) -> Path:
+    """The base checkpoint with the recorded sha256: a regular file of the recorded name, beside the heads,
+    in the directory it was trained from, or in data/checkpoints (nowhere else)."""
+    ok = isinstance(base, dict) and isinstance(base.get("file"), str) and isinstance(base.get("sha256"), str)
+    name = base["file"] if ok else ""
+    if not ok or Path(name).name != name or not name.endswith(".safetensors") or name.startswith("."):
+        raise MtplabError(f"{path.with_suffix('.json')}: base must name a .safetensors file (no directories, "
+                          "no '..'); retrain the heads or restore the file")
+    dirs = [path.parent] + ([Path(base["dir"])] if isinstance(base.get("dir"), str) else []) + [CHECKPOINT_DIR]
+    seen = [d / name for d in dirs if (d / name).is_file()]
+    for cand in seen:
+        if sha256(cand) == base["sha256"]:
+            return cand
+    if seen:
+        raise MtplabError(f"{path.name} was trained on a different {name} (sha256 differs from "
+                          f"{', '.join(str(c) for c in seen)}); retrain the heads on the current base or restore the old base")
+    raise MtplabError(f"{path.name} holds only heads; its base {name} is in none of "
+                      f"{', '.join(str(d) for d in dirs)}; put it beside the heads")
+
+
 def load(name_or_path, *, device="cpu", dtype=torch.float32, config: ModelConfig | None = None) -> GPT:
     """Load a checkpoint into a GPT (eval mode). `config`, if given, must match the weights."""
     path = resolve(name_or_path)
     info = read_info(path)
-    if "config" not in info:
-        raise MtplabError(f"{path.with_suffix('.json')} has no 'config'; it is not an mtplab checkpoint")
-    cfg = config or ModelConfig.from_dict(info["config"])
+    cfg = config or _config(info, path.with_suffix(".json"))
+    bpath = _find_base(path, info["base"]) if isinstance(info, dict) and "base" in info else None
+    shapes = {**(_header(bpath) if bpath else {}), **_header(path)}
+    _check_header(cfg, shapes, path)
     state = {}
-    if "base" in info:
-        bpath = path.parent / info["base"]["file"]
-        if not bpath.exists():
-            bpath = CHECKPOINT_DIR / info["base"]["file"]
-        if not bpath.exists():
-            raise MtplabError(f"{path.name} holds only heads; its base {bpath} is missing")
-        if sha256(bpath) != info["base"]["sha256"]:
-            raise MtplabError(f"{path.name} was trained on a different {bpath.name} (sha256 differs); "
-                              "retrain the heads on the current base or restore the old base")
+    if bpath is not None:
         state.update(_read_tensors(bpath))
     state.update(_read_tensors(path))
     model = GPT(cfg)

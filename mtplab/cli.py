@@ -6,9 +6,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from .errors import MtplabError
+
+MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
+
+
+def _finite(x):
+    """NaN and infinities become null, so that strict JSON parsers read --json output."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(_finite(obj), allow_nan=False))
 
 
 def _train(a):
@@ -17,18 +35,20 @@ def _train(a):
     from .train import fit
 
     hist = fit(preset=a.preset, corpus=a.corpus, steps=a.steps, out=a.out, name=a.name, seed=a.seed,
-               resume=a.resume, heads=a.heads, n_depths=a.depths, n_modules=a.modules, freeze_trunk=a.freeze_trunk,
-               from_checkpoint=a.from_,
+               resume=a.resume, overwrite=a.overwrite, heads=a.heads, n_depths=a.depths, n_modules=a.modules,
+               freeze_trunk=a.freeze_trunk, from_checkpoint=a.from_,
                lam=a.lam, batch_size=a.batch_size, lr=a.lr, eval_every=a.eval_every, device=a.device,
                dropout=a.dropout, save_dtype=a.save_dtype, progress=not a.no_progress,
                memory_efficient=not a.naive_backward, max_seconds=a.max_seconds, labels=a.labels,
                autocast=a.autocast, warmup=a.warmup)
     last = hist[-1] if hist else {}
     if a.json:
-        print(json.dumps(hist))
+        _print_json(hist)
+    elif last:
+        print(f"done: {last['step']} steps, {last['tokens']} tokens, val bpb {last['val_bpb']:.3f}, "
+              "per-depth top-1 acc " + " ".join(f"{x:.3f}" for x in last["val_acc_depth"]))
     else:
-        print(f"done: {last.get('step')} steps, {last.get('tokens')} tokens, val bpb {last.get('val_bpb', float('nan')):.3f}, "
-              "per-depth top-1 acc " + " ".join(f"{x:.3f}" for x in last.get("val_acc_depth", [])))
+        print("done: nothing left to train (the run had already reached --steps)")
 
 
 def _train_hf(a):
@@ -53,9 +73,13 @@ def _train_hf(a):
 def _read_prompt(a) -> str:
     if a.prompt_file:
         try:
-            raw = open(a.prompt_file, "rb").read()
+            with open(a.prompt_file, "rb") as f:
+                raw = f.read(MAX_PROMPT_BYTES + 1)  # never more: /dev/zero would fill the memory
         except OSError as e:
             raise MtplabError(f"cannot read prompt file {a.prompt_file}: {e.strerror}") from None
+        if len(raw) > MAX_PROMPT_BYTES:
+            raise MtplabError(f"prompt file {a.prompt_file} is longer than {MAX_PROMPT_BYTES} bytes, more than any "
+                              "context window holds; give a shorter file")
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -63,12 +87,20 @@ def _read_prompt(a) -> str:
                               "save it as UTF-8 or pass --prompt") from None
     if a.prompt is None:
         raise MtplabError("give a prompt with --prompt TEXT or --prompt-file PATH")
+    try:
+        a.prompt.encode("utf-8")  # bytes that are not UTF-8 reach Python as lone surrogates
+    except UnicodeEncodeError as e:
+        raise MtplabError(f"--prompt is not valid UTF-8 (character {e.start}); pass UTF-8 text, or put the "
+                          "bytes in a file and use --prompt-file") from None
     return a.prompt
 
 
 def _generate(a):
     from .generate import run_generate
 
+    if a.k is not None and a.method == "ar":
+        raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
+                          "forward: drop --k or choose a speculative --method")
     if not a.hf and (a.heads_checkpoint or a.draft_hf):
         raise MtplabError("--heads-checkpoint and --draft-hf go with --hf PATH; the lab's own models take --checkpoint")
     if a.hf and (a.checkpoint or a.draft_checkpoint):
@@ -79,12 +111,12 @@ def _generate(a):
                               max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
                               seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype)
     else:
-            res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
+        res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
                            max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
                            seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
                            dtype=a.dtype)
     if a.json:
-        print(json.dumps(res))
+        _print_json(res)
     else:
         print(res["text"])
         print(f"\n[{res['method']} on {res['checkpoint']}: {len(res['tokens'])} tokens in {res['forwards']} forwards "
@@ -101,10 +133,7 @@ def _bench(a):
     bench.main(a)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-
+def _train_parser(sub) -> None:
     t = sub.add_parser("train", help="train a model (next-token or multi-token)")
     t.add_argument("--preset", default="classroom")
     t.add_argument("--corpus", default="code")
@@ -112,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True)
     t.add_argument("--name", default=None, help="checkpoint file stem (default: ntp, stern-k4, ...)")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--resume", action="store_true")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out (same settings; --steps, "
+                   "--max-seconds, --eval-every, --save-dtype, --device may change)")
+    t.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     t.add_argument("--heads", default="none", help="none | stern | meta | deepseek")
     t.add_argument("--depths", type=int, default=None, help="stern, meta: prediction depths K (default 4)")
     t.add_argument("--modules", type=int, default=None, help="deepseek: sequential MTP modules D (default 1)")
@@ -136,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory: train heads on its frozen trunk")
     t.add_argument("--seq-len", type=int, default=128, help="--hf: tokens per training window")
     t.set_defaults(func=_train)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    _train_parser(sub)
 
     g = sub.add_parser("generate", help="generate text, autoregressively or speculatively")
     g.add_argument("--method", default="ar",
@@ -180,4 +218,7 @@ def main(argv=None) -> int:
     except MtplabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -60,7 +60,8 @@ def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None)
         raise MtplabError(f"top_k must be >= 1 or None (got {top_k})")
 
 
-def check_prompt(model, prompt_ids, extra: int) -> list[int]:
+def check_prompt(model, prompt_ids, extra: int, room: int = 0) -> list[int]:
+    """The prompt fits the context window with `extra` new tokens and `room` positions a step may verify."""
     prompt = [int(t) for t in prompt_ids]
     if not prompt:
         raise MtplabError("the prompt is empty; give at least one token (one character)")
@@ -68,10 +69,17 @@ def check_prompt(model, prompt_ids, extra: int) -> list[int]:
     if any(t < 0 or t >= V for t in prompt):
         raise MtplabError(f"prompt ids must lie in 0..{V - 1}")
     limit = model.config.block_size
-    if len(prompt) + extra > limit:
+    if room and room > limit - 2:  # a step verifies k positions after at least one prompt and one new token
+        raise MtplabError(f"k={room} tokens per step cannot fit the context window of {limit}; use k <= {limit - 2}")
+    if extra + room >= limit:  # not even a one-token prompt fits
+        why = f"{extra} new tokens" + (f" plus k={room} tokens of one step" if room else "")
+        raise MtplabError(f"{why} leave no room for a prompt in the context window of {limit}; ask for at most "
+                          f"{max(0, limit - 1 - room)} new tokens" + (" or a smaller k" if room else ""))
+    if len(prompt) + extra + room > limit:
+        step = f" plus k={room} tokens of one step" if room else ""
         raise MtplabError(
-            f"prompt ({len(prompt)} tokens) plus {extra} more exceeds the context window of {limit}; "
-            f"shorten the prompt to at most {max(0, limit - extra)} tokens or ask for fewer new tokens "
+            f"prompt ({len(prompt)} tokens) plus {extra} new tokens{step} exceeds the context window of {limit}; "
+            f"shorten the prompt to at most {limit - extra - room} tokens or ask for fewer new tokens "
             "(mtplab has no sliding window)")
     return prompt
 
@@ -270,7 +278,7 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
                           f"use k <= {limit + 1}")
     if temperature != 0 and not drafter.supports_sampling:
         raise MtplabError(f"the {drafter.name} drafter is greedy-only; use temperature=0")
-    prompt = check_prompt(model, prompt_ids, max_new_tokens + k)
+    prompt = check_prompt(model, prompt_ids, max_new_tokens, k)
     run = Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
                  max_new_tokens, k, schedule, temperature, top_k, generator)
     yield prefill(run)

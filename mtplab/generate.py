@@ -60,16 +60,26 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
                        temperature=temperature, top_k=top_k, generator=g, method=method)
 
 
+def _check_draft_window(draft, model, n_prompt: int, max_new_tokens: int, k: int) -> None:
+    """A draft model with a smaller context window than the target's must hold the whole decode too."""
+    have, target = draft.config.block_size, model.config.block_size
+    if have < target and n_prompt + max_new_tokens + k > have:
+        raise MtplabError(f"the draft model's context window ({have}) is smaller than the target's ({target}): the "
+                          f"prompt ({n_prompt} tokens) plus {max_new_tokens} new tokens plus k={k} do not fit it; "
+                          "shorten the prompt, ask for fewer new tokens, or use a draft model with a longer window")
+
+
 def run_generate(*, method="ar", checkpoint=None, prompt: str, max_new_tokens=64, k=None, temperature=0.0,
                  top_k=None, seed=0, alpha=0.8, draft_checkpoint=None, device="auto", dtype="fp32") -> dict:
     if not prompt:
         raise MtplabError("the prompt is empty; give some text with --prompt")
     model, name, dev = load_for(method, checkpoint, device=device, dtype=dtype)
     draft = None
+    ids = encode(prompt)
     if method == "draft-model":
         draft = ckpt.load(draft_checkpoint or "draft", device=dev, dtype=DTYPES[dtype])
         check_same_vocabulary(draft, model)
-    ids = encode(prompt)
+        _check_draft_window(draft, model, len(ids), max_new_tokens, k or 4)
     t0 = time.perf_counter()
     trace = decode_with(method, model, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
                         top_k=top_k, seed=seed, alpha=alpha, draft_model=draft)

@@ -68,7 +68,7 @@ def test_base_changed_under_heads_is_caught(tmp_path):
     fit(steps=2, out=tmp_path, eval_windows=2, **TINY)
     fit(steps=2, out=tmp_path, heads="deepseek", n_modules=1, freeze_trunk=True, from_checkpoint=tmp_path / "ntp",
         eval_windows=2, batch_size=2, progress=False, device="cpu")
-    fit(steps=3, out=tmp_path, seed=9, eval_windows=2, **TINY)  # retrain the base in place
+    fit(steps=3, out=tmp_path, seed=9, eval_windows=2, overwrite=True, **TINY)  # retrain the base in place
     with pytest.raises(MtplabError, match="different ntp.safetensors"):
         ckpt.load(tmp_path / "deepseek-d1")
 
