@@ -98,7 +98,7 @@ def run_batch(a) -> dict:
         model, name, dev = load_for(meth, device=a.device, dtype=a.dtype)
         k = max_k(meth, model)
         make = METHODS[meth].make
-        for r in measure_batch(model, lambda mod: make(mod), prompts, batch_sizes=sizes, max_new_tokens=m, k=k,
+        for r in measure_batch(model, make, prompts, batch_sizes=sizes, max_new_tokens=m, k=k,
                                repeats=reps):
             r.update(method="ar" if r["kind"] == "ar" else meth, checkpoint=name, k=1 if r["kind"] == "ar" else k,
                      t_q_over_t1=batch_cost_ratio(model, r["batch_size"], k, repeats=3 if a.quick else 7))

@@ -182,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", default=None)
     g.add_argument("--prompt-file", default=None)
     g.add_argument("--max-new-tokens", type=int, default=64)
-    g.add_argument("--k", type=int, default=None, help="tokens per step: at most k tokens a step (k-1 drafts + 1); default: the most the checkpoint supports, 4 otherwise")
+    g.add_argument("--k", type=int, default=None,
+                   help="tokens per step: at most k tokens a step (k-1 drafts + 1); "
+                        "default: the most the checkpoint supports, 4 otherwise")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=0)

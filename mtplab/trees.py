@@ -10,7 +10,8 @@ chain; (2, 2, 1) has 2 + 4 + 4 = 10 nodes. This is the tree attention of Medusa 
 sec. 2.1.2) and the token tree verification of SpecInfer (Miao et al. 2024): the root (the last
 committed token) and all N nodes go through the target in one forward, node i at position
 L + depth(i), and a mask lets node i see the committed prefix, the root, its ancestors and itself,
-so its row is what a chain forward along its branch computes (equal up to float rounding). The accepted path is the longest branch the target agrees
+so its row is what a chain forward along its branch computes (equal up to float rounding).
+The accepted path is the longest branch the target agrees
 with; its keys and values are compacted to positions L..L+a, and everything else (pruned branches)
 is cut off, so the cache holds exactly the committed tokens.
 

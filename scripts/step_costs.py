@@ -52,7 +52,7 @@ def drafter_step_cost(method, model, draft, prompts, k, reps=3):
             d, schedule = make_drafter(method, model, draft)
             spent = [0.0]
 
-            def timed(fn):
+            def timed(fn, spent=spent):
                 def wrap(*a, **kw):
                     t0 = time.perf_counter()
                     r = fn(*a, **kw)

@@ -65,7 +65,7 @@ def test_ragged_cache_rows_see_only_their_own_prefix():
             cache.v.fill_(junk)
             cache.lengths = [0, 0]
             pos, mask = cache.plan(3)
-            out = model(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache, positions=pos, mask=mask)
+            model(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache, positions=pos, mask=mask)
             cache.lengths = [1, 3]  # row 0 keeps one token: its positions 1, 2 are now dead
             pos, mask = cache.plan(2)
             outs.append(model(torch.tensor([[8, 9], [8, 9]]), cache, positions=pos, mask=mask).logits)

@@ -18,7 +18,8 @@ def free_port():
 @pytest.mark.parametrize("heads,k", [("none", 1), ("meta", 3)])
 def test_two_processes_match_one(tmp_path, heads, k):
     args = ["train", "--preset", "tiny", "--steps", "3", "--batch-size", "4", "--heads", heads, "--depths", str(k),
-            "--device", "cpu", "--no-progress", "--seed", "5", "--eval-every", "3", "--autocast", "off"]  # fp32: exact enough to compare
+            "--device", "cpu", "--no-progress", "--seed", "5", "--eval-every", "3",
+            "--autocast", "off"]  # fp32: exact enough to compare
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, "-m", "mtplab", *args, "--out", str(tmp_path / "one")],
                          capture_output=True, text=True, env=env, timeout=600)

@@ -15,7 +15,6 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from mtplab.cli import main as cli_main  # noqa: E402
-from mtplab.decoding import autoregressive  # noqa: E402
 from mtplab.drafters import METHODS  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.generate import decode_with  # noqa: E402

@@ -6,7 +6,6 @@ from mtplab import MtplabError
 from mtplab.decoding import autoregressive
 from mtplab.drafters import BaseDrafter, DeepSeekDrafter, MetaDrafter, SternDrafter
 from mtplab.trees import (Tree, build_tree, iter_tree_steps, longest_path, tree_speculative)
-from tests.conftest import random_model
 
 TREE_DRAFTERS = {"stern": SternDrafter, "meta": MetaDrafter}
 

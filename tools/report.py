@@ -1,4 +1,5 @@
-"""A build tool, not part of the library (hence tools/, not mtplab/). The report: run every notebook, export each to HTML with its plots and live widgets, link them from an index.
+"""The report: run every notebook, export each to HTML with its plots and live widgets, link them from an index.
+A build tool, not part of the library (hence tools/, not mtplab/).
 
     python -m tools.report                 # every notebooks/*.ipynb with its own defaults, into build/
     python -m tools.report --smoke         # the same with SMOKE=True (short runs, for CI)
