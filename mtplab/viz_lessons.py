@@ -1,0 +1,63 @@
+"""Figures the lessons need beyond `mtplab.viz`: where a step's time goes, and p-values over many seeds.
+Every function returns a matplotlib `Figure` (no pyplot)."""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from .viz_tokens import COLORS
+
+PARTS = (("target_ms", "target verify (and predict)", COLORS["accepted"]),
+         ("draft_ms", "drafter", COLORS["bonus-correction"]),
+         ("overhead_ms", "overhead (accept rule, cache, Python)", COLORS["discarded"]))
+
+
+def time_split(rows: list[dict], *, title: str = "") -> Figure:
+    """Left: ms per step, stacked: target, drafter, overhead, per method, with AR's ms per token as a line
+    of reference. Right: predicted against measured speedup over AR (rows from `speedup.speedup_row`)."""
+    fig = Figure(figsize=(10, 3.4))
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.3, top=0.84, wspace=0.3)
+    ax1, ax2 = fig.subplots(1, 2)
+    names = [r["method"] for r in rows]
+    x = range(len(rows))
+    bottom = [0.0] * len(rows)
+    for key, label, color in PARTS:
+        vals = [r[key] for r in rows]
+        ax1.bar(x, vals, bottom=bottom, color=color, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    if rows:
+        ax1.axhline(rows[0]["ar_step_ms"], color="black", ls="--", lw=1, label="AR: one step = one token")
+    ax1.set_xticks(list(x), names, rotation=20, ha="right", fontsize=8)
+    ax1.set(ylabel="ms per step", title="one step's measured time", ylim=(0, 1.7 * max(bottom + [1e-3])))
+    ax1.legend(fontsize=7, loc="upper left")
+    w = 0.38
+    ax2.bar([i - w / 2 for i in x], [r["predicted"] for r in rows], width=w, color=COLORS["predict"],
+            label="predicted: cost curve + measured drafter")
+    ax2.bar([i + w / 2 for i in x], [r["measured"] for r in rows], width=w, color=COLORS["accepted"],
+            label="measured")
+    for i, r in enumerate(rows):
+        ax2.text(i + w / 2, r["measured"], f"{r['measured']:.2f}x", ha="center", va="bottom", fontsize=7)
+    ax2.axhline(1.0, color="black", ls="--", lw=1)
+    top = max([r["predicted"] for r in rows] + [r["measured"] for r in rows] + [1.0])
+    ax2.set_ylim(0, 1.6 * top)
+    ax2.set_xticks(list(x), names, rotation=20, ha="right", fontsize=8)
+    ax2.set(ylabel="speedup over AR", title="prediction beside measurement")
+    ax2.legend(fontsize=7, loc="upper left")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def pvalue_histogram(pvalues: dict[str, list[float]], *, bins: int = 10) -> Figure:
+    """Histogram of p-values over many seeds, one panel per rule: a correct rule gives a flat histogram
+    (p is uniform under the null hypothesis), a wrong one piles up near 0."""
+    fig = Figure(figsize=(3.2 * max(1, len(pvalues)), 2.8))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.8, wspace=0.3)
+    axes = fig.subplots(1, max(1, len(pvalues)), squeeze=False)[0]
+    for ax, (label, ps) in zip(axes, pvalues.items()):
+        ax.hist(ps, bins=bins, range=(0, 1), color=COLORS["accepted"], edgecolor="white")
+        ax.axhline(len(ps) / bins, color="black", ls="--", lw=1, label="uniform")
+        small = sum(p < 0.05 for p in ps)
+        ax.set(title=f"{label}\n{small}/{len(ps)} seeds with p < 0.05", xlabel="p-value", xlim=(0, 1))
+        ax.title.set_fontsize(9)
+    axes[0].set_ylabel("seeds")
+    return fig
