@@ -32,7 +32,7 @@ from .tokenizer import encode, token_repr
 from .trace import Step, Trace
 
 DEFAULT_CHECKPOINT = "default"  # the checkpoint the METHODS table names for the method
-DEFAULT_PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return "
+DEFAULT_PROMPT = "import os\nimport sys\n\ndef main("  # the first steps are words, not indentation
 SETTINGS = ("method", "k", "prompt", "temperature", "device", "max_new_tokens", "checkpoint", "seed")
 
 

@@ -48,7 +48,7 @@ def draws_text(r: StepRecord) -> str:
         p, q, u = t.draw
         ratio = p / q if q > 0 else float("inf")
         verdict = "kept" if u < min(1.0, ratio) else "rejected"
-        parts.append(f"{t.label}: p(d)={p:.2f} q(d)={q:.2f} u={u:.2f} → {verdict}")
+        parts.append(f"{t.label}: p(d)={p:.3f} q(d)={q:.3f} u={u:.3f} → {verdict}")
     return "; ".join(parts)
 
 
