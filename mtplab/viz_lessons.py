@@ -61,3 +61,18 @@ def pvalue_histogram(pvalues: dict[str, list[float]], *, bins: int = 10) -> Figu
         ax.title.set_fontsize(9)
     axes[0].set_ylabel("seeds")
     return fig
+
+
+def robust_ylim(fig: Figure, *, quantile: float = 0.98, margin: float = 1.4) -> Figure:
+    """Set every axes' y-range from the `quantile` of its plotted line data, so that one noise spike (a
+    context switch on a shared CPU) cannot set the scale; says in the title how many points lie above."""
+    for ax in fig.axes:
+        ys = sorted(y for line in ax.get_lines() for y in line.get_ydata() if y == y)
+        if not ys:
+            continue
+        top = margin * ys[min(len(ys) - 1, int(quantile * len(ys)))]
+        above = sum(y > top for y in ys)
+        ax.set_ylim(0, top)
+        if above:
+            ax.set_title(f"{ax.get_title()}\n({above} of {len(ys)} points above the axis: timing noise)", fontsize=9)
+    return fig
