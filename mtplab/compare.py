@@ -15,3 +15,35 @@ def teacher_forced_agreement(a, b, ids: list[int], *, start: int = 1) -> tuple[i
     pa = a(x.to(a.wte.weight.device)).logits[0, start - 1:-1].argmax(-1).cpu()  # (T - start,)
     pb = b(x.to(b.wte.weight.device)).logits[0, start - 1:-1].argmax(-1).cpu()
     return int((pa == pb).sum()), int(pa.numel())
+
+
+@torch.inference_mode()
+def greedy_windows(model, windows: torch.Tensor, prompt_len: int, n_new: int) -> torch.Tensor:
+    """Each window cut at prompt_len and continued by the target's own greedy tokens (n_new of them):
+    the text a speculative decode must reproduce, rather than the text the corpus happens to hold."""
+    from .decoding import autoregressive
+
+    out = []
+    for x in windows.tolist():
+        prompt = x[:prompt_len]
+        out.append(prompt + autoregressive(model, prompt, max_new_tokens=n_new).tokens)
+    return torch.tensor(out, dtype=torch.long)
+
+
+def forced_and_free_greedy(model, windows: torch.Tensor, prompt_lens, *, progress: bool = False) -> dict:
+    """`lab.forced_and_free`, scored against the target's own greedy path instead of the true text.
+
+    Returns {"teacher-forced": [(correct, n) per depth 2..D+1], "free-running": [...], "n": positions}."""
+    from .lab import forced_and_free
+
+    D = model.config.n_modules
+    sums = {"teacher-forced": [0.0] * D, "free-running": [0.0] * D}
+    n = 0
+    for P in prompt_lens:
+        if P + D + 1 > model.config.block_size:
+            continue
+        ff = forced_and_free(model, greedy_windows(model, windows, P, D + 1), [P], progress=progress)
+        for key in sums:
+            sums[key] = [s + a * ff["n"] for s, a in zip(sums[key], ff[key])]
+        n += ff["n"]
+    return {key: [(round(s), n) for s in vals] for key, vals in sums.items()} | {"n": n}

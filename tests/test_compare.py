@@ -21,3 +21,17 @@ def test_robust_ylim_ignores_one_spike():
     ax.set_title("t")
     robust_ylim(fig)
     assert ax.get_ylim()[1] < 2 and "1 of 100 points above" in ax.get_title()
+
+
+def test_forced_and_free_against_the_greedy_path_counts_positions():
+    import torch
+    from mtplab.compare import forced_and_free_greedy, greedy_windows
+    from mtplab.decoding import autoregressive
+
+    m = random_model(vocab_size=8, heads="deepseek", n_depths=3, seed=2)
+    windows = torch.randint(8, (3, 20), generator=torch.Generator().manual_seed(0))
+    g = greedy_windows(m, windows, 5, 3)
+    assert g.shape == (3, 8) and g[0, 5:].tolist() == autoregressive(m, windows[0, :5].tolist(), max_new_tokens=3).tokens
+    ff = forced_and_free_greedy(m, windows, (5, 9))
+    assert ff["n"] == 6 and len(ff["teacher-forced"]) == 2
+    assert all(0 <= c <= n == 6 for c, n in ff["teacher-forced"] + ff["free-running"])
