@@ -76,3 +76,28 @@ def robust_ylim(fig: Figure, *, quantile: float = 0.98, margin: float = 1.4) -> 
         if above:
             ax.set_title(f"{ax.get_title()}\n({above} of {len(ys)} points above the axis: timing noise)", fontsize=9)
     return fig
+
+
+def step_kinds(trace) -> Figure:
+    """Every step of a Trace as a stacked bar of its tokens by kind, in the shared token colours; step numbers
+    match `trace.steps` and the step table (0 = the prefill, which commits one token)."""
+    from .viz_tokens import KINDS, LEGEND
+    from .widget_state import step_record
+
+    recs = [step_record(i, s) for i, s in enumerate(trace.steps)]
+    fig = Figure(figsize=(min(12.0, max(7.5, 2 + 0.22 * len(recs))), 3.8))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.36, top=0.9)
+    ax = fig.subplots()
+    bottom = [0] * len(recs)
+    for kind in ("predict", "accepted", "bonus-target", "bonus-correction", "rejected", "discarded"):
+        vals = [sum(t.kind == kind for t in r.tokens) for r in recs]
+        ax.bar(range(len(recs)), vals, bottom=bottom, color=COLORS[kind], label=LEGEND[kind],
+               hatch="//" if kind in ("rejected", "discarded") else None, edgecolor="white")
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set(xlabel="step (0 = prefill)", ylabel="tokens", ylim=(0, max(bottom + [1]) + 0.5),
+           title=f"{trace.method}, k = {trace.k}: {len(trace.tokens)} tokens in {trace.forwards} target forwards")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    handles = {h.get_label(): h for h in ax.containers}
+    fig.legend([handles[LEGEND[k]] for k in KINDS if LEGEND[k] in handles], [LEGEND[k] for k in KINDS if LEGEND[k] in handles],
+               fontsize=7, loc="lower center", ncol=2)
+    return fig

@@ -18,6 +18,7 @@ from dataclasses import replace
 from . import checkpoint as ckpt
 from . import generate
 from .errors import MtplabError
+from .tokenizer import token_repr
 from .viz_tokens import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, acceptance_figure, compare_figure, png, speed_figure
 from .widget_state import (DEFAULT_CHECKPOINT, LabState, ModelCache, StepRecord, TokenView, back, configure, decode,
                            reset, run_all, step, step_record)
@@ -75,6 +76,28 @@ def tokens_html(state: LabState, last: int = 12, *, projector: bool = False) -> 
     return (f"<div style='font-size:{font}'>{legend}</div><div style='font-size:{font}'>{more}{''.join(rows)}</div>"
             f"<pre class='mtplab-text' style='white-space:pre-wrap;border:1px solid #ddd;padding:4px;"
             f"font-size:{font}'>{text}</pre>")
+
+
+def steps_table(trace, limit: int | None = None) -> str:
+    """A Trace's steps as a text table in the glossary's words; step numbers match `trace.steps` (0 = prefill)."""
+    def toks(views):
+        return " ".join(("~" + t.label) if t.kind in STRUCK else t.label for t in views) or "-"
+
+    lines = [f"{trace.method} (k={trace.k}, schedule={trace.schedule}): {len(trace.tokens)} tokens in "
+             f"{trace.forwards} target forwards   (~ marks rejected and discarded drafts)",
+             f"{'step':>4} {'fwd':>3}  {'predict':<7}  {'drafts':<22} {'accepted':>8}  {'bonus':<20} committed"]
+    for i, s in enumerate(trace.steps if limit is None else trace.steps[:limit]):
+        r = step_record(i, s)
+        drafts = [t for t in r.tokens if t.kind in ("accepted", *STRUCK)]
+        pred = next((t.label for t in r.tokens if t.kind == "predict"), "-")
+        bonus = next((f"{t.label} ({t.kind.split('-')[1]})" for t in r.tokens if t.kind.startswith("bonus")), "-")
+        if i == 0:
+            bonus = "prefill: " + " ".join(token_repr(t) for t in s.emitted)
+        lines.append(f"{i:>4} {s.forwards:>3}  {pred:<7}  {toks(drafts):<22} {s.accepted:>8}  {bonus:<20} "
+                     f"{' '.join(token_repr(t) for t in s.emitted)}")
+    if limit is not None and len(trace.steps) > limit:
+        lines.append(f"... {len(trace.steps) - limit} more steps")
+    return "\n".join(lines)
 
 
 def status_text(state: LabState) -> str:

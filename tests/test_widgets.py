@@ -307,3 +307,20 @@ def test_wilson_interval_contains_the_rate_and_narrows_with_n():
     lo2, hi2 = wilson(300, 400)
     assert lo < lo2 < 0.75 < hi2 < hi
     assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0
+
+
+def test_steps_table_and_step_kinds_number_steps_as_the_trace(models):
+    from mtplab import viz_lessons
+    tr = W.run_all(state(method="blockwise", k=4), models).trace
+    table = W.steps_table(tr).splitlines()
+    assert len(table) == 2 + len(tr.steps) and "prefill" in table[2]
+    for line, s in zip(table[2:], tr.steps):
+        assert line.split()[:2] == [str(tr.steps.index(s)), str(s.forwards)]
+    assert any("(correction)" in line for line in table)  # the glossary's word, never 'fix'
+    fig = viz_lessons.step_kinds(tr)
+    ax = fig.axes[0]
+    totals = [0] * len(tr.steps)
+    for bars in ax.containers:
+        totals = [t + b.get_height() for t, b in zip(totals, bars)]
+    assert totals == [len(s.emitted) + len(s.drafted) - s.accepted for s in tr.steps]  # nothing clipped or lost
+    assert ax.get_ylim()[1] > max(totals)
