@@ -51,7 +51,9 @@ def conditional_counts(trace: Trace) -> list[tuple[int, int]]:
 
 
 def _figure(w: float, h: float, ncols: int = 1, scale: float = 1.0):
-    from matplotlib.figure import Figure  # no pyplot: figures are not kept in a global registry
+    from matplotlib.figure import (
+        Figure,  # no pyplot: figures are not kept in a global registry
+    )
     fig = Figure(figsize=(w * scale, h * scale))
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.82, wspace=0.28)  # fixed: layout engines are slow
     return fig, fig.subplots(1, ncols, squeeze=False)[0]
@@ -74,7 +76,9 @@ def acceptance_figure(trace: Trace | None, *, title: str | None = None, max_draf
     n_pos = max(max_drafts or 0, max((len(s.drafted) for s in steps), default=0), 1)
     ax1.set_ylim(0, n_pos + 0.8)
     ax1.set_xlim(-0.6, max(len(steps), 8) - 0.4)
-    from matplotlib.patches import Patch  # explicit handles: an empty bar container has no colour to show
+    from matplotlib.patches import (
+        Patch,  # explicit handles: an empty bar container has no colour to show
+    )
     ax1.legend(handles=[Patch(color=COLORS["discarded"], label="drafted"),
                         Patch(color=COLORS["accepted"], label="accepted")], loc="upper right", fontsize=_font(scale))
     counts = conditional_counts(trace) if trace is not None else []

@@ -19,9 +19,31 @@ from . import checkpoint as ckpt
 from . import generate
 from .errors import MtplabError
 from .tokenizer import token_repr
-from .viz_tokens import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, acceptance_figure, compare_figure, png, speed_figure
-from .widget_state import (DEFAULT_CHECKPOINT, LabState, ModelCache, StepRecord, TokenView, back, configure, decode,
-                           reset, run_all, step, step_record)
+from .viz_tokens import (
+    COLORS,
+    KINDS,
+    LEGEND,
+    STRUCK,
+    TEXT_COLORS,
+    acceptance_figure,
+    compare_figure,
+    png,
+    speed_figure,
+)
+from .widget_state import (
+    DEFAULT_CHECKPOINT,
+    LabState,
+    ModelCache,
+    StepRecord,
+    TokenView,
+    back,
+    configure,
+    decode,
+    reset,
+    run_all,
+    step,
+    step_record,
+)
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -126,24 +148,7 @@ class AcceptanceLab:
             self.state = replace(state or LabState(), error=str(e))
         self.models = models or ModelCache()
         self.projector = projector
-        s = self.state
-        names = sorted(p.stem for p in ckpt.CHECKPOINT_DIR.glob("*.safetensors"))
-        checkpoints = list(dict.fromkeys([DEFAULT_CHECKPOINT, *names, str(s.checkpoint)]))
-        # a control shows only values it can hold; a bad setting stays in the state, whose message the status shows
-        self.controls = {
-            "method": w.Dropdown(options=list(generate.METHODS), description="method",
-                                 value=_fits(s.method, list(generate.METHODS), LabState.method)),
-            "checkpoint": w.Dropdown(options=checkpoints, value=str(s.checkpoint), description="checkpoint"),
-            "k": w.IntText(value=_fits(s.k, int, LabState.k), description="k"),
-            "temperature": w.FloatText(value=_fits(s.temperature, float, LabState.temperature),
-                                       description="temperature"),
-            "device": w.Dropdown(options=list(dict.fromkeys([str(s.device), *DEVICES])), value=str(s.device),
-                                 description="device"),
-            "max_new_tokens": w.IntText(value=_fits(s.max_new_tokens, int, LabState.max_new_tokens),
-                                        description="new tokens"),
-            "prompt": w.Textarea(value=str(s.prompt), description="prompt", continuous_update=False,
-                                 layout=w.Layout(width="60%")),
-        }
+        self.controls = _controls(w, self.state)
         for name, c in self.controls.items():
             c.style.description_width = "90px"
             c.add_class(f"mtplab-{name.replace('_', '-')}")
@@ -189,30 +194,30 @@ class AcceptanceLab:
             self.state = replace(self.state, error=f"{type(e).__name__}: {e}")
         self.render()
 
-    def step(self, n: int = 1) -> "AcceptanceLab":
+    def step(self, n: int = 1) -> AcceptanceLab:
         self._do(lambda st: step(st, self.models, n))
         return self
 
-    def run_all(self) -> "AcceptanceLab":
+    def run_all(self) -> AcceptanceLab:
         self._do(lambda st: run_all(st, self.models))
         return self
 
-    def back(self, n: int = 1) -> "AcceptanceLab":
+    def back(self, n: int = 1) -> AcceptanceLab:
         self._do(lambda st: back(st, n))
         return self
 
-    def set_projector(self, on: bool = True) -> "AcceptanceLab":
+    def set_projector(self, on: bool = True) -> AcceptanceLab:
         """Larger chips and larger, sharper charts, for a classroom projector."""
         self.projector = bool(on)
         self._speed_for = None
         self.render()
         return self
 
-    def reset(self) -> "AcceptanceLab":
+    def reset(self) -> AcceptanceLab:
         self._do(reset)
         return self
 
-    def set(self, **settings) -> "AcceptanceLab":
+    def set(self, **settings) -> AcceptanceLab:
         """Change settings from code; the controls follow (and their observers re-apply the same values)."""
         self._do(lambda st: configure(st, **settings))
         for name, value in settings.items():
@@ -242,6 +247,26 @@ class AcceptanceLab:
         display(self.widget)
 
 
+def _controls(w, s: LabState) -> dict:
+    """One ipywidgets control per setting. A control shows only values it can hold; a bad setting stays in the
+    state, whose message the status line shows."""
+    names = sorted(p.stem for p in ckpt.CHECKPOINT_DIR.glob("*.safetensors"))
+    checkpoints = list(dict.fromkeys([DEFAULT_CHECKPOINT, *names, str(s.checkpoint)]))
+    return {
+        "method": w.Dropdown(options=list(generate.METHODS), description="method",
+                             value=_fits(s.method, list(generate.METHODS), LabState.method)),
+        "checkpoint": w.Dropdown(options=checkpoints, value=str(s.checkpoint), description="checkpoint"),
+        "k": w.IntText(value=_fits(s.k, int, LabState.k), description="k"),
+        "temperature": w.FloatText(value=_fits(s.temperature, float, LabState.temperature), description="temperature"),
+        "device": w.Dropdown(options=list(dict.fromkeys([str(s.device), *DEVICES])), value=str(s.device),
+                             description="device"),
+        "max_new_tokens": w.IntText(value=_fits(s.max_new_tokens, int, LabState.max_new_tokens),
+                                    description="new tokens"),
+        "prompt": w.Textarea(value=str(s.prompt), description="prompt", continuous_update=False,
+                             layout=w.Layout(width="60%")),
+    }
+
+
 def _fits(value, kind, default):
     """`value` when a control of this kind can hold it, else `default` (the state keeps the bad value)."""
     if isinstance(kind, list):
@@ -258,6 +283,23 @@ def lab(**settings) -> AcceptanceLab:
     return AcceptanceLab(**settings)
 
 
-__all__ = ["AcceptanceLab", "COLORS", "KINDS", "LabState", "ModelCache", "StepRecord", "TokenView", "acceptance_figure",
-           "back", "compare_figure", "configure", "decode", "lab", "reset", "run_all", "speed_figure", "step",
-           "step_record"]
+__all__ = [
+    "COLORS",
+    "KINDS",
+    "AcceptanceLab",
+    "LabState",
+    "ModelCache",
+    "StepRecord",
+    "TokenView",
+    "acceptance_figure",
+    "back",
+    "compare_figure",
+    "configure",
+    "decode",
+    "lab",
+    "reset",
+    "run_all",
+    "speed_figure",
+    "step",
+    "step_record",
+]

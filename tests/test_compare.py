@@ -25,6 +25,7 @@ def test_robust_ylim_ignores_one_spike():
 
 def test_forced_and_free_against_the_greedy_path_counts_positions():
     import torch
+
     from mtplab.compare import forced_and_free_greedy, greedy_windows
     from mtplab.decoding import autoregressive
 
