@@ -57,3 +57,17 @@ def test_lesson_figures_are_figures():
     assert [b.get_height() for b in fig.axes[0].containers[0]] == [1.0]
     fig = viz_lessons.pvalue_histogram({"right": [0.1, 0.5, 0.9], "wrong": [0.001, 0.002]})
     assert isinstance(fig, Figure) and "2/2 seeds with p < 0.05" in fig.axes[1].get_title()
+
+
+def test_paper_table_names_where_each_number_is_stated_and_fills_the_lab_column():
+    rows = speedup.paper_table({"meta k=4: wall-clock speedup": "0.94x"})
+    assert len(rows) == len(speedup.PAPERS) >= 5
+    for r in rows:
+        assert r["paper"] and r["paper_value"] and r["why"] and "sources" not in r["paper"].lower()
+        assert any(c.isdigit() for c in r["paper"])  # a year at least: a paper, never "the sources"
+    meta = next(r for r in rows if r["lab"].startswith("meta"))
+    assert meta["lab_value"] == "0.94x"
+    assert all(r["lab_value"] == "not measured here" for r in rows if r is not meta)
+    papers = " ".join(r["paper"] for r in rows)
+    for name in ("Stern", "Gloeckle", "DeepSeek-V3", "Leviathan", "Chen"):
+        assert name in papers
