@@ -69,6 +69,8 @@ def check_sampled_verdict(fn, n: int = 200, seed: int = 0) -> Check:
         got, err = _call(fn, p, q, u)
         if err:
             return Check(name, False, f"fn({p:.3f}, {q:.3f}, {u:.3f}) raised {err}")
+        if not isinstance(got, (bool, int)) and not hasattr(got, "__bool__") or got is None:
+            return Check(name, False, f"fn({p:.3f}, {q:.3f}, {u:.3f}) returned {got!r}; return True (kept) or False")
         if bool(got) != want:
             hint = " Compare u with p/q, not with p alone: q is how eager the drafter was." if (u < p) == bool(got) else ""
             return Check(name, False, f"p(d)={p:.3f}, q(d)={q:.3f}, u={u:.3f}: you said "

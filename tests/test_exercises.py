@@ -177,3 +177,8 @@ def test_nb05_checkers_survive_broken_code():
         c = check(boom)
         assert not c and "ZeroDivisionError" in c.why
     assert not ex5.check_conditional_acceptance(lambda s: "text")
+
+
+def test_nb05_verdict_checker_asks_for_a_bool_when_given_none():
+    c = ex5.check_sampled_verdict(lambda p, q, u: None)
+    assert not c and "returned None" in c.why
