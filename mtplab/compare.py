@@ -47,3 +47,25 @@ def forced_and_free_greedy(model, windows: torch.Tensor, prompt_lens, *, progres
             sums[key] = [s + a * ff["n"] for s, a in zip(sums[key], ff[key])]
         n += ff["n"]
     return {key: [(round(s), n) for s in vals] for key, vals in sums.items()} | {"n": n}
+
+
+@torch.inference_mode()
+def cache_lengths(model, method: str, prompt_ids: list[int], *, k: int, max_new_tokens: int) -> list[dict]:
+    """Step through a greedy speculative decode on a KV cache the caller can see, and record per step the cache
+    length before it, after its verify forward (drafts written) and after `KVCache.crop` (rejected ones gone)."""
+    from .decoding import iter_steps
+    from .drafters import method as get_method
+
+    m = get_method(method)
+    cache = model.new_cache()
+    out, before = [], 0
+    steps = iter_steps(model, m.make(model), prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=m.schedule,
+                       cache=cache)
+    for i, step in enumerate(steps):
+        # written this step: the predict forward's token (plain), the last committed token, the drafts fed
+        drafts_fed = max(0, len(step.drafted) - (m.schedule == "plain"))
+        fed = 0 if i == 0 else 1 + drafts_fed + (step.predict_token is not None)
+        out.append({"step": step, "before": before, "after_verify": before + fed if i else cache.length,
+                    "after_crop": cache.length, "drafts_fed": drafts_fed if i else 0})
+        before = cache.length
+    return out

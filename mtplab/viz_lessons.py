@@ -101,3 +101,31 @@ def step_kinds(trace) -> Figure:
     fig.legend([handles[LEGEND[k]] for k in KINDS if LEGEND[k] in handles], [LEGEND[k] for k in KINDS if LEGEND[k] in handles],
                fontsize=7, loc="lower center", ncol=2)
     return fig
+
+
+def kv_cache_crop(rec: dict, *, window: int = 10) -> Figure:
+    """One step's KV cache, from `compare.cache_lengths`: top, after the verify forward wrote the last committed
+    token and the drafts; bottom, after `KVCache.crop` removed the rejected and discarded drafts' entries."""
+    from matplotlib.patches import Rectangle
+
+    step, before, verify, crop = rec["step"], rec["before"], rec["after_verify"], rec["after_crop"]
+    lo = max(0, before - window // 2)
+    fig = Figure(figsize=(max(6.0, 0.55 * (verify - lo) + 2), 2.4))
+    fig.subplots_adjust(left=0.2, right=0.98, bottom=0.22, top=0.82)
+    ax = fig.subplots()
+    n_written = verify - before
+    drafts = (["accepted"] * step.accepted + ["rejected"] * (len(step.drafted) > step.accepted)
+              + ["discarded"] * max(0, len(step.drafted) - step.accepted - 1))[:rec["drafts_fed"]]
+    kinds = ["committed"] * (n_written - len(drafts)) + drafts  # committed: the token(s) the drafts follow
+    for row, (y, length) in enumerate(((1, verify), (0, crop))):
+        for pos in range(lo, length):
+            kind = "committed" if pos < before else kinds[pos - before]
+            color = "#dddddd" if kind == "committed" else COLORS[kind]
+            ax.add_patch(Rectangle((pos, y + 0.1), 0.9, 0.8, color=color,
+                                   hatch="//" if kind in ("rejected", "discarded") else None))
+    ax.set(xlim=(lo, verify + 0.5), ylim=(0, 2), yticks=[0.5, 1.5],
+           xlabel="cache position", title=f"KV cache: {before} entries, +{n_written} written by verify, "
+                                           f"cropped to {crop} ({step.accepted} of {len(step.drafted)} drafts kept)")
+    ax.set_yticklabels([f"after crop: {crop}", f"after verify: {verify}"], fontsize=8)
+    ax.title.set_fontsize(9)
+    return fig

@@ -36,3 +36,21 @@ def test_forced_and_free_against_the_greedy_path_counts_positions():
     ff = forced_and_free_greedy(m, windows, (5, 9))
     assert ff["n"] == 6 and len(ff["teacher-forced"]) == 2
     assert all(0 <= c <= n == 6 for c, n in ff["teacher-forced"] + ff["free-running"])
+
+
+def test_cache_lengths_are_measured_and_crop_keeps_exactly_the_committed_tokens():
+    from mtplab.compare import cache_lengths
+    from mtplab.viz_lessons import kv_cache_crop
+
+    for method in ("blockwise-overlap", "blockwise"):
+        m = random_model(vocab_size=8, heads="stern", n_depths=4, seed=4, noise=2.0)
+        recs = cache_lengths(m, method, [1, 2, 3, 4], k=4, max_new_tokens=20)
+        committed = len([1, 2, 3, 4])
+        for r in recs:
+            s = r["step"]
+            committed += len(s.emitted)
+            assert r["after_crop"] == committed - 1  # the cache holds every committed token but the newest
+            assert r["after_verify"] >= r["after_crop"] >= r["before"]
+        assert any(r["after_verify"] > r["after_crop"] for r in recs)  # some step cropped rejected drafts
+        rec = next(r for r in recs if r["after_verify"] > r["after_crop"])
+        assert kv_cache_crop(rec).axes[0].get_xlim()[1] == rec["after_verify"] + 0.5
