@@ -108,7 +108,7 @@ def sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
 
 
 def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy: bool,
-           generator: torch.Generator | None) -> tuple[int, int, BonusSource]:
+           generator: torch.Generator | None, draws: list | None = None) -> tuple[int, int, BonusSource]:
     """Decide how many drafts survive and which token follows them.
 
     The sampling rule is speculative sampling (Leviathan, Kalman, Matias 2023, "Fast Inference from
@@ -119,6 +119,7 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
     p: (n+1, V) target distributions at the rows that predict drafts[0..n-1] and then the bonus
     (p may have only n rows in the plain schedule, when the last draft's successor was not computed).
     q: (n, V) draft distributions, or None for one-hot drafts (self-speculative heads, n-gram, oracle).
+    draws: when a list, sampling appends (p(d), q(d), u) for every draft it examines (the lab shows them).
     Returns (n_accepted, next_token or -1, source).
     """
     n = len(drafts)
@@ -135,7 +136,10 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
         pi = p[i]
         qd = 1.0 if q is None else float(q[i, d])
         # sampling: keep draft d with probability min(1, p(d) / q(d)) ...
-        if float(torch.rand(1, generator=generator)) < min(1.0, float(pi[d]) / qd):
+        u = float(torch.rand(1, generator=generator))
+        if draws is not None:
+            draws.append((float(pi[d]), qd, u))
+        if u < min(1.0, float(pi[d]) / qd):
             continue
         # ... and on rejection draw from the residual norm(max(0, p - q)), which makes the output exact
         qi = torch.nn.functional.one_hot(torch.tensor(d), pi.shape[0]).float() if q is None else q[i].float()
@@ -321,15 +325,16 @@ def _step(run: Decode) -> Step:
     out, p = verify(run, drafts)
     target_s += time.perf_counter() - t
     forwards += 1
+    draws: list[tuple[float, float, float]] = []
     n_ok, nxt, source = accept(drafts, p, draft.q if draft is not None else None, greedy=run.greedy,
-                               generator=run.generator)
+                               generator=run.generator, draws=draws)
     new = drafts[:n_ok] + ([nxt] if nxt >= 0 else [])
     t = time.perf_counter()
     commit(run, new, out, base)
     draft_s += time.perf_counter() - t  # commit's own work is a crop; the rest is the drafter's feedback
     return Step(drafted=drafts, accepted=n_ok, emitted=emitted + new, bonus=nxt if nxt >= 0 else None,
                 bonus_source=source, forwards=forwards, draft_forwards=calls, wall_s=time.perf_counter() - t0,
-                target_s=target_s, draft_s=draft_s, predict_token=predict_token)
+                target_s=target_s, draft_s=draft_s, predict_token=predict_token, draws=draws)
 
 
 @torch.inference_mode()

@@ -32,6 +32,8 @@ class Step:
     target_s: float = 0.0          # of which: target forwards (predict, verify)
     draft_s: float = 0.0           # of which: the drafter (propose, and its bookkeeping on what was kept)
     predict_token: int | None = None  # plain schedule: the token the predict forward committed
+    draws: list[tuple[float, float, float]] = field(default_factory=list)  # sampling only: (p(d), q(d), u)
+    # for each draft d the accept rule examined, in order; kept when u < min(1, p(d)/q(d))
 
 
 @dataclass

@@ -138,3 +138,47 @@ def test_the_reference_implementations_pass_their_own_checkers():
     assert ex.check_speedup(theory.predicted_speedup)
     assert ex.check_deepseek_forwards(theory.deepseek_forwards)
     assert ex.check_accept_rule(mtplab_rule)
+
+
+# ---------------------------------------------------------------------------------- notebook 05
+from mtplab import exercises_acceptance as ex5  # noqa: E402
+
+
+def conditional(steps):
+    n = max((d for d, _ in steps), default=0)
+    out = []
+    for i in range(n):
+        reached = [a for d, a in steps if d > i and a >= i]
+        out.append(sum(a > i for a in reached) / len(reached) if reached else float("nan"))
+    return out
+
+
+def test_nb05_checkers_accept_right_answers():
+    assert ex5.check_conditional_acceptance(conditional)
+    assert ex5.check_sampled_verdict(lambda p, q, u: u < min(1.0, p / q))
+    assert ex5.check_step_speedup(lambda tps, split, ar: tps * ar / sum(split[k] for k in
+                                                                         ("target_s", "draft_s", "overhead_s")))
+
+
+def test_nb05_checkers_reject_wrong_answers_with_a_reason():
+    unconditional = ex5.check_conditional_acceptance(
+        lambda steps: [sum(a > i for _, a in steps) / len(steps) for i in range(max(d for d, _ in steps))])
+    assert not unconditional and "unconditional" in unconditional.why
+    only_p = ex5.check_sampled_verdict(lambda p, q, u: u < p)
+    assert not only_p and "p/q" in only_p.why
+    target_only = ex5.check_step_speedup(lambda tps, split, ar: tps * ar / split["target_s"])
+    assert not target_only and "drafter" in target_only.why
+
+
+def test_nb05_checkers_survive_broken_code():
+    def boom(*a):
+        raise ZeroDivisionError("x")
+    for check in (ex5.check_conditional_acceptance, ex5.check_sampled_verdict, ex5.check_step_speedup):
+        c = check(boom)
+        assert not c and "ZeroDivisionError" in c.why
+    assert not ex5.check_conditional_acceptance(lambda s: "text")
+
+
+def test_nb05_verdict_checker_asks_for_a_bool_when_given_none():
+    c = ex5.check_sampled_verdict(lambda p, q, u: None)
+    assert not c and "returned None" in c.why

@@ -84,7 +84,7 @@ def test_the_check_can_fail():
     import mtplab.decoding as dec
     real = dec.accept
 
-    def biased(drafts, p, q, *, greedy, generator):
+    def biased(drafts, p, q, *, greedy, generator, draws=None):  # the signature of decoding.accept
         n = len(drafts)
         return n, dec.sample(p[n], generator), "target"
     dec.accept = biased

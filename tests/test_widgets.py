@@ -3,6 +3,7 @@
 The models are injected into the lab's ModelCache under the checkpoint names the methods ask for, so
 these tests need no trained checkpoint; one test loads a saved checkpoint by name through the cache.
 """
+import html
 import os
 import subprocess
 import sys
@@ -220,3 +221,106 @@ def test_widget_renders_state_and_shows_errors(models):
     assert "prompt is empty" in lab.status.value
     lab.buttons["reset"].click()
     assert lab.state.error == "" and "not decoded yet" in lab.status.value
+
+
+def test_back_hides_steps_and_forward_shows_the_same_records(models):
+    st = W.step(state(), models, 5)
+    ahead = st.records
+    st = W.back(st, 2)
+    assert st.shown == 3 and st.records == ahead[:3]
+    check_matches_trace(st)
+    st = W.step(st, models, 2)
+    assert st.records == ahead  # the same decode: stepping back then forward changes nothing
+    assert W.back(st, 99).shown == 0 and W.back(st, 99).trace is st.trace
+
+
+def test_sampled_steps_record_p_q_and_u_that_explain_every_verdict(models):
+    st = W.run_all(state(method="draft-model", k=4, temperature=1.0, seed=1, max_new_tokens=40), models)
+    assert st.error == ""
+    verdicts = []
+    for r in st.records[1:]:
+        drafts = [t for t in r.tokens if t.kind in ("accepted", "rejected", "discarded")]
+        for t in drafts:
+            if t.kind == "discarded":  # never examined: no draw
+                assert t.draw is None
+                continue
+            p, q, u = t.draw
+            assert 0 <= p <= 1 and 0 < q <= 1 and 0 <= u < 1
+            assert (u < min(1.0, p / q)) == (t.kind == "accepted")
+            verdicts.append(t.kind)
+        if r.drafted:
+            assert "p(d)=" in W.draws_text(r)
+    assert "accepted" in verdicts and "rejected" in verdicts  # the seed shows both verdicts
+    greedy = W.run_all(state(), models)
+    assert all(t.draw is None for r in greedy.records for t in r.tokens)
+
+
+@pytest.mark.parametrize("settings, words", [
+    (dict(method="bogus"), "unknown method 'bogus'"),
+    (dict(prompt=""), "prompt is empty"),
+    (dict(k=2.5), "k must be an integer >= 1 (got 2.5)"),
+    (dict(checkpoint="/no/such/dir/x.safetensors"), "not found"),
+    (dict(temperature="hot"), "temperature must be >= 0"),
+])
+def test_the_lab_built_with_bad_settings_shows_the_message_and_does_not_raise(models, settings, words):
+    pytest.importorskip("ipywidgets")
+    base = dict(method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu", max_new_tokens=24)
+    lab = W.AcceptanceLab(models=models, **{**base, **settings})
+    lab.step(2)
+    assert words in lab.state.error and words in html.unescape(lab.status.value) and lab.state.trace is None
+    good = {**base, "temperature": 0.0, "checkpoint": "default"}
+    lab.set(**{n: good[n] for n in settings}).step()
+    assert lab.state.error == "" and lab.state.shown == 1
+
+
+def test_the_lab_loads_a_checkpoint_given_by_path(models, tmp_path):
+    pytest.importorskip("ipywidgets")
+    from mtplab.lab import random_model as make
+    path = tmp_path / "mine.safetensors"
+    ckpt.save(make(vocab_size=256, seed=0), path)
+    lab = W.AcceptanceLab(method="ar", k=1, prompt=PROMPT, device="cpu", max_new_tokens=8, checkpoint=str(path))
+    lab.step()
+    assert lab.state.error == "" and lab.state.checkpoint_name == str(path) and lab.state.shown == 1
+
+
+def test_projector_mode_draws_larger_chips_and_charts(models):
+    pytest.importorskip("ipywidgets")
+    lab = W.AcceptanceLab(models=models, method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu",
+                          max_new_tokens=24).step(2)
+    small_html, small_png = lab.tokens.value, lab.accept_chart.value
+    lab.projector_toggle.value = True
+    assert "font-size:24px" in lab.tokens.value and "font-size:24px" not in small_html
+    assert len(lab.accept_chart.value) > len(small_png)
+
+
+def test_token_colours_are_one_distinct_map():
+    from mtplab import viz_tokens
+    assert set(viz_tokens.COLORS) == set(viz_tokens.KINDS) == set(viz_tokens.LEGEND)
+    assert len(set(viz_tokens.COLORS.values())) == len(viz_tokens.KINDS)
+    assert W.COLORS is viz_tokens.COLORS
+
+
+def test_wilson_interval_contains_the_rate_and_narrows_with_n():
+    from mtplab.viz_tokens import wilson
+    lo, hi = wilson(3, 4)
+    assert lo < 0.75 < hi
+    lo2, hi2 = wilson(300, 400)
+    assert lo < lo2 < 0.75 < hi2 < hi
+    assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0
+
+
+def test_steps_table_and_step_kinds_number_steps_as_the_trace(models):
+    from mtplab import viz_lessons
+    tr = W.run_all(state(method="blockwise", k=4), models).trace
+    table = W.steps_table(tr).splitlines()
+    assert len(table) == 2 + len(tr.steps) and "prefill" in table[2]
+    for line, s in zip(table[2:], tr.steps):
+        assert line.split()[:2] == [str(tr.steps.index(s)), str(s.forwards)]
+    assert any("(correction)" in line for line in table)  # the glossary's word, never 'fix'
+    fig = viz_lessons.step_kinds(tr)
+    ax = fig.axes[0]
+    totals = [0] * len(tr.steps)
+    for bars in ax.containers:
+        totals = [t + b.get_height() for t, b in zip(totals, bars)]
+    assert totals == [len(s.emitted) + len(s.drafted) - s.accepted for s in tr.steps]  # nothing clipped or lost
+    assert ax.get_ylim()[1] > max(totals)

@@ -1,0 +1,73 @@
+"""Where the speedup went: the split and the prediction are computed from the Steps, exactly."""
+import json
+
+import pytest
+from matplotlib.figure import Figure
+
+from mtplab import speedup, viz_lessons
+from mtplab.errors import MtplabError
+from mtplab.trace import Step, Trace
+
+
+def trace(method, k, schedule, steps):
+    pre = Step(drafted=[], accepted=0, emitted=[1], bonus=None, bonus_source="none", forwards=1, wall_s=9.0,
+               target_s=9.0)  # the prefill: left out of every per-step number
+    return Trace(method=method, prompt=[0], k=k, schedule=schedule, steps=[pre] + steps)
+
+
+def s(n_emit, *, target, draft, wall):
+    return Step(drafted=[2] * 3, accepted=n_emit - 1, emitted=[2] * n_emit, bonus=2, bonus_source="target",
+                forwards=1, wall_s=wall, target_s=target, draft_s=draft)
+
+
+def test_speedup_row_splits_measured_time_and_predicts_from_the_curve():
+    ar = trace("ar", 1, "ar", [Step(drafted=[], accepted=0, emitted=[3], bonus=None, bonus_source="none", forwards=1,
+                                    wall_s=0.012, target_s=0.010)] * 4)
+    tr = trace("meta", 4, "overlap", [s(3, target=0.015, draft=0.005, wall=0.024), s(1, target=0.015, draft=0.005,
+                                                                                       wall=0.024)])
+    row = speedup.speedup_row("meta", tr, ar, {1: 1.0, 4: 1.5})
+    assert row["tokens_per_step"] == 2.0 and row["steps"] == 2
+    assert row["target_ms"] == pytest.approx(15) and row["draft_ms"] == pytest.approx(5)
+    assert row["overhead_ms"] == pytest.approx(4) and row["ar_step_ms"] == pytest.approx(12)
+    assert row["draft_cost_t1"] == pytest.approx(0.5)                 # 5 ms of drafter / t(1) = 10 ms
+    assert row["predicted"] == pytest.approx(2.0 / (1.5 + 0.5))       # t(4)/t(1) = 1.5, plus the drafter
+    assert row["measured"] == pytest.approx(2.0 * 0.012 / 0.024)      # AR ms per token x tokens / ms per step
+
+
+def test_the_shipped_bench_reads_and_bad_files_give_one_line(tmp_path):
+    data = speedup.read_decode_bench()
+    assert data["rows"] and {"method", "speedup_wall", "speedup_predicted"} <= set(data["rows"][0])
+    bad = tmp_path / "decode.json"
+    bad.write_text("{not json")
+    with pytest.raises(MtplabError, match="not valid JSON"):
+        speedup.read_decode_bench(bad)
+    bad.write_text(json.dumps({"rows": None}))
+    with pytest.raises(MtplabError, match="no 'rows'"):
+        speedup.read_decode_bench(bad)
+    with pytest.raises(MtplabError, match="not found"):
+        speedup.read_decode_bench(tmp_path / "none.json")
+    table = speedup.markdown_table([{"a": 1.234, "b": [0.5, 0.25]}], ["a", "b"])
+    assert "| 1.23 | 0.50 0.25 |" in table
+
+
+def test_lesson_figures_are_figures():
+    row = dict(method="m", target_ms=1.0, draft_ms=0.5, overhead_ms=0.1, ar_step_ms=0.8, predicted=1.2, measured=1.1)
+    fig = viz_lessons.time_split([row])
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert [b.get_height() for b in fig.axes[0].containers[0]] == [1.0]
+    fig = viz_lessons.pvalue_histogram({"right": [0.1, 0.5, 0.9], "wrong": [0.001, 0.002]})
+    assert isinstance(fig, Figure) and "2/2 seeds with p < 0.05" in fig.axes[1].get_title()
+
+
+def test_paper_table_names_where_each_number_is_stated_and_fills_the_lab_column():
+    rows = speedup.paper_table({"meta k=4: wall-clock speedup": "0.94x"})
+    assert len(rows) == len(speedup.PAPERS) >= 5
+    for r in rows:
+        assert r["paper"] and r["paper_value"] and r["why"] and "sources" not in r["paper"].lower()
+        assert any(c.isdigit() for c in r["paper"])  # a year at least: a paper, never "the sources"
+    meta = next(r for r in rows if r["lab"].startswith("meta"))
+    assert meta["lab_value"] == "0.94x"
+    assert all(r["lab_value"] == "not measured here" for r in rows if r is not meta)
+    papers = " ".join(r["paper"] for r in rows)
+    for name in ("Stern", "Gloeckle", "DeepSeek-V3", "Leviathan", "Chen"):
+        assert name in papers
