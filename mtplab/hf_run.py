@@ -22,7 +22,8 @@ from .decoding import check_options, check_prompt
 from .errors import MtplabError
 from .losses import family_loss, self_distill_cross_entropies
 from .trace import Trace
-from .train import _depths_for, evaluate, lr_at, train_step
+from .train import evaluate, lr_at, train_step
+from .trainconfig import TrainConfig
 
 HF_LABELS = ("self", "self-argmax")
 
@@ -70,7 +71,7 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
                           "give a longer text or a smaller --seq-len")
     val = val if val is not None and len(val) > seq_len + 1 else data
     torch.manual_seed(seed)
-    target.attach(heads, _depths_for(heads, n_depths, n_modules))
+    target.attach(heads, TrainConfig(heads=heads, n_depths=n_depths, n_modules=n_modules).depths())
     target.train()
     params = [p for p in target.mtp.parameters()]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)

@@ -57,7 +57,7 @@ def read_decode_bench(path=BENCH_DECODE) -> dict:
     try:
         data = json.loads(path.read_text())
     except ValueError as e:
-        raise MtplabError(f"{path} is not valid JSON ({e}); regenerate it with `python -m mtplab bench decode`")
+        raise MtplabError(f"{path} is not valid JSON ({e}); regenerate it with `python -m mtplab bench decode`") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise MtplabError(f"{path} has no 'rows' list; regenerate it with `python -m mtplab bench decode`")
     return data

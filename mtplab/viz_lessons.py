@@ -117,7 +117,7 @@ def kv_cache_crop(rec: dict, *, window: int = 10) -> Figure:
     drafts = (["accepted"] * step.accepted + ["rejected"] * (len(step.drafted) > step.accepted)
               + ["discarded"] * max(0, len(step.drafted) - step.accepted - 1))[:rec["drafts_fed"]]
     kinds = ["committed"] * (n_written - len(drafts)) + drafts  # committed: the token(s) the drafts follow
-    for row, (y, length) in enumerate(((1, verify), (0, crop))):
+    for y, length in ((1, verify), (0, crop)):
         for pos in range(lo, length):
             kind = "committed" if pos < before else kinds[pos - before]
             color = "#dddddd" if kind == "committed" else COLORS[kind]
