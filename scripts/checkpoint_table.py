@@ -6,20 +6,33 @@ CK = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 ORDER = ["ntp", "draft", "stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3"]
 
 
+def regime(m: dict, cfg: dict) -> str:
+    if cfg["heads"] == "none":
+        phases = len(m.get("lineage", [])) or 1
+        return f"preset {m.get('preset')}" + (f", {phases} phases (see lineage)" if phases > 1 else ", from scratch")
+    depths = cfg.get("n_depths", cfg.get("k"))
+    size = f"D={depths - 1}" if cfg["heads"] == "deepseek" else f"K={depths}"
+    return f"{cfg['heads']} {size} on the frozen ntp trunk, labels {m.get('labels', 'corpus')}"
+
+
 def main():
-    print("| checkpoint | regime | steps | tokens seen | wall time | val bpb (depth 1) | top-1 accuracy by depth | size |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| checkpoint | regime | steps | tokens seen | wall time | val bpb (depth 1) | top-1 accuracy by depth "
+          "| agreement with the target by depth | size |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in ORDER:
         info = json.loads((CK / f"{name}.json").read_text())
         m, cfg = info["meta"], info["config"]
-        regime = ("heads on the frozen ntp trunk" if m.get("freeze_trunk") else
-                  f"from scratch, preset {m.get('preset')}") + f", {cfg['heads']} k={m['k']}" * (cfg["heads"] != "none")
         val = m["val"]
         acc = " / ".join(f"{a:.3f}" for a in val["val_acc_depth"])
+        agree = " / ".join(f"{a:.3f}" for a in val.get("val_agree_depth", [])[1:]) or "-"
         size = (CK / f"{name}.safetensors").stat().st_size / 2**20
         stop = " (time cap)" if m.get("stopped_early") else ""
-        print(f"| `{name}` | {regime} | {m['step']} of {m['steps']}{stop} | {m['tokens']:,} | "
-              f"{m.get('wall_s', 0) / 60:.1f} min | {val['val_bpb']:.3f} | {acc} | {size:.1f} MiB |")
+        tokens = m.get("tokens_total", m["tokens"])
+        wall = sum(p["wall_s"] for p in m["lineage"]) if m.get("lineage") else m.get("wall_s", 0)
+        steps = sum(p["steps"] for p in m["lineage"]) if m.get("lineage") else m["step"]
+        planned = "" if m.get("lineage") else f" of {m['steps']}"
+        print(f"| `{name}` | {regime(m, cfg)} | {steps}{planned}{stop} | {tokens:,} | {wall / 60:.1f} min | "
+              f"{val['val_bpb']:.3f} | {acc} | {agree} | {size:.1f} MiB |")
 
 
 if __name__ == "__main__":
