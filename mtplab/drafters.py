@@ -281,7 +281,6 @@ class Method:
     make: Callable[..., BaseDrafter] | None           # (model, **context) -> drafter; None for AR
     family: str | None = None                         # head family the checkpoint must carry
     max_k: Callable[[ModelConfig], int] | None = None  # most tokens per step the checkpoint supports
-    greedy_only: bool = False
 
 
 def _needs_draft_model(model, *, draft_model=None, **_):
@@ -308,8 +307,7 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("draft-model", "ntp", "overlap", _needs_draft_model),
     Method("ngram", "ntp", "overlap", lambda model, **_: NgramDrafter()),
     Method("oracle", "ntp", "overlap",
-           lambda model, *, reference=None, alpha=0.8, seed=0, **_: OracleDrafter(reference, alpha, seed=seed),
-           greedy_only=True),
+           lambda model, *, reference=None, alpha=0.8, seed=0, **_: OracleDrafter(reference or [], alpha, seed=seed)),
 ]}
 
 

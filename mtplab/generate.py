@@ -45,9 +45,7 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
                               top_k=top_k, generator=g)
     if k is not None:
         check_k(k)
-    if m.greedy_only and temperature != 0:
-        raise MtplabError(f"the {method} drafter is greedy-only; use temperature 0")
-    if method == "oracle" and reference is None:
+    if method == "oracle" and reference is None and temperature == 0:  # sampling: the loop refuses the oracle
         reference = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
     # the drafter checks that the checkpoint has its head family
     drafter = m.make(model, draft_model=draft_model, reference=reference, alpha=alpha, seed=seed)

@@ -29,6 +29,9 @@ def multi_token_loss(logits: torch.Tensor, targets: torch.Tensor, num_tokens: in
     B, T = targets.shape
     if logits.shape[:2] != (B, T) or logits.shape[2] % num_tokens:
         raise MtplabError(f"logits {tuple(logits.shape)} do not pack {num_tokens} heads over targets {tuple(targets.shape)}")
+    if T < num_tokens:
+        raise MtplabError(f"a window of T={T} targets is too short for {num_tokens} heads: head k (0-based) scores "
+                          f"positions 0..T-1-k, so T must be at least {num_tokens}; use longer windows or fewer heads")
     logits = logits.view(B, T, num_tokens, -1)  # (B, T, K, V)
     per_head = []
     for k in range(num_tokens):

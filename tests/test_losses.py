@@ -107,3 +107,11 @@ def test_meta_memory_efficient_backward_equals_naive(freeze):
     assert g1.keys() == g2.keys() and len(g1) > 0
     for n in g1:
         assert torch.allclose(g1[n], g2[n], atol=1e-6), n
+
+
+def test_multi_token_loss_refuses_a_window_shorter_than_its_heads():
+    """Head k scores positions 0..T-1-k: with T < K the last heads have nothing to score (a clear error, not a
+    bare ValueError from a negative slice)."""
+    logits = torch.zeros(1, 2, 4 * 5)
+    with pytest.raises(MtplabError, match="T=2 targets is too short for 4 heads"):
+        multi_token_loss(logits, torch.zeros(1, 2, dtype=torch.long), 4)
