@@ -40,7 +40,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))  # always holds p, despite rounding
 
 
 def conditional_counts(trace: Trace) -> list[tuple[int, int]]:
@@ -91,7 +91,7 @@ def acceptance_figure(trace: Trace | None, *, title: str | None = None, max_draf
             ax2.text(p, 0.05, "n/a", ha="center", fontsize=_font(scale))
             continue
         lo, hi = wilson(k, n)
-        ax2.errorbar(p, v, yerr=[[v - lo], [hi - v]], color="black", capsize=3, lw=1)
+        ax2.errorbar(p, v, yerr=[[max(0.0, v - lo)], [max(0.0, hi - v)]], color="black", capsize=3, lw=1)
         ax2.text(p, hi + 0.04, f"{v:.2f}\nn={n}", ha="center", fontsize=_font(scale))
     ax2.set(xlabel="draft position (draft i is depth i+1)", ylabel="P(accept | earlier accepted)",
             title="conditional acceptance, 95% interval", ylim=(0, 1.35), xticks=pos)
@@ -135,8 +135,8 @@ def compare_figure(traces: dict, *, scale: float = 1.0):
         xs = [i + 1 + (j - (len(traces) - 1) / 2) * width for i in range(len(counts))]
         vals = [a / r if r else 0.0 for a, r in counts]
         ci = [wilson(a, r) if r else (0.0, 0.0) for a, r in counts]
-        ax.bar(xs, vals, width=width, yerr=[[v - lo for v, (lo, _) in zip(vals, ci)],
-                                            [hi - v for v, (_, hi) in zip(vals, ci)]], capsize=2,
+        ax.bar(xs, vals, width=width, yerr=[[max(0.0, v - lo) for v, (lo, _) in zip(vals, ci)],
+                                            [max(0.0, hi - v) for v, (_, hi) in zip(vals, ci)]], capsize=2,
                label=f"{label} (mean accepted length {t.mean_accepted_length:.2f}, {t.num_drafts} steps)")
     ax.set(xlabel="draft position (draft i is depth i+1)", ylabel="P(accept | earlier accepted)", ylim=(0, 1.1),
            xticks=list(range(1, n + 1)), title="conditional acceptance by draft position, 95% intervals")

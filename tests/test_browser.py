@@ -113,7 +113,10 @@ def test_acceptance_lab_in_jupyterlab(lab_server):
         state = lab.locator(".mtplab-status")
         rows = lab.locator(".mtplab-tokens .mtplab-step-row")
         chart = lab.locator("img.mtplab-acceptance")
-        assert "step 4/" in state.inner_text() and rows.count() == 4  # the notebook revealed FIRST_STEPS
+        # widget views fill in after the kernel goes idle: wait for the state to arrive, then check it
+        page.wait_for_function("() => (document.querySelector('.mtplab-lab .mtplab-status') || {}).innerText"
+                               " && document.querySelector('.mtplab-lab .mtplab-status').innerText.includes('step ')")
+        assert "step 4/" in state.inner_text() and rows.count() == 4, state.inner_text()  # FIRST_STEPS revealed
         chart_before, tokens_before = pixels(chart), lab.locator(".mtplab-tokens").inner_html()
 
         k_box = lab.locator(".mtplab-k input")
