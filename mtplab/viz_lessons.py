@@ -165,7 +165,7 @@ def verify_forward(ex: dict) -> Figure:
         for c in range(n):
             ax.add_patch(Rectangle((1 + c, y + 0.05), 0.9, 0.8, color=COLORS["predict"] if c <= r else "white",
                                    ec="#999999", lw=0.5))
-        verdict = {"accepted": "= draft {d}: accepted", "rejected": "!= draft {d} {t!r}: rejected, correction",
+        verdict = {"accepted": "= draft {d} {t!r}: accepted", "rejected": "!= draft {d} {t!r}: rejected; this is the correction",
                    "discarded": "draft {d} {t!r}: discarded (row read a rejected draft)",
                    "bonus-target": "after the last draft: bonus (overlapped schedule)"}[kinds[r]]
         if r >= len(drafts) and kinds[r] == "discarded":
@@ -179,8 +179,8 @@ def verify_forward(ex: dict) -> Figure:
         ax.text(c + 0.45, n + 0.1, t, ha="center", va="bottom", fontsize=7)
     ax.set(xlim=(-3.2, n + 10.4), ylim=(-0.1, n + 0.8))
     ax.axis("off")
-    ax.set_title("One verify forward: row j attends to the prompt and fed tokens 0..j (causal mask, blue) "
-                 "and predicts the token after it", fontsize=9)
+    ax.set_title("One verify forward: row j attends to the prompt (grey, in the KV cache) and fed tokens 0..j "
+                 "(causal mask, blue) and predicts the token after it", fontsize=9)
     fig.text(0.5, 0.03, "Training reads every row at once the same way (teacher forcing): row j's prediction is "
              "scored against the true next token; here it is compared with the draft.", ha="center", fontsize=8)
     return fig

@@ -153,7 +153,7 @@ def test_verify_forward_lines_predictions_up_with_drafts_and_marks_verdicts():
     fig = viz_lessons.verify_forward(ex)
     _renders(fig)
     text = _texts(fig)
-    assert "predicts ':'" in text and "!= draft 2 'n': rejected" in text and "= draft 1: accepted" in text
+    assert "predicts ':'" in text and "!= draft 2 'n': rejected" in text and "= draft 1 ')': accepted" in text
     ax = fig.axes[0]
     blue = [p for p in ax.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(viz_lessons.COLORS["predict"])]
     assert len(blue) == 4 * 5 // 2  # the causal mask: row j attends to fed tokens 0..j
