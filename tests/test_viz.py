@@ -205,3 +205,15 @@ def test_verify_example_is_one_forward_of_greedy_decoding():
     n_ok = next((j for j, (p, d) in enumerate(zip(ex["predicted"], ex["drafts"])) if p != d), 3)
     # rows up to the first rejection (its correction, or the bonus) read only greedy tokens: they are greedy's
     assert ex["predicted"][: n_ok + 1] == ref[1: n_ok + 2]
+
+
+def test_verify_example_refuses_a_model_without_enough_depths():
+    from mtplab import lesson_data
+    from mtplab.errors import MtplabError
+
+    with pytest.raises(MtplabError, match="at least k = 4 depths"):
+        lesson_data.verify_example(random_model(), [1, 2, 3], 4)
+    with pytest.raises(MtplabError, match="at least k = 4 depths"):
+        lesson_data.verify_example(random_model(heads="stern", n_depths=2), [1, 2, 3], 4)
+    ex = lesson_data.verify_example(random_model(heads="meta", n_depths=3), [1, 2, 3], 3)
+    assert len(ex["fed"]) == len(ex["predicted"]) == 3 and len(ex["drafts"]) == 2
