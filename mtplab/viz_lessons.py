@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from .viz_tokens import COLORS
+from .viz_tokens import COLORS, TEXT_COLORS
 
 PARTS = (("target_ms", "target verify (and predict)", COLORS["accepted"]),
          ("draft_ms", "drafter", COLORS["bonus-correction"]),
@@ -128,4 +128,119 @@ def kv_cache_crop(rec: dict, *, window: int = 10) -> Figure:
                                            f"cropped to {crop} ({step.accepted} of {len(step.drafted)} drafts kept)")
     ax.set_yticklabels([f"after crop: {crop}", f"after verify: {verify}"], fontsize=8)
     ax.title.set_fontsize(9)
+    return fig
+
+
+def _verdicts(predicted: list[str], drafts: list[str]) -> list[str]:
+    """Kind of each verify row: accepted / rejected (its prediction is the correction) / discarded / bonus."""
+    out, wrong = [], False
+    for j in range(len(predicted)):
+        if wrong:
+            out.append("discarded")
+        elif j < len(drafts):
+            wrong = predicted[j] != drafts[j]
+            out.append("rejected" if wrong else "accepted")
+        else:
+            out.append("bonus-target")
+    return out
+
+
+def verify_forward(ex: dict) -> Figure:
+    """Why verification is one forward: the causal mask over the fed tokens [P, draft 1, ..., draft k-1] (left)
+    and, per row, the target's next-token prediction lined up against the draft it checks (right). `ex` comes
+    from `lesson_data.verify_example` (keys context, fed, predicted, drafts)."""
+    from matplotlib.patches import Rectangle
+
+    fed, pred, drafts = ex["fed"], ex["predicted"], ex["drafts"]
+    n = len(fed)
+    kinds = _verdicts(pred, drafts)
+    fig = Figure(figsize=(10, 1.2 + 0.55 * n))
+    fig.subplots_adjust(left=0.02, right=0.99, bottom=0.2, top=0.84)
+    ax = fig.subplots()
+    names = ["P (target)"] + [f"draft {j}" for j in range(1, n)]
+    for r in range(n):
+        y = n - 1 - r
+        ax.text(-0.1, y + 0.45, f"{names[r]} {fed[r]!r}", ha="right", va="center", fontsize=8)
+        ax.add_patch(Rectangle((0, y + 0.05), 0.9, 0.8, color="#dddddd"))
+        for c in range(n):
+            ax.add_patch(Rectangle((1 + c, y + 0.05), 0.9, 0.8, color=COLORS["predict"] if c <= r else "white",
+                                   ec="#999999", lw=0.5))
+        verdict = {"accepted": "= draft {d} {t!r}: accepted", "rejected": "!= draft {d} {t!r}: rejected; this is the correction",
+                   "discarded": "draft {d} {t!r}: discarded (row read a rejected draft)",
+                   "bonus-target": "after the last draft: bonus (overlapped schedule)"}[kinds[r]]
+        if r >= len(drafts) and kinds[r] == "discarded":
+            verdict = "after the last draft: unused (a draft was rejected)"
+        text = verdict.format(d=r + 1, t=drafts[r] if r < len(drafts) else "")
+        ax.annotate("", (n + 2.2, y + 0.45), (n + 1.1, y + 0.45), arrowprops=dict(arrowstyle="->"))
+        ax.text(n + 2.4, y + 0.45, f"predicts {pred[r]!r}", va="center", fontsize=8)
+        ax.add_patch(Rectangle((n + 4.6, y + 0.05), 5.6, 0.8, color=COLORS[kinds[r]], alpha=0.85))
+        ax.text(n + 4.7, y + 0.45, text, va="center", fontsize=8, color=TEXT_COLORS[kinds[r]])
+    for c, t in enumerate(["prompt ...\n" + repr(ex["context"])] + [repr(t) for t in fed]):
+        ax.text(c + 0.45, n + 0.1, t, ha="center", va="bottom", fontsize=7)
+    ax.set(xlim=(-3.2, n + 10.4), ylim=(-0.1, n + 0.8))
+    ax.axis("off")
+    ax.set_title("One verify forward: row j attends to the prompt (grey, in the KV cache) and fed tokens 0..j "
+                 "(causal mask, blue) and predicts the token after it", fontsize=9)
+    fig.text(0.5, 0.03, "Training reads every row at once the same way (teacher forcing): row j's prediction is "
+             "scored against the true next token; here it is compared with the draft.", ha="center", fontsize=8)
+    return fig
+
+
+# family -> boxes from the trunk up: (label, kind); kind "trunk", "head" or "shared"
+_DIAGRAMS = {
+    "stern": [("trunk, all L layers -> h", "trunk"), ("shared FFN h -> 4h (ReLU)", "head"),
+              ("per depth: FFN 4h -> h,\nplus h (residual), x(K-1)", "head"),
+              ("shared final norm +\nvocabulary projection", "shared"), ("depths 2..K, in parallel", None)],
+    "meta": [("trunk, layers 1..L-1 -> z", "trunk"),
+             ("per depth: one transformer\nlayer on z, x(K-1)\n(depth 1 = layer L)", "head"),
+             ("shared final norm +\nvocabulary projection", "shared"), ("depths 2..K, in parallel", None)],
+    "deepseek": [("trunk, all L layers -> h^0", "trunk"),
+                 ("module k: [norm(h^(k-1)); norm(Emb(t_(i+k)))]\n-> M_k (2d -> d) -> block", "head"),
+                 ("shared final norm +\nvocabulary projection", "shared"),
+                 ("depth k+1; h^k feeds module k+1:\nD modules in sequence", None)],
+}
+_BOX = {"trunk": "#dddddd", "head": COLORS["predict"], "shared": "#f5e6b3"}
+
+
+def _diagram(ax, family: str) -> None:
+    from matplotlib.patches import FancyBboxPatch
+
+    boxes = _DIAGRAMS[family]
+    ys = [0.08 + i * 0.84 / (len(boxes) - 1) for i in range(len(boxes))]
+    for (label, kind), y in zip(boxes, ys):
+        if kind is not None:
+            ax.add_patch(FancyBboxPatch((0.08, y - 0.065), 0.84, 0.13, boxstyle="round,pad=0.01",
+                                        fc=_BOX[kind], ec="#555555"))
+        ax.text(0.5, y, label, ha="center", va="center", fontsize=7.5)
+    for y0, y1 in zip(ys, ys[1:]):
+        ax.annotate("", (0.5, y1 - 0.07), (0.5, y0 + 0.07), arrowprops=dict(arrowstyle="->", color="#333333"))
+    if family == "deepseek":  # the embedding of the next true (or committed) token enters each module
+        ax.annotate("Emb(t_(i+k))\n(shared)", (0.92, ys[1]), (1.0, ys[0] + 0.02), fontsize=6.5, ha="center",
+                    arrowprops=dict(arrowstyle="->", color="#333333"))
+    ax.set(xlim=(0, 1.05), ylim=(0, 1))
+    ax.axis("off")
+
+
+def head_families(rows: list[dict]) -> Figure:
+    """The three head families side by side as block diagrams. Each panel's title gives the heads' parameters
+    as a fraction of the trunk and the drafter's ms per step against the target's, all read from `rows`
+    (`lesson_data.head_families`: family, checkpoint, method, head_params, trunk_params, step_ms_drafter,
+    step_ms_target, source); the caption names the source of the timings."""
+    fig = Figure(figsize=(4 * len(rows), 4.6))
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.1, top=0.8, wspace=0.08)
+    axes = fig.subplots(1, len(rows), squeeze=False)[0]
+    titles = {"stern": "Stern et al. 2018", "meta": "Gloeckle et al. 2024 (Meta)", "deepseek": "DeepSeek-V3 MTP"}
+    for ax, r in zip(axes, rows):
+        _diagram(ax, r["family"])
+        params = r["head_params"] / r["trunk_params"]
+        cost = r["step_ms_drafter"] / r["step_ms_target"]
+        ax.set_title(f"{titles.get(r['family'], r['family'])}: {r['checkpoint']}\n"
+                     f"heads {r['head_params'] / 1e6:.2f}M params = {params:.0%} of the trunk's "
+                     f"{r['trunk_params'] / 1e6:.2f}M\n"
+                     f"drafter {r['step_ms_drafter']:.2f} ms per step = {cost:.0%} of the target's "
+                     f"{r['step_ms_target']:.2f} ms", fontsize=8)
+    sources = sorted({r["source"] for r in rows})
+    fig.text(0.5, 0.02, "Parameters: the shipped checkpoints (model.mtp against the rest). ms per step: "
+             + ", ".join(sources) + " (methods " + ", ".join(f"{r['method']!r}" for r in rows) + ").",
+             ha="center", fontsize=7.5)
     return fig

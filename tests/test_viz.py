@@ -138,3 +138,82 @@ def test_label_layout_matches_the_model_and_the_check_can_fail(monkeypatch):
         return rows
     monkeypatch.setattr(lab.deepseek, "label_layout", off_by_one)  # where layout_matches_model looks it up
     assert not lab.layout_matches_model(model, T=10)
+
+
+def _texts(fig):
+    return " ".join([t.get_text() for ax in fig.axes for t in ax.texts + [ax.title]] + [t.get_text() for t in fig.texts])
+
+
+def test_verify_forward_lines_predictions_up_with_drafts_and_marks_verdicts():
+    from mtplab import viz_lessons
+
+    ex = {"context": "(", "fed": ["i", ")", "n", "e"], "predicted": [")", ":", "a", "t"], "drafts": [")", "n", "e"]}
+    assert viz_lessons._verdicts(ex["predicted"], ex["drafts"]) == ["accepted", "rejected", "discarded", "discarded"]
+    assert viz_lessons._verdicts(["a", "b"], ["a"]) == ["accepted", "bonus-target"]
+    fig = viz_lessons.verify_forward(ex)
+    _renders(fig)
+    text = _texts(fig)
+    assert "predicts ':'" in text and "!= draft 2 'n': rejected" in text and "= draft 1 ')': accepted" in text
+    ax = fig.axes[0]
+    blue = [p for p in ax.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(viz_lessons.COLORS["predict"])]
+    assert len(blue) == 4 * 5 // 2  # the causal mask: row j attends to fed tokens 0..j
+
+
+def test_head_families_labels_come_from_the_rows():
+    from mtplab import viz_lessons
+
+    rows = [{"family": f, "checkpoint": f"{f}-x", "method": f"m-{f}", "head_params": hp, "trunk_params": 4_000_000,
+             "step_ms_drafter": d, "step_ms_target": 2.0, "source": "docs/bench/test.json"}
+            for f, hp, d in [("stern", 1_000_000, 0.5), ("meta", 3_000_000, 1.5), ("deepseek", 2_000_000, 3.0)]]
+    fig = viz_lessons.head_families(rows)
+    _renders(fig)
+    text = _texts(fig)
+    assert "1.00M params = 25% of the trunk's 4.00M" in text and "3.00M params = 75%" in text
+    assert "drafter 1.50 ms per step = 75% of the target's 2.00 ms" in text and "= 150% of" in text
+    assert "docs/bench/test.json" in text and "'m-deepseek'" in text
+    assert len(fig.axes) == 3
+
+
+def test_head_families_data_from_checkpoints_and_bench(tmp_path):
+    import json
+
+    from mtplab import lesson_data
+    from mtplab.errors import MtplabError
+
+    rows = [{"method": m, "k": 4, "step_ms_drafter": 1.0 + i, "step_ms_target": 3.0}
+            for i, m in enumerate(["blockwise-overlap", "meta", "deepseek D=3"])]
+    (tmp_path / "d.json").write_text(json.dumps({"rows": rows}))
+    got = lesson_data.head_families(tmp_path / "d.json")
+    assert [r["family"] for r in got] == ["stern", "meta", "deepseek"]
+    assert [r["step_ms_drafter"] for r in got] == [1.0, 2.0, 3.0]
+    assert len({r["trunk_params"] for r in got}) == 1  # one shared trunk (ntp) under every family
+    assert all(0 < r["head_params"] < r["trunk_params"] for r in got)
+    (tmp_path / "e.json").write_text(json.dumps({"rows": rows[:1]}))
+    with pytest.raises(MtplabError, match="no row for method 'meta'"):
+        lesson_data.head_families(tmp_path / "e.json")
+
+
+def test_verify_example_is_one_forward_of_greedy_decoding():
+    from mtplab import checkpoint, lesson_data
+    from mtplab.tokenizer import encode, token_repr
+
+    model = checkpoint.load("stern-k4")
+    prompt = encode("for i in range(")
+    ex = lesson_data.verify_example(model, prompt, 4)
+    ref = [token_repr(t) for t in autoregressive(model, prompt, max_new_tokens=6).tokens]
+    assert ex["fed"][0] == ref[0] and len(ex["predicted"]) == 4 and len(ex["drafts"]) == 3
+    n_ok = next((j for j, (p, d) in enumerate(zip(ex["predicted"], ex["drafts"])) if p != d), 3)
+    # rows up to the first rejection (its correction, or the bonus) read only greedy tokens: they are greedy's
+    assert ex["predicted"][: n_ok + 1] == ref[1: n_ok + 2]
+
+
+def test_verify_example_refuses_a_model_without_enough_depths():
+    from mtplab import lesson_data
+    from mtplab.errors import MtplabError
+
+    with pytest.raises(MtplabError, match="at least k = 4 depths"):
+        lesson_data.verify_example(random_model(), [1, 2, 3], 4)
+    with pytest.raises(MtplabError, match="at least k = 4 depths"):
+        lesson_data.verify_example(random_model(heads="stern", n_depths=2), [1, 2, 3], 4)
+    ex = lesson_data.verify_example(random_model(heads="meta", n_depths=3), [1, 2, 3], 3)
+    assert len(ex["fed"]) == len(ex["predicted"]) == 3 and len(ex["drafts"]) == 2
