@@ -13,12 +13,13 @@ PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
 .PHONY: setup run test test-fast lint lab clean
 
-# the package with the notebook stack and the test tools; no browser (only the browser test needs one)
+# the package with the notebook stack, the test tools and transformers (tests/test_hf.py builds tiny HF models);
+# no browser (only the browser tests need one)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q -e ".[notebooks,dev]"
+	$(BIN)/python -m pip install -q -e ".[notebooks,dev,hf]"
 	touch $(STAMP)
 
 # the jupyter-widgets HTML manager from npm, so that the report's widgets render offline
