@@ -45,10 +45,12 @@ test: lint $(BROWSER)
 	$(PYTEST) -q tests
 	$(PYTEST) -q --nbval-lax notebooks/
 
-# under 2 minutes: the library's unit and property tests, no notebooks, no browser, nothing marked slow
+# under 2 minutes: the library's unit and property tests in one process. Left to `make test`: notebooks, the
+# browser, subprocess tests (CLI, fault injection, torchrun), statistical sampling tests, shipped checkpoints, HF
+FAST_SKIP := notebooks report ddp cli robust sampling shipped hf browser
 test-fast: lint
 	$(PYTEST) -q -m "not slow and not browser and not gpu" -p no:cacheprovider \
-		--ignore=tests/test_notebooks.py --ignore=tests/test_report.py --ignore=tests/test_ddp.py tests
+		$(foreach t,$(FAST_SKIP),--ignore=tests/test_$(t).py) tests
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
