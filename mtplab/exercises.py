@@ -271,7 +271,7 @@ def check_deepseek_forwards(fn) -> Check:
         if _number(got) != want:
             hint = ""
             if _number(got) == theory.overlap_forwards(m, D):
-                hint = " D modules give D drafts, so a step commits D+1 tokens (block size k = D+1)."
+                hint = " D modules give D drafts, so a step commits D+1 tokens (k = D+1 tokens per step)."
             return Check(name, False, f"fn(m={m}, D={D}) gave {got!r}, mtplab counts {want}.{hint}")
     return Check(name, True, "D drafts a step make blocks of D+1 tokens on the overlapped schedule: "
                              "1 + ceil((m-1)/(D+1)) (theory.deepseek_forwards)")

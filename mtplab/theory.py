@@ -1,6 +1,6 @@
 """Counting forwards and predicting speedups.
 
-m new tokens, k block size (at most k tokens a step, k-1 drafts), alpha the chance that a
+m new tokens, k tokens per step (at most k tokens a step, k-1 drafts), alpha the chance that a
 draft is accepted given that the ones before it were, q tokens fed to one forward.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def deepseek_forwards(m: int, D: int) -> int:
 
 def expected_tokens_per_step(alpha: float, n_drafts: int) -> float:
     """E[tokens per step] = (1 - alpha^(n+1)) / (1 - alpha) for i.i.d. acceptance alpha and n drafts
-    (the accepted prefix plus the bonus token). n_drafts = k - 1 for block size k."""
+    (the accepted prefix plus the bonus token). n_drafts = k - 1 for k tokens per step."""
     if not 0 <= alpha <= 1:
         raise MtplabError(f"alpha must lie in [0, 1] (got {alpha})")
     if alpha == 1:

@@ -168,7 +168,7 @@ def trace_steps(trace: Trace) -> Figure:
     kept = [s.accepted for s in steps]
     rejected = [len(s.drafted) - s.accepted for s in steps]
     extra = [len(s.emitted) - s.accepted for s in steps]
-    ax.bar(x, extra, color="tab:green", label="from the target (predict / bonus / fix)")
+    ax.bar(x, extra, color="tab:green", label="from the target (predict / bonus / correction)")
     ax.bar(x, kept, bottom=extra, color="tab:blue", label="drafts kept")
     ax.bar(x, rejected, bottom=[a + b for a, b in zip(extra, kept)], color="tab:red", alpha=0.35,
            label="drafts thrown away")
@@ -204,15 +204,16 @@ def acceptance_bars(traces) -> Figure:
 
 
 def block_size_curve(ks, values: dict[str, list[float]]) -> Figure:
-    """Mean accepted block size against the block size k (the shape of Stern et al. 2018, Table 1)."""
+    """Mean accepted length against k, tokens per step (the shape of Stern et al. 2018, Table 1, whose "block
+    size" is this k and whose "mean accepted block size" is this mean accepted length)."""
     ks = list(ks)
     fig, axes = _figure()
     ax = axes[0][0]
     ax.plot(ks, ks, color="0.6", ls=":", label="every draft kept: k")
     for label, v in values.items():
         ax.plot(ks, v, "o-", label=label)
-    ax.set_xlabel("block size k")
-    ax.set_ylabel("mean accepted block size")
+    ax.set_xlabel("k, tokens per step")
+    ax.set_ylabel("mean accepted length")
     ax.set_xticks(ks)
     ax.legend(fontsize=8)
     return fig

@@ -15,7 +15,7 @@ HEAD_DRAFTERS = {"stern": SternDrafter, "meta": MetaDrafter, "deepseek": DeepSee
 
 
 def all_drafters(family_models, reference, k):
-    """(drafter, target model) pairs for every method that can reach block size k."""
+    """(drafter, target model) pairs for every method that can reach k tokens per step."""
     out = []
     for fam, cls in HEAD_DRAFTERS.items():
         m = family_models[fam]

@@ -66,7 +66,7 @@ def format_steps(trace: Trace, limit: int | None = None) -> str:
         elif s.bonus is None:
             then = "-"
         else:
-            then = f"{token_repr(s.bonus)} ({'bonus' if s.bonus_source == 'target' else 'fix'})"
+            then = f"{token_repr(s.bonus)} ({'bonus' if s.bonus_source == 'target' else 'correction'})"
         lines.append(f"{i:>4} {s.forwards:>3}  {pred:<7}  {toks(s.drafted):<24} {s.accepted:>4}  {then:<16} "
                      f"{toks(s.emitted)}")
     if limit is not None and len(trace.steps) > limit:
