@@ -21,19 +21,21 @@ A step's tokens, in the order they were committed (the words are defined in docs
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from . import checkpoint as ckpt
 from . import generate
 from .decoding import check_k
 from .device import describe, pick
 from .errors import MtplabError
-from .tokenizer import encode, token_repr
+from .tokenizer import decode as decode_bytes, encode, token_repr
 from .trace import Step, Trace
 
 DEFAULT_CHECKPOINT = "default"  # the checkpoint the METHODS table names for the method
 DEFAULT_PROMPT = "import os\nimport sys\n\ndef main("  # the first steps are words, not indentation
-SETTINGS = ("method", "k", "prompt", "temperature", "device", "max_new_tokens", "checkpoint", "seed")
+SETTINGS = ("method", "k", "prompt", "temperature", "device", "max_new_tokens", "checkpoint", "seed", "heads")
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,10 @@ class StepRecord:
         return [t.kind for t in self.tokens]
 
 
-def step_record(index: int, step: Step) -> StepRecord:
-    """Label every token of a `Step`: predict / accepted / rejected / discarded / bonus."""
+def step_record(index: int, step: Step, label=token_repr) -> StepRecord:
+    """Label every token of a `Step`: predict / accepted / rejected / discarded / bonus. `label` prints one
+    token id (the byte tokenizer's `token_repr`, or a Hugging Face model's own)."""
+    token_repr = label
     views = []
     if step.predict_token is not None:
         views.append(TokenView(step.predict_token, token_repr(step.predict_token), "predict"))
@@ -88,8 +92,9 @@ class LabState:
     temperature: float = 0.0
     device: str = "auto"
     max_new_tokens: int = 48
-    checkpoint: str = DEFAULT_CHECKPOINT
+    checkpoint: str = DEFAULT_CHECKPOINT  # a shipped name, a .safetensors path, or a Hugging Face model folder
     seed: int = 0
+    heads: str = ""                  # with a Hugging Face folder: its heads checkpoint (mtplab train --hf)
     trace: Trace | None = None       # the whole decode with these settings (None: not run yet)
     baseline: Trace | None = None    # AR decode of the same model, for the wall-clock comparison
     shown: int = 0                   # steps of `trace` revealed so far
@@ -97,6 +102,8 @@ class LabState:
     device_name: str = ""            # mtplab.device.describe() of the device the decode ran on
     checkpoint_name: str = ""        # the checkpoint actually loaded
     model_k: int | None = None       # generate.max_k for the loaded checkpoint (None: no limit)
+    label: Callable[[int], str] = token_repr  # prints one token of the loaded model's vocabulary
+    detok: Callable[[list[int]], str] = decode_bytes  # token ids -> text, with the loaded model's tokenizer
 
     @property
     def total_steps(self) -> int:
@@ -111,7 +118,7 @@ class LabState:
         """One record per revealed step."""
         if self.trace is None:
             return []
-        return [step_record(i, s) for i, s in enumerate(self.trace.steps[:self.shown])]
+        return [step_record(i, s, self.label) for i, s in enumerate(self.trace.steps[:self.shown])]
 
     @property
     def trace_so_far(self) -> Trace | None:
@@ -139,18 +146,35 @@ class ModelCache:
     models: dict = field(default_factory=dict)
     warmed: set = field(default_factory=set)
 
-    def get(self, name: str, device):
-        key = (name, str(device))
+    def get(self, name: str, device, heads: str = ""):
+        key = (name, str(device)) if not heads else (name, heads, str(device))
         if key not in self.models:
-            self.models[key] = ckpt.load(name, device=device)
+            if is_hf_folder(name):  # your own model (pip install -e ".[hf]"), with its heads if given
+                from .hf import load_target
+                self.models[key] = load_target(name, heads or None, device=device)
+            elif heads:
+                raise MtplabError("heads= goes with a Hugging Face model folder as the checkpoint; the lab's own "
+                                  "head checkpoints are chosen by name (e.g. stern-k4)")
+            else:
+                self.models[key] = ckpt.load(name, device=device)
         return self.models[key]
 
     def warm(self, method: str, model, *, k: int, draft_model=None) -> None:
         key = (method, id(model), k)
         if key not in self.warmed:
-            generate.decode_with(method, model, encode("def f(x):\n"), max_new_tokens=8, k=k,
+            generate.decode_with(method, model, text_ids(model, "def f(x):\n"), max_new_tokens=8, k=k,
                                  draft_model=draft_model)
             self.warmed.add(key)
+
+
+def is_hf_folder(name: str) -> bool:
+    """A local Hugging Face model: a folder with a config.json (and weights, and a tokenizer)."""
+    return Path(name).is_dir() and (Path(name) / "config.json").is_file()
+
+
+def text_ids(model, text: str) -> list[int]:
+    """The prompt in the model's own tokens: bytes for the lab's models, the model's tokenizer for HF ones."""
+    return model.encode(text) if hasattr(model, "encode") else encode(text)
 
 
 def validate(state: LabState) -> None:
@@ -174,9 +198,9 @@ def decode(state: LabState, models: ModelCache) -> LabState:
         dev = pick(state.device)
         name = (generate.METHODS[state.method].checkpoint if state.checkpoint == DEFAULT_CHECKPOINT
                 else str(state.checkpoint))
-        model = models.get(name, dev)
+        model = models.get(name, dev, state.heads)
         draft = models.get("draft", dev) if state.method == "draft-model" else None
-        ids = encode(state.prompt)
+        ids = text_ids(model, state.prompt)
         opts = dict(max_new_tokens=state.max_new_tokens, temperature=float(state.temperature), seed=state.seed)
         limit = generate.max_k(state.method, model)
         models.warm(state.method, model, k=min(state.k, limit or state.k), draft_model=draft)
@@ -186,7 +210,8 @@ def decode(state: LabState, models: ModelCache) -> LabState:
     except MtplabError as e:
         return replace(state, trace=None, baseline=None, shown=0, error=str(e))
     return replace(state, trace=trace, baseline=baseline, shown=0, error="", device_name=describe(dev),
-                   checkpoint_name=name, model_k=limit)
+                   checkpoint_name=name, model_k=limit, label=getattr(model, "token_repr", token_repr),
+                   detok=getattr(model, "decode", decode_bytes))
 
 
 def step(state: LabState, models: ModelCache, n: int = 1) -> LabState:

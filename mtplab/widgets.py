@@ -91,7 +91,7 @@ def tokens_html(state: LabState, last: int = 12, *, projector: bool = False) -> 
                     f"width:19em;white-space:nowrap;color:#555'>{head}</span>{chips}{why_html}</div>")
     hidden = max(0, len(state.records) - last)
     more = f"<div style='color:#777'>… {hidden} earlier steps</div>" if hidden else ""
-    text = html.escape(state.prompt) + "<b>" + html.escape(state.trace_so_far.text) + "</b>"
+    text = html.escape(state.prompt) + "<b>" + html.escape(state.detok(state.trace_so_far.tokens)) + "</b>"
     legend = " ".join(f"<span style='background:{COLORS[k]};color:{TEXT_COLORS[k]};padding:1px 4px;border-radius:3px;"
                       f"{'text-decoration:line-through;' if k in STRUCK else ''}'>{LEGEND[k]}</span>" for k in KINDS)
     font = "150%" if projector else "90%"
