@@ -40,7 +40,8 @@ def _train(a):
                lam=a.lam, batch_size=a.batch_size, lr=a.lr, eval_every=a.eval_every, device=a.device,
                dropout=a.dropout, save_dtype=a.save_dtype, progress=not a.no_progress,
                memory_efficient=not a.naive_backward, max_seconds=a.max_seconds, labels=a.labels,
-               autocast=a.autocast, warmup=a.warmup)
+               autocast=a.autocast, warmup=a.warmup, deepen=a.deepen,
+               save_every=a.save_every)
     last = hist[-1] if hist else {}
     if a.json:
         _print_json(hist)
@@ -150,10 +151,13 @@ def _train_parser(sub) -> None:
     t.add_argument("--k", type=int, default=None, help=argparse.SUPPRESS)
     t.add_argument("--freeze-trunk", action="store_true")
     t.add_argument("--from", dest="from_", default=None, help="start from this next-token checkpoint")
+    t.add_argument("--deepen", type=int, default=None, metavar="N",
+                   help="grow the --from trunk to N layers with identity blocks first (the function is unchanged)")
     t.add_argument("--lambda", dest="lam", type=float, default=0.3)
     t.add_argument("--batch-size", type=int, default=16)
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--eval-every", type=int, default=None)
+    t.add_argument("--save-every", type=int, default=None, help="steps between saves (default: --eval-every)")
     t.add_argument("--dropout", type=float, default=None)
     t.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/20, at most 200)")
     t.add_argument("--labels", default="corpus", help="corpus | self | self-argmax (self-distilled heads; needs --freeze-trunk)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -131,4 +131,52 @@ def attach_heads(model: GPT, heads: str, n_depths: int) -> GPT:
     if isinstance(new.mtp, MetaHeads):  # copy head 1 into each new head again, now that the trunk's weights are in
         for b in new.mtp.blocks:
             b.load_state_dict(copy.deepcopy(new.blocks[-1].state_dict()))
+    return new
+
+
+def deepen_plan(n_old: int, n_layer: int) -> list[int | None]:
+    """Where each block of a deepened trunk comes from: an old block's index, or None for a new identity block.
+
+    The new blocks are spread over the gaps between the first n_old - 1 old blocks (as LLaMA Pro interleaves
+    its expansion blocks), and the old last block stays last: Meta heads branch off at its input, so every
+    head family reads the same hidden states as before."""
+    if n_layer < n_old:
+        raise MtplabError(f"deepen: the model already has {n_old} layers; ask for n_layer >= {n_old}")
+    extra, gaps = n_layer - n_old, max(1, n_old - 1)
+    plan: list[int | None] = []
+    for i in range(n_old):
+        plan.append(i)
+        if i < n_old - 1 or n_old == 1:
+            plan.extend([None] * (extra // gaps + (1 if i < extra % gaps else 0)))
+    return plan
+
+
+def deepen(model: GPT, n_layer: int) -> GPT:
+    """A deeper copy of `model` that computes the same function (block expansion, Wu et al. 2024, LLaMA Pro;
+    Net2Net's identity initialisation, Chen et al. 2016).
+
+    Each new block has zero attention and MLP output projections, so x + Attn(.) + MLP(.) = x: it passes its
+    input through unchanged, and the logits of every depth are the same as the original's. Training moves the
+    zeros (their gradient is not zero), so the grown model starts at the old loss and can only learn more.
+    The heads (`model.mtp`) are copied as they are."""
+    old = model.config
+    if isinstance(n_layer, bool) or not isinstance(n_layer, int):
+        raise MtplabError(f"deepen: n_layer must be an integer (got {n_layer!r})")
+    plan = deepen_plan(old.n_layer, n_layer)
+    new = GPT(replace(old, n_layer=n_layer)).to(device=model.wte.weight.device, dtype=model.wte.weight.dtype)
+    state = {n: t for n, t in model.state_dict().items() if not n.startswith("blocks.")}
+    for j, src in enumerate(plan):
+        if src is None:
+            continue
+        prefix = f"blocks.{src}."
+        for n, t in model.state_dict().items():
+            if n.startswith(prefix):
+                state[f"blocks.{j}." + n[len(prefix):]] = t
+    missing, unexpected = new.load_state_dict(state, strict=False)
+    assert not unexpected, unexpected
+    for j, src in enumerate(plan):
+        if src is None:
+            blk = new.blocks[j]
+            nn.init.zeros_(blk.attn.proj.weight)
+            nn.init.zeros_(blk.mlp.proj.weight)
     return new

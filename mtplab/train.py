@@ -19,7 +19,7 @@ from . import checkpoint as ckpt, distributed, runs
 from .config import preset as get_preset
 from .data import get_batch, load_corpus, val_windows
 from .errors import MtplabError
-from .model import GPT, attach_heads
+from .model import GPT, attach_heads, deepen
 from .steps import autocast_context, autocast_kind, evaluate, lr_at, meta_step, train_step  # noqa: F401
 from .trainconfig import SAVE_DTYPES, TrainConfig, check, default_name  # noqa: F401
 
@@ -41,6 +41,8 @@ def _build_model(c: TrainConfig, depths: int) -> GPT:
                 mod.dropout = p
             if isinstance(mod, torch.nn.Dropout):
                 mod.p = p
+    if c.deepen is not None:
+        base = deepen(base, c.deepen)
     return attach_heads(base, c.heads, depths) if c.heads != "none" else base
 
 

@@ -57,6 +57,7 @@ class TrainConfig:
     max_seconds: float | None = None
     labels: str = "corpus"
     autocast: str = "auto"
+    deepen: int | None = None  # grow the --from trunk to this many layers first (mtplab.model.deepen)
 
     def depths(self) -> int:
         """K from the family and whichever of K or D (deepseek) was given."""
@@ -152,6 +153,10 @@ def check(c: TrainConfig) -> None:
                                or c.name.endswith((".state", ".json", ".safetensors", ".next"))):
         raise MtplabError(f"--name {c.name!r} must be a plain file stem (letters, digits, '.', '_', '-'; no '/' "
                           "and no leading '.'), such as ntp or my-run.v2")
+    _need_int("--deepen", c.deepen, 1, 257, optional=True)
+    if c.deepen is not None and (c.from_checkpoint is None or c.freeze_trunk):
+        raise MtplabError("--deepen N grows a trained trunk and trains it on: give --from CHECKPOINT, without "
+                          "--freeze-trunk")
     if c.resume and c.overwrite:
         raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
     if (c.resume or c.overwrite) and c.out is None:
