@@ -37,9 +37,13 @@ setup: $(STAMP)
 run: $(WIDGETS)
 	$(BIN)/python -m tools.report
 
+# ruff, mypy, and the package's layers: import-linter's contract (pyproject.toml) checks that no import runs
+# upward, tools/import_graph.py that there is no cycle and no function-level import without a heavy reason
 lint: $(STAMP)
 	$(BIN)/ruff check mtplab tests tools scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python -m tools.import_graph --check
 
 test: lint $(BROWSER)
 	$(PYTEST) -q tests

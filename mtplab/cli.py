@@ -9,7 +9,10 @@ import json
 import math
 import sys
 
-from .errors import MtplabError
+from mtplab.errors import MtplabError
+from mtplab import bench
+from mtplab.decoding.generate import run_generate
+from mtplab.training.fit import fit
 
 MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
 
@@ -32,7 +35,6 @@ def _print_json(obj) -> None:
 def _train(a):
     if a.hf:
         return _train_hf(a)
-    from .train import fit
 
     hist = fit(preset=a.preset, corpus=a.corpus, steps=a.steps, out=a.out, name=a.name, seed=a.seed,
                resume=a.resume, overwrite=a.overwrite, heads=a.heads, n_depths=a.depths, n_modules=a.modules,
@@ -54,7 +56,7 @@ def _train(a):
 
 def _train_hf(a):
     """train --hf PATH: self-distilled heads on a local Hugging Face model (mtplab.hf_run)."""
-    from .hf_run import run_hf_train
+    from mtplab.hf.run import run_hf_train
 
     if a.from_ is not None:
         raise MtplabError("--hf trains heads on the model at that path with its trunk frozen; drop --from")
@@ -97,7 +99,6 @@ def _read_prompt(a) -> str:
 
 
 def _generate(a):
-    from .generate import run_generate
 
     if a.k is not None and a.method == "ar":
         raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
@@ -107,7 +108,7 @@ def _generate(a):
     if a.hf and (a.checkpoint or a.draft_checkpoint):
         raise MtplabError("with --hf the model is PATH and its heads come from --heads-checkpoint; drop --checkpoint")
     if a.hf:
-        from .hf_run import run_hf_generate
+        from mtplab.hf.run import run_hf_generate
         res = run_hf_generate(hf=a.hf, heads_checkpoint=a.heads_checkpoint, method=a.method, prompt=_read_prompt(a),
                               max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
                               seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype)
@@ -129,7 +130,6 @@ def _generate(a):
 
 
 def _bench(a):
-    from . import bench
 
     bench.main(a)
 

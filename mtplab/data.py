@@ -1,15 +1,15 @@
 """The two shipped corpora as byte tensors, and seeded random batches."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
-from .errors import MtplabError
+from mtplab import paths
+from mtplab.errors import MtplabError
+from mtplab.tokenizer import encode
 
-# data/ beside the package in a source checkout; MTPLAB_DATA points elsewhere (a non-editable install)
-DATA_DIR = Path(os.environ.get("MTPLAB_DATA") or Path(__file__).resolve().parent.parent / "data")
+DATA_DIR = paths.DATA_DIR  # data/ beside the package, or MTPLAB_DATA (a non-editable install)
 CORPORA = ("code", "prose")
 
 
@@ -60,3 +60,8 @@ def held_out_prompts(corpus: str = "code", n: int = 20, length: int = 64) -> lis
             i += 1
         prompts.append(chunk.encode()[:length].decode("utf-8", errors="ignore") or "def ")
     return prompts
+
+
+def held_out_ids(n: int, length: int = 48) -> list[list[int]]:
+    """n held-out code prompts as token ids (the same ones `bench decode` uses)."""
+    return [encode(p)[:length] for p in held_out_prompts("code", n, length)]

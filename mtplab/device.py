@@ -1,9 +1,13 @@
 """Device choice: cuda, then mps, then cpu. Nothing in mtplab assumes CUDA."""
 from __future__ import annotations
 
+import os
+import platform
+from pathlib import Path
+
 import torch
 
-from .errors import MtplabError
+from mtplab.errors import MtplabError
 
 
 def pick(name: str = "auto") -> torch.device:
@@ -31,3 +35,59 @@ def describe(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     return device.type
+
+
+def sync(device) -> None:
+    """Wait for queued device work, so that a clock read afterwards includes it."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _llc_bytes() -> int | None:
+    """The last-level cache of CPU 0, in bytes, from sysfs (Linux); None where it cannot be read."""
+    best = None
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((d / "level").read_text())
+            kind = (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        n = int(size.rstrip("KMG")) * mult
+        if best is None or level > best[0]:
+            best = (level, n)
+    return best[1] if best else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device: torch.device | str = "cpu") -> dict:
+    """What a timing was measured on: CPU model, cores, the threads torch uses, the last-level cache, torch's
+    version, and the accelerator where one is used. Every benchmark record and notebook timing carries it."""
+    device = torch.device(device)
+    llc = _llc_bytes()
+    info = {"cpu": _cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "llc_bytes": llc, "llc": f"{llc / (1 << 20):.0f} MiB" if llc else "unknown", "torch": torch.__version__,
+            "device": describe(device)}
+    return info
+
+
+def machine_line(device: torch.device | str = "cpu") -> str:
+    """One line naming the machine, for the line under a timing."""
+    m = machine(device)
+    return (f"measured on {m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, "
+            f"torch {m['torch']}, device {m['device']}")

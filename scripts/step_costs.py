@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from mtplab import checkpoint as ckpt
+from mtplab.model import checkpoint as ckpt
 from mtplab.data import held_out_prompts
-from mtplab.decoding import speculative
-from mtplab.lab import forward_cost, measure_cost_curve
+from mtplab.decoding.loop import speculative
+from mtplab.measuring.timing import forward_cost, measure_cost_curve
 from mtplab.tokenizer import encode
 
 ROWS = [("blockwise-overlap", "stern-k4", 4), ("meta", "meta-k4", 4), ("deepseek", "deepseek-d1", 2),
@@ -27,7 +27,7 @@ ROWS = [("blockwise-overlap", "stern-k4", 4), ("meta", "meta-k4", 4), ("deepseek
 
 
 def make_drafter(method, model, draft):
-    from mtplab import drafters
+    from mtplab.decoding import drafters
     if hasattr(drafters, "METHODS"):
         m = drafters.METHODS[method]
         return m.make(model, draft_model=draft), m.schedule

@@ -6,7 +6,7 @@ import torch
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
-from mtplab import toys  # noqa: E402
+from mtplab.model import toy as toys  # noqa: E402
 
 
 def random_model(heads="none", n_depths=1, seed=0, vocab_size=256, n_layer=2, n_embd=32, n_head=2, block_size=96, noise=0.3):

@@ -2,10 +2,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from mtplab import MtplabError
-from mtplab.batched import RaggedKVCache, batched_autoregressive, batched_speculative
-from mtplab.decoding import autoregressive
-from mtplab.drafters import DeepSeekDrafter, MetaDrafter, SternDrafter
+from mtplab.errors import MtplabError
+from mtplab import bench
+from mtplab.model.layers import RaggedKVCache
+from mtplab.decoding.batch import batched_autoregressive, batched_speculative
+from mtplab.decoding.loop import autoregressive
+from mtplab.decoding.drafters import DeepSeekDrafter, MetaDrafter, SternDrafter
 from tests.conftest import random_model
 
 HEAD_DRAFTERS = {"stern": SternDrafter, "meta": MetaDrafter, "deepseek": DeepSeekDrafter}
@@ -92,15 +94,15 @@ def test_batch_and_tree_benchmarks_run_on_tiny_models(tmp_path, monkeypatch):
     import argparse
     import json
 
-    from mtplab import bench, bench_batch
-    from mtplab.drafters import METHODS
+    from mtplab.bench import batch as bench_batch
+    from mtplab.decoding.drafters import METHODS
 
     def fake_load(meth, checkpoint=None, *, device="auto", dtype="fp32"):
         fam = METHODS[meth].family
         return random_model(fam, 4, seed=1) if fam else random_model(), f"random-{fam}", torch.device("cpu")
 
     monkeypatch.setattr(bench_batch, "load_for", fake_load)
-    monkeypatch.setattr(bench_batch, "prompts_for", lambda n, length=48: [[1 + i, 2, 3][: 1 + i % 3] for i in range(n)])
+    monkeypatch.setattr(bench_batch, "held_out_ids", lambda n, length=48: [[1 + i, 2, 3][: 1 + i % 3] for i in range(n)])
     for what in ("batch", "tree"):
         a = argparse.Namespace(what=what, quick=True, json=True, device="cpu", dtype="fp32", out=str(tmp_path),
                                preset="tiny")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mtplab import checkpoint as ckpt
+from mtplab.model import checkpoint as ckpt
 from tests.test_report import browser_missing, chromium_page
 
 ROOT = Path(__file__).resolve().parent.parent

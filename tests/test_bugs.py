@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from mtplab import bugs
-from mtplab.decoding import accept
+from mtplab.teaching import find_the_bug as bugs
+from mtplab.decoding.accept import accept
 from mtplab.errors import MtplabError
 
 BROKEN = [name for name, a in bugs.ANSWERS.items() if a.broken]
@@ -79,7 +79,7 @@ def test_bad_input_names_the_fix():
 
 
 def test_power_bars_colour_the_answers():
-    from mtplab import viz_metrics
+    from mtplab.viz import stats as viz_metrics
 
     power = {n: (1.0 if a.broken else 0.0) for n, a in bugs.ANSWERS.items()}
     fig = viz_metrics.power_bars(power, alpha=bugs.ALPHA, broken={n: a.broken for n, a in bugs.ANSWERS.items()})

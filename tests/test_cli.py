@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mtplab import checkpoint as ckpt
+from mtplab.model import checkpoint as ckpt
 from tests.conftest import random_model
 
 
@@ -110,7 +110,8 @@ def test_messages_say_what_was_asked(ckdir, args, msg):
 
 
 def test_json_writes_null_not_nan(monkeypatch, capsys):
-    from mtplab import cli, generate
+    from mtplab import cli
+    from mtplab.decoding import generate
 
     monkeypatch.setattr(generate, "run_generate", lambda **kw: {"text": "x", "acceptance": [float("nan"), 1.0],
                                                                  "rate": float("inf")})

@@ -1,9 +1,9 @@
 """Teacher-forced agreement counts position by position, on one shared text."""
 from matplotlib.figure import Figure
 
-from mtplab.compare import teacher_forced_agreement
-from mtplab.lab import random_model
-from mtplab.viz_lessons import robust_ylim
+from mtplab.measuring.teacher_forced import teacher_forced_agreement
+from mtplab.model.toy import random_model
+from mtplab.viz.style import robust_ylim
 
 
 def test_agreement_counts_each_position_once():
@@ -26,8 +26,9 @@ def test_robust_ylim_ignores_one_spike():
 def test_forced_and_free_against_the_greedy_path_counts_positions():
     import torch
 
-    from mtplab.compare import forced_and_free_greedy, greedy_windows
-    from mtplab.decoding import autoregressive
+    from mtplab.teaching.deepseek import forced_and_free_greedy
+    from mtplab.measuring.teacher_forced import greedy_windows
+    from mtplab.decoding.loop import autoregressive
 
     m = random_model(vocab_size=8, heads="deepseek", n_depths=3, seed=2)
     windows = torch.randint(8, (3, 20), generator=torch.Generator().manual_seed(0))
@@ -39,8 +40,8 @@ def test_forced_and_free_against_the_greedy_path_counts_positions():
 
 
 def test_cache_lengths_are_measured_and_crop_keeps_exactly_the_committed_tokens():
-    from mtplab.compare import cache_lengths
-    from mtplab.viz_lessons import kv_cache_crop
+    from mtplab.teaching.blockwise import cache_lengths
+    from mtplab.viz.decode import kv_cache_crop
 
     for method in ("blockwise-overlap", "blockwise"):
         m = random_model(vocab_size=8, heads="stern", n_depths=4, seed=4, noise=2.0)

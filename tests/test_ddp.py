@@ -36,7 +36,8 @@ def test_two_processes_match_one(tmp_path, heads, k):
     assert ws
     worst = max((a[n] - b[n]).abs().max().item() for n in ws)
     assert worst < 1e-5, worst
-    from mtplab import GPT, preset
+    from mtplab.model.gpt import GPT
+    from mtplab.model.config import preset
     torch.manual_seed(5)
     init = GPT(preset("tiny").with_heads(heads, k)).state_dict()
     assert max((a[n] - init[n[len("__w__."):]]).abs().max().item() for n in ws) > 1e-3  # training moved them

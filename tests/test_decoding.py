@@ -4,11 +4,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from mtplab import KVCache, MtplabError
-from mtplab import theory
-from mtplab.decoding import autoregressive, iter_steps, speculative
-from mtplab.drafters import (Draft, DeepSeekDrafter, DraftModelDrafter, MetaDrafter, NgramDrafter, OracleDrafter,
-                             SternDrafter)
+from mtplab.model.layers import KVCache
+from mtplab.errors import MtplabError
+from mtplab.measuring import theory
+from mtplab.decoding.loop import autoregressive, iter_steps, speculative
+from mtplab.decoding.drafters import (Draft, DeepSeekDrafter, DraftModelDrafter, MetaDrafter, NgramDrafter, OracleDrafter,
+                                      SternDrafter)
 from tests.conftest import random_model
 
 HEAD_DRAFTERS = {"stern": SternDrafter, "meta": MetaDrafter, "deepseek": DeepSeekDrafter}

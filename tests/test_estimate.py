@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from mtplab import checkpoint, estimate
+from mtplab.model import checkpoint
+from mtplab.measuring import teacher_forced as estimate
 from mtplab.data import held_out_prompts
 from mtplab.errors import MtplabError
 from tests.conftest import random_model
@@ -79,8 +80,8 @@ def test_bad_input_names_the_fix():
 
 
 def test_estimate_vs_live_figure_has_one_line_per_estimate():
-    from mtplab import viz_metrics
-    from mtplab.metrics import convert
+    from mtplab.viz import stats as viz_metrics
+    from mtplab.measuring.acceptance import convert
 
     results = {"live loop": convert([0.6, 0.3]), "teacher-forced": convert([0.6, 0.3]), "control": convert([0.2, 0.1])}
     fig = viz_metrics.estimate_vs_live(results, title="x")

@@ -5,9 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtplab import exercises as ex
-from mtplab import theory
-from mtplab.decoding import accept
+from mtplab.teaching import blockwise
+from mtplab.teaching import meta
+from mtplab.teaching import bottleneck
+from mtplab.teaching import deepseek
+from mtplab.teaching import sampling
+from mtplab.measuring import theory
+from mtplab.decoding.accept import accept
 
 
 # ---------------------------------------------------------------------------------- right answers, written here
@@ -95,20 +99,20 @@ def boom(*args):
 
 
 CASES = [
-    (ex.check_plain_steps, plain_forwards, lambda m, k: 2 * m / k, "Stern's formula"),
-    (ex.check_plain_steps, theory.plain_forwards, lambda m, k: 2 * math.ceil(m / k), "single token"),
-    (ex.check_overlap_steps, overlap_forwards, lambda m, k: math.ceil(m / k), "first forward"),
-    (ex.check_accepted_prefix, accepted_prefix, lambda d, t: sum(a == b for a, b in zip(d, t)), "prefix"),
-    (ex.check_shift, multi_token_loss, copy_loss, "copy"),
-    (ex.check_expected_tokens, expected_tokens, lambda a, n: 1 + a * n, "independent"),
-    (ex.check_speedup, speedup, lambda t, c, q: t, "step count"),
-    (ex.check_latency_cut, lambda s: 1 - 1 / s, lambda s: s - 1, "faster"),
-    (ex.check_deepseek_labels, layout, lambda T, k: (list(range(k + 1, T + 1)), list(range(k + 1, T + 1))), "early"),
-    (ex.check_deepseek_forwards, deepseek_forwards, lambda m, D: theory.overlap_forwards(m, D), "D+1"),
-    (ex.check_acceptance_rate, acceptance_rate, lambda p, q: float((p * q).sum()), "independent samples"),
-    (ex.check_accept_rule, sampling_rule, keep_always, "follow the draft"),
-    (ex.check_accept_rule, mtplab_rule, replace_from_p, "norm(max(0, p - q))"),
-    (ex.check_accept_rule, sampling_rule, never_keep, "wastes drafts"),
+    (blockwise.check_plain_steps, plain_forwards, lambda m, k: 2 * m / k, "Stern's formula"),
+    (blockwise.check_plain_steps, theory.plain_forwards, lambda m, k: 2 * math.ceil(m / k), "single token"),
+    (blockwise.check_overlap_steps, overlap_forwards, lambda m, k: math.ceil(m / k), "first forward"),
+    (blockwise.check_accepted_prefix, accepted_prefix, lambda d, t: sum(a == b for a, b in zip(d, t)), "prefix"),
+    (meta.check_shift, multi_token_loss, copy_loss, "copy"),
+    (meta.check_expected_tokens, expected_tokens, lambda a, n: 1 + a * n, "independent"),
+    (bottleneck.check_speedup, speedup, lambda t, c, q: t, "step count"),
+    (bottleneck.check_latency_cut, lambda s: 1 - 1 / s, lambda s: s - 1, "faster"),
+    (deepseek.check_deepseek_labels, layout, lambda T, k: (list(range(k + 1, T + 1)), list(range(k + 1, T + 1))), "early"),
+    (deepseek.check_deepseek_forwards, deepseek_forwards, lambda m, D: theory.overlap_forwards(m, D), "D+1"),
+    (sampling.check_acceptance_rate, acceptance_rate, lambda p, q: float((p * q).sum()), "independent samples"),
+    (sampling.check_accept_rule, sampling_rule, keep_always, "follow the draft"),
+    (sampling.check_accept_rule, mtplab_rule, replace_from_p, "norm(max(0, p - q))"),
+    (sampling.check_accept_rule, sampling_rule, never_keep, "wastes drafts"),
 ]
 
 
@@ -132,16 +136,16 @@ def test_checker_reports_exceptions_and_stubs(checker):
 
 
 def test_the_reference_implementations_pass_their_own_checkers():
-    assert ex.check_plain_steps(theory.plain_forwards)
-    assert ex.check_overlap_steps(theory.overlap_forwards)
-    assert ex.check_expected_tokens(theory.expected_tokens_per_step)
-    assert ex.check_speedup(theory.predicted_speedup)
-    assert ex.check_deepseek_forwards(theory.deepseek_forwards)
-    assert ex.check_accept_rule(mtplab_rule)
+    assert blockwise.check_plain_steps(theory.plain_forwards)
+    assert blockwise.check_overlap_steps(theory.overlap_forwards)
+    assert meta.check_expected_tokens(theory.expected_tokens_per_step)
+    assert bottleneck.check_speedup(theory.predicted_speedup)
+    assert deepseek.check_deepseek_forwards(theory.deepseek_forwards)
+    assert sampling.check_accept_rule(mtplab_rule)
 
 
 # ---------------------------------------------------------------------------------- notebook 05
-from mtplab import exercises_acceptance as ex5  # noqa: E402
+from mtplab.teaching.acceptance_lab import exercises as ex5  # noqa: E402
 
 
 def conditional(steps):

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from mtplab.decoding import autoregressive, speculative
-from mtplab.drafters import DeepSeekDrafter, MetaDrafter, SternDrafter
+from mtplab.decoding.loop import autoregressive, speculative
+from mtplab.decoding.drafters import DeepSeekDrafter, MetaDrafter, SternDrafter
 from tests.conftest import random_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

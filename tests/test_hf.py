@@ -15,12 +15,12 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from mtplab.cli import main as cli_main  # noqa: E402
-from mtplab.drafters import METHODS  # noqa: E402
+from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
-from mtplab.generate import decode_with  # noqa: E402
-from mtplab.hf import load_heads, load_hf, load_target, read_heads_info, save_heads  # noqa: E402
-from mtplab.hf_run import hf_train_step, reference_generate, train_heads  # noqa: E402
-from mtplab.losses import self_distill_cross_entropies  # noqa: E402
+from mtplab.decoding.generate import decode_with  # noqa: E402
+from mtplab.hf.target import load_heads, load_hf, load_target, read_heads_info, save_heads  # noqa: E402
+from mtplab.hf.run import hf_train_step, reference_generate, train_heads  # noqa: E402
+from mtplab.training.losses import self_distill_cross_entropies  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 V = 320
@@ -170,7 +170,7 @@ def test_bad_inputs(dirs, tmp_path):
         load_target(dirs / "gpt2-other", path)
     with pytest.raises(MtplabError, match="not found"):
         load_heads(load_hf(dirs / "gpt2"), tmp_path / "nothing")
-    from mtplab.hf_run import run_hf_generate
+    from mtplab.hf.run import run_hf_generate
     with pytest.raises(MtplabError, match="needs stern heads .* --heads-checkpoint"):
         run_hf_generate(hf=str(dirs / "gpt2"), method="blockwise", prompt="x")
     with pytest.raises(MtplabError, match="method meta needs meta heads, but stern.safetensors holds stern heads"):
@@ -233,14 +233,15 @@ def test_sampling_runs_and_is_seeded(targets, dirs):
 
 
 def test_without_transformers_the_error_names_the_extra(dirs, monkeypatch):
-    import mtplab.hf
-    monkeypatch.setattr(mtplab.hf, "transformers", None)
+    import mtplab.hf.target
+    monkeypatch.setattr(mtplab.hf.target, "transformers", None)
     with pytest.raises(MtplabError, match=r'pip install -e "\.\[hf\]"'):
         load_hf(dirs / "gpt2")
 
 
 def test_core_does_not_import_transformers():
-    code = ("import sys, mtplab, mtplab.cli, mtplab.generate, mtplab.train, mtplab.drafters, mtplab.decoding; "
+    code = ("import sys, mtplab, mtplab.cli, mtplab.decoding.generate, mtplab.training.fit, mtplab.decoding.drafters, "
+            "mtplab.decoding.loop; "
             "assert 'transformers' not in sys.modules, 'core imported transformers'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -249,7 +250,7 @@ def test_core_does_not_import_transformers():
 def test_the_acceptance_lab_takes_a_hugging_face_folder_and_its_heads(dirs, tmp_path):
     """The notebook-05 lab decodes your own model: checkpoint=<HF folder>, heads=<heads file>. Its output is the
     model's own greedy output, and the chips are labelled with the model's own tokens."""
-    from mtplab.widget_state import LabState, ModelCache, configure, run_all
+    from mtplab.teaching.acceptance_lab.state import LabState, ModelCache, configure, run_all
 
     t = load_hf(dirs / "gpt2")
     t.attach("stern", 3)
@@ -267,7 +268,7 @@ def test_the_acceptance_lab_takes_a_hugging_face_folder_and_its_heads(dirs, tmp_
     bad = run_all(configure(LabState(), method="blockwise-overlap", checkpoint="stern-k4", heads=str(heads),
                             device="cpu"), models)
     assert "heads= goes with a Hugging Face model folder" in bad.error
-    from mtplab.widgets import AcceptanceLab  # the view takes the same settings
+    from mtplab.teaching.acceptance_lab.view import AcceptanceLab  # the view takes the same settings
 
     lab = AcceptanceLab(method="blockwise-overlap", k=3, prompt=PROMPT, max_new_tokens=12, device="cpu",
                         checkpoint=str(dirs / "gpt2"), heads=str(heads), models=models)

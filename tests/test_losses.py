@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtplab import MtplabError
-from mtplab.losses import deepseek_loss, depth_cross_entropies, multi_token_loss
-from mtplab.train import meta_step
+from mtplab.errors import MtplabError
+from mtplab.training.losses import deepseek_loss, depth_cross_entropies, multi_token_loss
+from mtplab.training.steps import meta_step
 from tests.conftest import random_model
 
 

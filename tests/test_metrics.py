@@ -8,9 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtplab import metrics, theory
+from mtplab.measuring import theory
+from mtplab.measuring import acceptance
+from mtplab import viz
+from mtplab.teaching.acceptance_lab import view as lab_view
 from mtplab.errors import MtplabError
-from mtplab.trace import Step, Trace
+from mtplab.decoding.trace import Step, Trace
 
 
 @st.composite
@@ -35,29 +38,29 @@ def _same(xs, ys):
 @settings(max_examples=80, deadline=None)
 @given(traces(fixed=False))
 def test_mean_accepted_length_rebuilds_from_unconditional_rates_on_any_trace(tr):
-    acc = metrics.convert(tr)
+    acc = acceptance.convert(tr)
     assert acc.mean_accepted_length == pytest.approx(tr.mean_accepted_length, abs=1e-12)
     assert acc.mean_accepted == pytest.approx(tr.num_accepted_tokens / tr.num_drafts, abs=1e-12)
-    rebuilt = metrics.convert(acc.unconditional, "unconditional")
+    rebuilt = acceptance.convert(acc.unconditional, "unconditional")
     assert rebuilt.mean_accepted_length == pytest.approx(tr.mean_accepted_length, abs=1e-12)
 
 
 @settings(max_examples=80, deadline=None)
 @given(traces(fixed=True))
 def test_conditional_and_unconditional_convert_into_each_other(tr):
-    acc = metrics.convert(tr)
-    _same(metrics.to_unconditional([0.0 if math.isnan(c) else c for c in acc.conditional]), acc.unconditional)
-    _same(metrics.to_conditional(acc.unconditional), acc.conditional)
+    acc = acceptance.convert(tr)
+    _same(acceptance.to_unconditional([0.0 if math.isnan(c) else c for c in acc.conditional]), acc.unconditional)
+    _same(acceptance.to_conditional(acc.unconditional), acc.conditional)
     assert acc.draft_acceptance_rate == pytest.approx(tr.num_accepted_tokens / tr.num_draft_tokens, abs=1e-12)
-    from_cond = metrics.convert([0.0 if math.isnan(c) else c for c in acc.conditional], "conditional")
+    from_cond = acceptance.convert([0.0 if math.isnan(c) else c for c in acc.conditional], "conditional")
     assert from_cond.mean_accepted_length == pytest.approx(tr.mean_accepted_length, abs=1e-12)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(st.just(0.0), st.just(1.0), st.floats(1e-3, 1)), min_size=1, max_size=6))
 def test_round_trip_from_conditional_rates(cond):
-    acc = metrics.convert(cond, "conditional")
-    back = metrics.convert(acc.unconditional, "unconditional")
+    acc = acceptance.convert(cond, "conditional")
+    back = acceptance.convert(acc.unconditional, "unconditional")
     _same(back.unconditional, acc.unconditional)
     for c, b, a_prev in zip(cond, back.conditional, [1.0] + acc.unconditional[:-1]):
         if a_prev > 0:  # where no step reached draft j, its conditional rate is unknown (NaN)
@@ -70,9 +73,9 @@ def test_a_trace_whose_last_steps_draft_less_breaks_the_product_but_not_the_mean
     steps = [Step(drafted=[1, 1], accepted=2, emitted=[1] * 3, bonus=1, bonus_source="target", forwards=1),
              Step(drafted=[1], accepted=1, emitted=[1] * 2, bonus=1, bonus_source="target", forwards=1)]
     tr = Trace(method="x", prompt=[0], steps=steps, k=3)
-    acc = metrics.from_trace(tr)
+    acc = acceptance.from_trace(tr)
     assert acc.unconditional == [1.0, 0.5] and acc.conditional == [1.0, 1.0]
-    assert metrics.to_unconditional(acc.conditional) != acc.unconditional
+    assert acceptance.to_unconditional(acc.conditional) != acc.unconditional
     assert acc.mean_accepted_length == tr.mean_accepted_length == 2.5
 
 
@@ -80,36 +83,36 @@ def test_a_trace_whose_last_steps_draft_less_breaks_the_product_but_not_the_mean
 @given(st.floats(0.0, 1.0), st.integers(1, 7))
 def test_alpha_from_length_inverts_the_expected_tokens_per_step(alpha, n):
     length = theory.expected_tokens_per_step(alpha, n)
-    assert metrics.alpha_from_length(length, n) == pytest.approx(alpha, abs=1e-6)
-    assert metrics.alpha_from_length(length - 1, n, bonus=False) == pytest.approx(alpha, abs=1e-6)
+    assert acceptance.alpha_from_length(length, n) == pytest.approx(alpha, abs=1e-6)
+    assert acceptance.alpha_from_length(length - 1, n, bonus=False) == pytest.approx(alpha, abs=1e-6)
 
 
 def test_bad_input_names_the_fix():
     with pytest.raises(MtplabError, match="percentages"):
-        metrics.convert([80, 60])
+        acceptance.convert([80, 60])
     with pytest.raises(MtplabError, match="pass kind='conditional'"):
-        metrics.convert([0.5, 0.9])
+        acceptance.convert([0.5, 0.9])
     with pytest.raises(MtplabError, match="unknown kind"):
-        metrics.convert([0.5], "per-token")
+        acceptance.convert([0.5], "per-token")
     with pytest.raises(MtplabError, match="impossible with 3 drafts"):
-        metrics.alpha_from_length(5.0, 3)
+        acceptance.alpha_from_length(5.0, 3)
     with pytest.raises(MtplabError, match="list of numbers"):
-        metrics.convert("0.5")
+        acceptance.convert("0.5")
     with pytest.raises(MtplabError, match=r"\[0, 1\]"):
-        metrics.convert([float("nan")])
+        acceptance.convert([float("nan")])
 
 
 def test_table_lists_every_convention():
-    text = metrics.table(metrics.convert([0.8, 0.4]))
+    text = viz.table(acceptance.convert([0.8, 0.4]))
     assert "0.800" in text and "0.500" in text and "1.200" in text and "2.200" in text
 
 
 def test_widget_converts_and_metrics_does_not_import_ipywidgets():
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    code = "import sys, mtplab.metrics; assert 'ipywidgets' not in sys.modules"
+    code = "import sys, mtplab.measuring.acceptance; assert 'ipywidgets' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
     pytest.importorskip("ipywidgets")
-    box = metrics.converter_widget([0.9, 0.5], "conditional")
+    box = lab_view.converter_widget([0.9, 0.5], "conditional")
     text, _, out = box.children
     assert "0.450" in out.value
     text.value = "0.9, 2"
@@ -117,9 +120,9 @@ def test_widget_converts_and_metrics_does_not_import_ipywidgets():
 
 
 def test_conventions_figure_draws_both_rates_per_position():
-    from mtplab import viz_metrics
+    from mtplab.viz import stats as viz_metrics
 
-    fig = viz_metrics.conventions(metrics.convert([0.8, 0.5, 0.2]))
+    fig = viz_metrics.conventions(acceptance.convert([0.8, 0.5, 0.2]))
     ax = fig.axes[0]
     heights = sorted(round(p.get_height(), 6) for p in ax.patches)
     assert heights == sorted([0.8, 0.5, 0.2, 0.8, 0.625, 0.4])

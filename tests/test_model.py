@@ -3,7 +3,9 @@ import random
 import pytest
 import torch
 
-from mtplab import GPT, ModelConfig, MtplabError, preset
+from mtplab.model.gpt import GPT
+from mtplab.model.config import ModelConfig, preset
+from mtplab.errors import MtplabError
 from mtplab.device import pick
 from mtplab.tokenizer import decode, encode, token_repr
 from tests.conftest import random_model

@@ -1,7 +1,7 @@
 import pytest
 
-from mtplab import MtplabError
-from mtplab.quality import loop_period, looping
+from mtplab.errors import MtplabError
+from mtplab.measuring.quality import loop_period, looping
 from tests.conftest import random_model
 
 

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from mtplab import checkpoint as ckpt
+from mtplab.model import checkpoint as ckpt
 from tools import report
 
 CHROMIUM = "/usr/bin/chromium"

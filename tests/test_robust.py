@@ -7,8 +7,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mtplab import MtplabError, checkpoint as ckpt, runs
-from mtplab.train import TrainConfig, fit
+from mtplab.errors import MtplabError
+from mtplab.model import checkpoint as ckpt
+from mtplab.training import runs
+from mtplab.training import steps
+from mtplab.training.config import TrainConfig
+from mtplab.training.fit import fit
 
 TINY = dict(preset="tiny", batch_size=2, progress=False, device="cpu", eval_windows=2)
 
@@ -212,7 +216,7 @@ def test_damaged_resume_files_give_one_line(cut, damage, msg):
 # ---- --out unusable, found before training ------------------------------------------------------------
 @pytest.fixture
 def no_training(monkeypatch):
-    import mtplab.train as train
+    import mtplab.training.fit as train
 
     def never(*a, **k):
         raise AssertionError("training started")
@@ -279,8 +283,8 @@ def test_dotted_name_trains_and_loads_by_name(tmp_path, monkeypatch):
 
 # ---- SIGINT during training ----------------------------------------------------------------------------
 def test_interrupt_says_where_the_last_save_is(tmp_path, monkeypatch):
-    import mtplab.train as train
-    real = train.train_step
+    import mtplab.training.fit as train
+    real = steps.train_step
     n = {"steps": 0}
 
     def step(*a, **k):
@@ -298,8 +302,8 @@ def test_interrupt_says_where_the_last_save_is(tmp_path, monkeypatch):
 # ---- checkpoint configs: wrong types and values, crafted sizes -----------------------------------------
 @pytest.fixture
 def saved(tmp_path):
-    from mtplab.config import preset
-    from mtplab.model import GPT
+    from mtplab.model.config import preset
+    from mtplab.model.gpt import GPT
     torch.manual_seed(0)
     return ckpt.save(GPT(preset("tiny")), tmp_path / "m")
 

@@ -5,8 +5,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from mtplab.decoding import autoregressive, distribution, speculative
-from mtplab.drafters import DraftModelDrafter, SternDrafter
+from mtplab.decoding.loop import autoregressive, speculative
+from mtplab.decoding.accept import distribution
+from mtplab.decoding.accept import sample
+from mtplab.decoding.drafters import DraftModelDrafter, SternDrafter
 from tests.conftest import random_model
 
 V = 8
@@ -81,15 +83,15 @@ def test_the_check_can_fail():
     """A decoder that ignores rejections (always keeps drafts) is caught by the same test."""
     target = random_model(vocab_size=V, seed=21, noise=2.0)
     draft = random_model(vocab_size=V, seed=22, noise=2.0)
-    import mtplab.decoding as dec
-    real = dec.accept
+    import mtplab.decoding.loop as loop
+    real = loop.accept
 
-    def biased(drafts, p, q, *, greedy, generator, draws=None):  # the signature of decoding.accept
+    def biased(drafts, p, q, *, greedy, generator, draws=None):  # the signature of decoding.accept.accept
         n = len(drafts)
-        return n, dec.sample(p[n], generator), "target"
-    dec.accept = biased
+        return n, sample(p[n], generator), "target"
+    loop.accept = biased
     try:
         counts, _ = run(target, lambda: DraftModelDrafter(draft, target), 1.0, None)
     finally:
-        dec.accept = real
+        loop.accept = real
     assert chi2_pvalue(counts, N * exact_joint(target, 1.0, None)) < 0.01

@@ -2,11 +2,11 @@
 import pytest
 import torch
 
-from mtplab import checkpoint as ckpt
+from mtplab.model import checkpoint as ckpt
 from mtplab.data import held_out_prompts
-from mtplab.decoding import autoregressive
-from mtplab.drafters import METHODS
-from mtplab.generate import decode_with, max_k
+from mtplab.decoding.loop import autoregressive
+from mtplab.decoding.drafters import METHODS
+from mtplab.decoding.generate import decode_with, max_k
 from mtplab.tokenizer import encode
 
 SHIPPED = ["ntp", "draft", "stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3"]

@@ -4,9 +4,10 @@ import json
 import pytest
 from matplotlib.figure import Figure
 
-from mtplab import speedup, viz_lessons
+from mtplab.measuring import speedup
+from mtplab import viz
 from mtplab.errors import MtplabError
-from mtplab.trace import Step, Trace
+from mtplab.decoding.trace import Step, Trace
 
 
 def trace(method, k, schedule, steps):
@@ -46,16 +47,16 @@ def test_the_shipped_bench_reads_and_bad_files_give_one_line(tmp_path):
         speedup.read_decode_bench(bad)
     with pytest.raises(MtplabError, match="not found"):
         speedup.read_decode_bench(tmp_path / "none.json")
-    table = speedup.markdown_table([{"a": 1.234, "b": [0.5, 0.25]}], ["a", "b"])
+    table = viz.markdown_table([{"a": 1.234, "b": [0.5, 0.25]}], ["a", "b"])
     assert "| 1.23 | 0.50 0.25 |" in table
 
 
 def test_lesson_figures_are_figures():
     row = dict(method="m", target_ms=1.0, draft_ms=0.5, overhead_ms=0.1, ar_step_ms=0.8, predicted=1.2, measured=1.1)
-    fig = viz_lessons.time_split([row])
+    fig = viz.time_split([row])
     assert isinstance(fig, Figure) and len(fig.axes) == 2
     assert [b.get_height() for b in fig.axes[0].containers[0]] == [1.0]
-    fig = viz_lessons.pvalue_histogram({"right": [0.1, 0.5, 0.9], "wrong": [0.001, 0.002]})
+    fig = viz.pvalue_histogram({"right": [0.1, 0.5, 0.9], "wrong": [0.001, 0.002]})
     assert isinstance(fig, Figure) and "2/2 seeds with p < 0.05" in fig.axes[1].get_title()
 
 

@@ -6,10 +6,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mtplab import MtplabError, checkpoint as ckpt
-from mtplab.config import preset
-from mtplab.model import GPT
-from mtplab.train import fit, lr_at
+from mtplab.errors import MtplabError
+from mtplab.model import checkpoint as ckpt
+from mtplab.model.config import preset
+from mtplab.model.gpt import GPT
+from mtplab.training.fit import fit
+from mtplab.training.steps import lr_at
 
 TINY = dict(preset="tiny", batch_size=2, progress=False, device="cpu")
 
@@ -183,7 +185,7 @@ def test_cli_train_and_errors(tmp_path):
 
 def test_self_labels_score_each_depth_against_the_targets_own_row():
     """Depth d at position i is scored against the target's logits at row i+d-1 (it predicts token i+d)."""
-    from mtplab.losses import self_distill_cross_entropies
+    from mtplab.training.losses import self_distill_cross_entropies
 
     torch.manual_seed(0)
     B, T, K, V = 2, 12, 3, 11
@@ -215,8 +217,8 @@ def test_self_labels_score_each_depth_against_the_targets_own_row():
 def test_self_labelled_train_step_is_the_distillation_loss(heads, k, labels):
     """Each family's training step with self labels computes mean over depths d >= 2 of the cross-entropy
     between depth d at position i and the frozen target's row i+d-1 (its soft distribution or argmax)."""
-    from mtplab.toys import random_model
-    from mtplab.train import train_step
+    from mtplab.model.toy import random_model
+    from mtplab.training.steps import train_step
 
     model = random_model(vocab_size=32, seed=5, noise=1.0, heads=heads, n_depths=k, n_layer=2, n_head=2, n_embd=32,
                          block_size=64)
@@ -250,3 +252,30 @@ def test_self_labels_need_a_frozen_target(tmp_path):
         fit(steps=2, out=tmp_path, labels="teacher", **TINY)
     with pytest.raises(MtplabError, match="unknown autocast"):
         fit(steps=2, out=tmp_path, autocast="fp8", **TINY)
+
+
+def test_optimizer_state_round_trips_through_safetensors_with_amsgrad(tmp_path):
+    """The resume state is the optimizer's own state_dict() without pickle: amsgrad's extra buffer survives, and
+    the next step after a restore equals the next step of the optimizer that never stopped."""
+    from safetensors.torch import load_file, save_file
+
+    from mtplab.training import runs
+
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    opt = torch.optim.AdamW([w], lr=0.1, amsgrad=True)
+    for _ in range(3):
+        (w ** 2).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    tensors, scalars = runs._opt_tensors(opt)
+    assert any(k.endswith("max_exp_avg_sq") for k in tensors)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "opt.safetensors")
+    w2 = torch.nn.Parameter(w.detach().clone())
+    opt2 = torch.optim.AdamW([w2], lr=0.1, amsgrad=True)
+    runs._load_opt(opt2, load_file(tmp_path / "opt.safetensors"), json.loads(json.dumps(scalars)))
+    for o, p in ((opt, w), (opt2, w2)):
+        (p ** 2).sum().backward()
+        o.step()
+    assert torch.equal(w, w2)
+    assert torch.equal(opt.state[w]["max_exp_avg_sq"], opt2.state[w2]["max_exp_avg_sq"])

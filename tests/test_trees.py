@@ -2,10 +2,11 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from mtplab import MtplabError
-from mtplab.decoding import autoregressive
-from mtplab.drafters import BaseDrafter, DeepSeekDrafter, MetaDrafter, SternDrafter
-from mtplab.trees import (Tree, build_tree, iter_tree_steps, longest_path, tree_speculative)
+from mtplab.errors import MtplabError
+from mtplab import viz
+from mtplab.decoding.loop import autoregressive
+from mtplab.decoding.drafters import BaseDrafter, DeepSeekDrafter, MetaDrafter, SternDrafter
+from mtplab.decoding.tree import Tree, build_tree, iter_tree_steps, longest_path, tree_speculative
 
 TREE_DRAFTERS = {"stern": SternDrafter, "meta": MetaDrafter}
 
@@ -93,7 +94,7 @@ def test_oracle_trees_take_non_first_branches(family_models):
 
 def test_chain_tree_matches_chain_forward_count(family_models):
     """widths (1,)*(k-1) is the chain: a step per forward, as many forwards as the overlap schedule."""
-    from mtplab.decoding import speculative
+    from mtplab.decoding.loop import speculative
     model = family_models["stern"]
     chain = speculative(model, SternDrafter(model), [1, 2, 3], max_new_tokens=30, k=4)
     tree = tree_speculative(model, SternDrafter(model), [1, 2, 3], max_new_tokens=30, widths=(1, 1, 1))
@@ -128,13 +129,12 @@ def test_trees_refuse_sampling_and_bad_input(family_models):
 def test_tree_figures_are_figures(family_models):
     from matplotlib.figure import Figure
 
-    from mtplab import viz_trees
     model = family_models["none"]
     ref = autoregressive(model, [5, 6, 7], max_new_tokens=12).tokens
     _, steps = run_checked(model, TreeOracle(ref, 4), [5, 6, 7], 12, (3, 2))
     for ts in steps[1:]:
-        assert isinstance(viz_trees.tree_step(ts), Figure)
+        assert isinstance(viz.tree_step(ts), Figure)
     rows = [{"kind": kind, "batch_size": b, "tokens_per_s": 10.0 * b, "latency_ms_per_token": 5.0,
              "speedup_vs_ar": 1.2 / b} for kind in ("ar", "spec") for b in (1, 2, 4)]
-    fig = viz_trees.batch_tradeoff({"blockwise": rows})
+    fig = viz.batch_tradeoff({"blockwise": rows})
     assert isinstance(fig, Figure) and len(fig.axes) == 3

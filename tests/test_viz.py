@@ -6,9 +6,16 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from mtplab import lab, theory, viz
-from mtplab.decoding import autoregressive, speculative
-from mtplab.drafters import OracleDrafter
+from mtplab.measuring import theory
+from mtplab import viz
+from mtplab.training.losses import label_layout
+from mtplab.measuring import timing
+from mtplab.teaching import deepseek
+from mtplab.teaching import meta
+from mtplab.teaching import blockwise
+from mtplab.viz import decode as viz_decode
+from mtplab.decoding.loop import autoregressive, speculative
+from mtplab.decoding.drafters import OracleDrafter
 from tests.conftest import random_model
 
 matplotlib.use("Agg")
@@ -56,7 +63,7 @@ def test_forwards_vs_m_plots_the_counts_and_formulas():
 
 
 def test_cost_curve_accepts_a_measured_curve():
-    curve = lab.CostCurve(seconds={1: 0.002, 4: 0.0025, 16: 0.006}, context=32, device="cpu")
+    curve = timing.CostCurve(seconds={1: 0.002, 4: 0.0025, 16: 0.006}, context=32, device="cpu")
     fig = viz.cost_curve(curve)
     _renders(fig)
     measured = [ln for ln in fig.axes[0].lines if ln.get_label().startswith("measured")][0]
@@ -99,7 +106,7 @@ def test_other_figures_render():
 
 
 def test_training_curves_from_a_real_history():
-    from mtplab.train import fit
+    from mtplab.training.fit import fit
 
     hist = fit(preset="tiny", heads="meta", n_depths=2, steps=2, batch_size=2, eval_windows=2, eval_every=1, progress=False,
                device="cpu")
@@ -111,7 +118,7 @@ def test_training_curves_from_a_real_history():
 def test_label_layout_follows_eq_24():
     """Module k reads t_(i+k) and is scored against t_(i+k+1) for i = 1..T-k: labels t_(2+k)..t_(T+1)."""
     T, D = 10, 3
-    rows = lab.label_layout(T, D)
+    rows = label_layout(T, D)
     assert [r["k"] for r in rows] == [0, 1, 2, 3]
     for row in rows:
         k = row["k"]
@@ -128,16 +135,16 @@ def test_label_layout_follows_eq_24():
 
 def test_label_layout_matches_the_model_and_the_check_can_fail(monkeypatch):
     model = random_model("deepseek", 4, seed=3)
-    assert lab.layout_matches_model(model, T=10)
-    real = lab.label_layout
+    assert deepseek.layout_matches_model(model, T=10)
+    real = label_layout
 
     def off_by_one(T, D):  # claims each depth is scored against the token it reads
         rows = real(T, D)
         for r in rows:
             r["labels"] = dict(r["reads"])
         return rows
-    monkeypatch.setattr(lab.deepseek, "label_layout", off_by_one)  # where layout_matches_model looks it up
-    assert not lab.layout_matches_model(model, T=10)
+    monkeypatch.setattr(deepseek, "label_layout", off_by_one)  # where layout_matches_model looks it up
+    assert not deepseek.layout_matches_model(model, T=10)
 
 
 def _texts(fig):
@@ -145,27 +152,25 @@ def _texts(fig):
 
 
 def test_verify_forward_lines_predictions_up_with_drafts_and_marks_verdicts():
-    from mtplab import viz_lessons
 
     ex = {"context": "(", "fed": ["i", ")", "n", "e"], "predicted": [")", ":", "a", "t"], "drafts": [")", "n", "e"]}
-    assert viz_lessons._verdicts(ex["predicted"], ex["drafts"]) == ["accepted", "rejected", "discarded", "discarded"]
-    assert viz_lessons._verdicts(["a", "b"], ["a"]) == ["accepted", "bonus-target"]
-    fig = viz_lessons.verify_forward(ex)
+    assert viz_decode._verdicts(ex["predicted"], ex["drafts"]) == ["accepted", "rejected", "discarded", "discarded"]
+    assert viz_decode._verdicts(["a", "b"], ["a"]) == ["accepted", "bonus-target"]
+    fig = viz.verify_forward(ex)
     _renders(fig)
     text = _texts(fig)
     assert "predicts ':'" in text and "!= draft 2 'n': rejected" in text and "= draft 1 ')': accepted" in text
     ax = fig.axes[0]
-    blue = [p for p in ax.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(viz_lessons.COLORS["predict"])]
+    blue = [p for p in ax.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb(viz.COLORS["predict"])]
     assert len(blue) == 4 * 5 // 2  # the causal mask: row j attends to fed tokens 0..j
 
 
 def test_head_families_labels_come_from_the_rows():
-    from mtplab import viz_lessons
 
     rows = [{"family": f, "checkpoint": f"{f}-x", "method": f"m-{f}", "head_params": hp, "trunk_params": 4_000_000,
              "step_ms_drafter": d, "step_ms_target": 2.0, "source": "docs/bench/test.json"}
             for f, hp, d in [("stern", 1_000_000, 0.5), ("meta", 3_000_000, 1.5), ("deepseek", 2_000_000, 3.0)]]
-    fig = viz_lessons.head_families(rows)
+    fig = viz.head_families(rows)
     _renders(fig)
     text = _texts(fig)
     assert "1.00M params = 25% of the trunk's 4.00M" in text and "3.00M params = 75%" in text
@@ -177,29 +182,28 @@ def test_head_families_labels_come_from_the_rows():
 def test_head_families_data_from_checkpoints_and_bench(tmp_path):
     import json
 
-    from mtplab import lesson_data
     from mtplab.errors import MtplabError
 
     rows = [{"method": m, "k": 4, "step_ms_drafter": 1.0 + i, "step_ms_target": 3.0}
             for i, m in enumerate(["blockwise-overlap", "meta", "deepseek D=3"])]
     (tmp_path / "d.json").write_text(json.dumps({"rows": rows}))
-    got = lesson_data.head_families(tmp_path / "d.json")
+    got = meta.head_families(tmp_path / "d.json")
     assert [r["family"] for r in got] == ["stern", "meta", "deepseek"]
     assert [r["step_ms_drafter"] for r in got] == [1.0, 2.0, 3.0]
     assert len({r["trunk_params"] for r in got}) == 1  # one shared trunk (ntp) under every family
     assert all(0 < r["head_params"] < r["trunk_params"] for r in got)
     (tmp_path / "e.json").write_text(json.dumps({"rows": rows[:1]}))
     with pytest.raises(MtplabError, match="no row for method 'meta'"):
-        lesson_data.head_families(tmp_path / "e.json")
+        meta.head_families(tmp_path / "e.json")
 
 
 def test_verify_example_is_one_forward_of_greedy_decoding():
-    from mtplab import checkpoint, lesson_data
+    from mtplab.model import checkpoint
     from mtplab.tokenizer import encode, token_repr
 
     model = checkpoint.load("stern-k4")
     prompt = encode("for i in range(")
-    ex = lesson_data.verify_example(model, prompt, 4)
+    ex = blockwise.verify_example(model, prompt, 4)
     ref = [token_repr(t) for t in autoregressive(model, prompt, max_new_tokens=6).tokens]
     assert ex["fed"][0] == ref[0] and len(ex["predicted"]) == 4 and len(ex["drafts"]) == 3
     n_ok = next((j for j, (p, d) in enumerate(zip(ex["predicted"], ex["drafts"])) if p != d), 3)
@@ -208,12 +212,11 @@ def test_verify_example_is_one_forward_of_greedy_decoding():
 
 
 def test_verify_example_refuses_a_model_without_enough_depths():
-    from mtplab import lesson_data
     from mtplab.errors import MtplabError
 
     with pytest.raises(MtplabError, match="at least k = 4 depths"):
-        lesson_data.verify_example(random_model(), [1, 2, 3], 4)
+        blockwise.verify_example(random_model(), [1, 2, 3], 4)
     with pytest.raises(MtplabError, match="at least k = 4 depths"):
-        lesson_data.verify_example(random_model(heads="stern", n_depths=2), [1, 2, 3], 4)
-    ex = lesson_data.verify_example(random_model(heads="meta", n_depths=3), [1, 2, 3], 3)
+        blockwise.verify_example(random_model(heads="stern", n_depths=2), [1, 2, 3], 4)
+    ex = blockwise.verify_example(random_model(heads="meta", n_depths=3), [1, 2, 3], 3)
     assert len(ex["fed"]) == len(ex["predicted"]) == 3 and len(ex["drafts"]) == 2

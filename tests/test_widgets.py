@@ -11,10 +11,12 @@ import sys
 import pytest
 import torch
 
-from mtplab import checkpoint as ckpt
-from mtplab import generate
-from mtplab import widgets as W
-from mtplab.trace import Step
+from mtplab.model import checkpoint as ckpt
+from mtplab.teaching.acceptance_lab import state as lab_state
+from mtplab import viz
+from mtplab.teaching.acceptance_lab import view as lab_view
+from mtplab.decoding import generate
+from mtplab.decoding.trace import Step
 from tests.conftest import random_model
 
 PROMPT = "def add(a, b):\n"
@@ -23,7 +25,7 @@ PROMPT = "def add(a, b):\n"
 @pytest.fixture(scope="module")
 def models():
     # noisy random models, seeds picked so that on PROMPT some steps keep every draft and others reject
-    return W.ModelCache(models={
+    return lab_state.ModelCache(models={
         ("ntp", "cpu"): random_model(seed=0),
         ("draft", "cpu"): random_model(seed=5),
         ("stern-k4", "cpu"): random_model("stern", 4, seed=4, noise=2.0),
@@ -35,7 +37,7 @@ def models():
 def state(**kw):
     base = dict(method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu", max_new_tokens=24)
     base.update(kw)
-    return W.LabState(**base)
+    return lab_state.LabState(**base)
 
 
 def check_matches_trace(st):
@@ -64,20 +66,20 @@ def check_matches_trace(st):
 
 
 def test_import_does_not_pull_ipywidgets():
-    code = "import sys, mtplab, mtplab.widgets; sys.exit('ipywidgets' in sys.modules)"
+    code = "import sys, mtplab, mtplab.teaching.acceptance_lab.view; sys.exit('ipywidgets' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode == 0
 
 
 def test_step_record_labels():
-    rejected = W.step_record(3, Step(drafted=[10, 11, 12, 13], accepted=1, emitted=[10, 99], bonus=99,
+    rejected = viz.step_record(3, Step(drafted=[10, 11, 12, 13], accepted=1, emitted=[10, 99], bonus=99,
                                             bonus_source="correction", forwards=1))
     assert rejected.kinds == ["accepted", "rejected", "discarded", "discarded", "bonus-correction"]
     assert rejected.rejected == 3 and rejected.tokens[-1].token == 99
-    all_kept = W.step_record(1, Step(drafted=[32, 10], accepted=2, emitted=[32, 10, 65], bonus=65,
+    all_kept = viz.step_record(1, Step(drafted=[32, 10], accepted=2, emitted=[32, 10, 65], bonus=65,
                                             bonus_source="target", forwards=1))
     assert all_kept.kinds == ["accepted", "accepted", "bonus-target"]
     assert [t.label for t in all_kept.tokens] == ["␣", "\\n", "A"]
-    plain = W.step_record(2, Step(drafted=[1, 2], accepted=2, emitted=[7, 1, 2], bonus=None, bonus_source="none",
+    plain = viz.step_record(2, Step(drafted=[1, 2], accepted=2, emitted=[7, 1, 2], bonus=None, bonus_source="none",
                                          forwards=2, predict_token=7))
     assert plain.kinds == ["predict", "accepted", "accepted"]
 
@@ -85,19 +87,19 @@ def test_step_record_labels():
 def test_stepping_reveals_the_trace_one_step_at_a_time(models):
     st = state()
     assert st.trace is None and st.records == [] and st.shown == 0
-    st = W.step(st, models)
+    st = lab_state.step(st, models)
     assert st.error == "" and st.shown == 1 and st.total_steps > 3
     assert st.device_name == "cpu" and st.checkpoint_name == "stern-k4" and st.model_k == 4
     check_matches_trace(st)
     trace = st.trace
     for n in range(2, 5):
-        st = W.step(st, models)
+        st = lab_state.step(st, models)
         assert st.trace is trace and st.shown == n  # stepping reveals; it does not decode again
         check_matches_trace(st)
-    st = W.run_all(st, models)
+    st = lab_state.run_all(st, models)
     assert st.done and st.shown == st.total_steps
     check_matches_trace(st)
-    assert W.step(st, models).shown == st.total_steps  # past the end stays at the end
+    assert lab_state.step(st, models).shown == st.total_steps  # past the end stays at the end
     # the lab shows the same decode the CLI glue produces, and greedy speculative output equals AR
     direct = generate.decode_with("blockwise-overlap", models.get("stern-k4", "cpu"), list(PROMPT.encode()),
                                   max_new_tokens=24, k=4)
@@ -106,32 +108,32 @@ def test_stepping_reveals_the_trace_one_step_at_a_time(models):
     assert st.baseline.method == "ar" and st.baseline.tokens == st.trace.tokens
     kinds = {k for r in st.records for k in r.kinds}
     assert {"accepted", "rejected", "discarded", "bonus-correction"} <= kinds  # the noisy heads do get rejected
-    st = W.reset(st)
+    st = lab_state.reset(st)
     assert st.trace is None and st.shown == 0 and st.k == 4 and st.prompt == PROMPT
 
 
 def test_changing_k_or_method_starts_a_fresh_decode(models):
-    st = W.step(state(), models, 3)
+    st = lab_state.step(state(), models, 3)
     assert st.trace.k == 4
-    same = W.configure(st, k=4)
+    same = lab_state.configure(st, k=4)
     assert same is st  # no change, nothing dropped
-    st2 = W.configure(st, k=2)
+    st2 = lab_state.configure(st, k=2)
     assert st2.trace is None and st2.shown == 0
-    st2 = W.run_all(st2, models)
+    st2 = lab_state.run_all(st2, models)
     assert st2.trace.k == 2 and max(len(s.drafted) for s in st2.trace.steps) == 1
     check_matches_trace(st2)
-    st3 = W.run_all(W.configure(st2, method="meta", k=3), models)
+    st3 = lab_state.run_all(lab_state.configure(st2, method="meta", k=3), models)
     assert st3.trace.method == "meta" and st3.checkpoint_name == "meta-k4"
     assert max(len(s.drafted) for s in st3.trace.steps) == 2
     check_matches_trace(st3)
-    plain = W.run_all(W.configure(st3, method="blockwise", k=4), models)
+    plain = lab_state.run_all(lab_state.configure(st3, method="blockwise", k=4), models)
     assert plain.trace.schedule == "plain" and any(r.predict_token is not None for r in plain.records)
     check_matches_trace(plain)
-    ar = W.run_all(W.configure(st3, method="ar"), models)
+    ar = lab_state.run_all(lab_state.configure(st3, method="ar"), models)
     assert ar.baseline is ar.trace and all(r.kinds == ["bonus-target"] for r in ar.records)
-    ds = W.run_all(W.configure(st3, method="deepseek", k=2), models)
+    ds = lab_state.run_all(lab_state.configure(st3, method="deepseek", k=2), models)
     assert ds.model_k == 2 and ds.checkpoint_name == "deepseek-d1"
-    dm = W.run_all(W.configure(st3, method="draft-model", k=3, temperature=0.8, seed=1), models)
+    dm = lab_state.run_all(lab_state.configure(st3, method="draft-model", k=3, temperature=0.8, seed=1), models)
     assert dm.error == "" and dm.trace.method == "draft-model"
     check_matches_trace(dm)
 
@@ -152,41 +154,41 @@ def test_changing_k_or_method_starts_a_fresh_decode(models):
     (dict(device="tpu"), "unknown device"),
 ])
 def test_bad_input_gives_a_message_not_an_exception(models, change, words):
-    good = W.run_all(state(), models)
-    bad = W.step(W.configure(good, **change), models)
+    good = lab_state.run_all(state(), models)
+    bad = lab_state.step(lab_state.configure(good, **change), models)
     assert words in bad.error
     assert bad.trace is None and bad.records == [] and bad.shown == 0
-    assert W.status_text(bad).startswith("⚠") and words in W.status_text(bad)
-    fixed = W.step(W.configure(bad, **{n: getattr(good, n) for n in change}), models)
+    assert lab_view.status_text(bad).startswith("⚠") and words in lab_view.status_text(bad)
+    fixed = lab_state.step(lab_state.configure(bad, **{n: getattr(good, n) for n in change}), models)
     assert fixed.error == "" and fixed.shown == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present, so device='cuda' is not an error here")
 def test_missing_cuda_is_a_message(models):
-    st = W.step(state(device="cuda"), models)
+    st = lab_state.step(state(device="cuda"), models)
     assert "CUDA is not available" in st.error and st.trace is None
 
 
 def test_model_cache_loads_checkpoints_by_name(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt, "CHECKPOINT_DIR", tmp_path)
     ckpt.save(random_model("meta", 3, seed=4), tmp_path / "meta-k4")
-    cache = W.ModelCache()
-    st = W.run_all(state(method="meta", k=3), cache)
+    cache = lab_state.ModelCache()
+    st = lab_state.run_all(state(method="meta", k=3), cache)
     assert st.error == "" and st.model_k == 3 and list(cache.models) == [("meta-k4", "cpu")]
     assert cache.get("meta-k4", "cpu") is cache.models[("meta-k4", "cpu")]  # loaded once
 
 
 def test_figures_follow_the_revealed_steps(models):
-    st = W.step(state(), models, 4)
-    fig = W.acceptance_figure(st.trace_so_far, max_drafts=3)
+    st = lab_state.step(state(), models, 4)
+    fig = viz.acceptance_figure(st.trace_so_far, max_drafts=3)
     steps_ax, cond_ax = fig.axes
     accepted_bars = steps_ax.containers[1]
     assert [b.get_height() for b in accepted_bars] == [s.accepted for s in st.trace.steps[:4]]
     cond = st.trace_so_far.conditional_acceptance
     assert [b.get_height() for b in cond_ax.containers[0]][:len(cond)] == pytest.approx(
         [0.0 if c != c else c for c in cond])
-    st = W.run_all(st, models)
-    speed = W.speed_figure(st.trace, st.baseline, device_name="cpu")
+    st = lab_state.run_all(st, models)
+    speed = viz.speed_figure(st.trace, st.baseline, device_name="cpu")
     tpf_ax, wall_ax = speed.axes
     assert [b.get_height() for b in tpf_ax.containers[0]] == pytest.approx(
         [st.baseline.tokens_per_forward, st.trace.tokens_per_forward])
@@ -197,7 +199,7 @@ def test_figures_follow_the_revealed_steps(models):
 
 def test_widget_renders_state_and_shows_errors(models):
     pytest.importorskip("ipywidgets")
-    lab = W.AcceptanceLab(models=models, method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu",
+    lab = lab_view.AcceptanceLab(models=models, method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu",
                           max_new_tokens=24)
     assert "not decoded yet" in lab.status.value and "mtplab-tok" not in lab.tokens.value
     empty_chart = lab.accept_chart.value
@@ -224,18 +226,18 @@ def test_widget_renders_state_and_shows_errors(models):
 
 
 def test_back_hides_steps_and_forward_shows_the_same_records(models):
-    st = W.step(state(), models, 5)
+    st = lab_state.step(state(), models, 5)
     ahead = st.records
-    st = W.back(st, 2)
+    st = lab_state.back(st, 2)
     assert st.shown == 3 and st.records == ahead[:3]
     check_matches_trace(st)
-    st = W.step(st, models, 2)
+    st = lab_state.step(st, models, 2)
     assert st.records == ahead  # the same decode: stepping back then forward changes nothing
-    assert W.back(st, 99).shown == 0 and W.back(st, 99).trace is st.trace
+    assert lab_state.back(st, 99).shown == 0 and lab_state.back(st, 99).trace is st.trace
 
 
 def test_sampled_steps_record_p_q_and_u_that_explain_every_verdict(models):
-    st = W.run_all(state(method="draft-model", k=4, temperature=1.0, seed=1, max_new_tokens=40), models)
+    st = lab_state.run_all(state(method="draft-model", k=4, temperature=1.0, seed=1, max_new_tokens=40), models)
     assert st.error == ""
     verdicts = []
     for r in st.records[1:]:
@@ -249,9 +251,9 @@ def test_sampled_steps_record_p_q_and_u_that_explain_every_verdict(models):
             assert (u < min(1.0, p / q)) == (t.kind == "accepted")
             verdicts.append(t.kind)
         if r.drafted:
-            assert "p(d)=" in W.draws_text(r)
+            assert "p(d)=" in lab_view.draws_text(r)
     assert "accepted" in verdicts and "rejected" in verdicts  # the seed shows both verdicts
-    greedy = W.run_all(state(), models)
+    greedy = lab_state.run_all(state(), models)
     assert all(t.draw is None for r in greedy.records for t in r.tokens)
 
 
@@ -265,7 +267,7 @@ def test_sampled_steps_record_p_q_and_u_that_explain_every_verdict(models):
 def test_the_lab_built_with_bad_settings_shows_the_message_and_does_not_raise(models, settings, words):
     pytest.importorskip("ipywidgets")
     base = dict(method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu", max_new_tokens=24)
-    lab = W.AcceptanceLab(models=models, **{**base, **settings})
+    lab = lab_view.AcceptanceLab(models=models, **{**base, **settings})
     lab.step(2)
     assert words in lab.state.error and words in html.unescape(lab.status.value) and lab.state.trace is None
     good = {**base, "temperature": 0.0, "checkpoint": "default"}
@@ -275,17 +277,17 @@ def test_the_lab_built_with_bad_settings_shows_the_message_and_does_not_raise(mo
 
 def test_the_lab_loads_a_checkpoint_given_by_path(models, tmp_path):
     pytest.importorskip("ipywidgets")
-    from mtplab.lab import random_model as make
+    from mtplab.model.toy import random_model as make
     path = tmp_path / "mine.safetensors"
     ckpt.save(make(vocab_size=256, seed=0), path)
-    lab = W.AcceptanceLab(method="ar", k=1, prompt=PROMPT, device="cpu", max_new_tokens=8, checkpoint=str(path))
+    lab = lab_view.AcceptanceLab(method="ar", k=1, prompt=PROMPT, device="cpu", max_new_tokens=8, checkpoint=str(path))
     lab.step()
     assert lab.state.error == "" and lab.state.checkpoint_name == str(path) and lab.state.shown == 1
 
 
 def test_projector_mode_draws_larger_chips_and_charts(models):
     pytest.importorskip("ipywidgets")
-    lab = W.AcceptanceLab(models=models, method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu",
+    lab = lab_view.AcceptanceLab(models=models, method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu",
                           max_new_tokens=24).step(2)
     small_html, small_png = lab.tokens.value, lab.accept_chart.value
     lab.projector_toggle.value = True
@@ -294,14 +296,13 @@ def test_projector_mode_draws_larger_chips_and_charts(models):
 
 
 def test_token_colours_are_one_distinct_map():
-    from mtplab import viz_tokens
-    assert set(viz_tokens.COLORS) == set(viz_tokens.KINDS) == set(viz_tokens.LEGEND)
-    assert len(set(viz_tokens.COLORS.values())) == len(viz_tokens.KINDS)
-    assert W.COLORS is viz_tokens.COLORS
+    assert set(viz.COLORS) == set(viz.KINDS) == set(viz.LEGEND)
+    assert len(set(viz.COLORS.values())) == len(viz.KINDS)
+    assert viz.COLORS is viz.COLORS
 
 
 def test_wilson_interval_contains_the_rate_and_narrows_with_n():
-    from mtplab.viz_tokens import wilson
+    from mtplab.measuring.acceptance import wilson
     lo, hi = wilson(3, 4)
     assert lo < 0.75 < hi
     lo2, hi2 = wilson(300, 400)
@@ -310,14 +311,13 @@ def test_wilson_interval_contains_the_rate_and_narrows_with_n():
 
 
 def test_steps_table_and_step_kinds_number_steps_as_the_trace(models):
-    from mtplab import viz_lessons
-    tr = W.run_all(state(method="blockwise", k=4), models).trace
-    table = W.steps_table(tr).splitlines()
+    tr = lab_state.run_all(state(method="blockwise", k=4), models).trace
+    table = viz.steps_table(tr).splitlines()
     assert len(table) == 2 + len(tr.steps) and "prefill" in table[2]
     for line, s in zip(table[2:], tr.steps):
         assert line.split()[:2] == [str(tr.steps.index(s)), str(s.forwards)]
     assert any("(correction)" in line for line in table)  # the glossary's word, never 'fix'
-    fig = viz_lessons.step_kinds(tr)
+    fig = viz.step_kinds(tr)
     ax = fig.axes[0]
     totals = [0] * len(tr.steps)
     for bars in ax.containers:

@@ -1,0 +1,38 @@
+"""Benchmarks (run alone: two torch processes on 2 cores slow each other down 30-200x).
+
+    python -m mtplab bench train       tokens/s and peak memory of training, next-token vs each family at k=4
+    python -m mtplab bench cost-curve  t(q)/t(1) of one cached forward over q new tokens, q = 1..16
+    python -m mtplab bench decode      every method on the shipped checkpoints, against AR of the same model
+    python -m mtplab bench crossover   oracle drafts on random models of growing width: where MTP starts to pay
+    python -m mtplab bench batch       throughput and latency against batch size (mtplab.bench.batch)
+    python -m mtplab bench tree        chain vs token trees (mtplab.bench.batch)
+
+Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
+OUT/NAME.md (and a PNG where there is a figure).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mtplab.bench.batch import run_batch, run_tree
+from mtplab.bench.costs import run_cost_curve, run_crossover, run_train
+from mtplab.bench.decode import run_decode
+from mtplab.errors import MtplabError
+
+RUNS = {"train": run_train, "cost-curve": run_cost_curve, "decode": run_decode, "crossover": run_crossover,
+        "batch": run_batch, "tree": run_tree}
+
+
+def main(a) -> None:
+    if a.what not in RUNS:
+        raise MtplabError(f"unknown benchmark {a.what!r}; choose one of {', '.join(RUNS)}")
+    data = RUNS[a.what](a)
+    if a.json:
+        print(json.dumps(data))
+    else:
+        decode = ("decode-quick" if a.quick else "decode") + ("" if a.dtype == "fp32" else f"-{a.dtype}")
+        name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
+                "crossover": f"crossover-{a.dtype}", "train": "train",
+                "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree"}[a.what]
+        print(Path(a.out, f"{name}.md").read_text())

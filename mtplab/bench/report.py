@@ -1,0 +1,32 @@
+"""Where a benchmark's record goes: OUT/NAME.json (the numbers and the machine), OUT/NAME.md (the table), and the
+figure beside them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mtplab.device import machine, machine_line
+from mtplab.model.checkpoint import atomic_write, atomic_write_text
+
+
+def _write(out: Path, name: str, data: dict, table: str, fig=None, *, device="cpu") -> None:
+    """Each file is written atomically (a failed write leaves the old one intact), and every record names the
+    machine it was measured on: CPU model, cores and threads, last-level cache, torch."""
+    data = {**data, "machine": data.get("machine") or machine(device)}
+    atomic_write_text(Path(out) / f"{name}.json", json.dumps(data, indent=2) + "\n")
+    atomic_write_text(Path(out) / f"{name}.md", table + "\n\n" + machine_line(device) + "\n")
+    if fig is not None:
+        atomic_write(Path(out) / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+
+
+def _md(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        if isinstance(v, list):
+            return " ".join(fmt(x) for x in v)
+        return str(v)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""The accept rule, written once where it is applied: which drafts the target keeps, and the token it adds.
+
+Greedy: keep the longest prefix of the drafts that the target's own argmax agrees with, then the target's token.
+Sampling (Leviathan et al. 2023, Chen et al. 2023): keep draft d with probability min(1, p(d)/q(d)); at the first
+rejection, sample from the residual norm(max(0, p - q)); after all drafts, sample from p.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+import torch
+from mtplab.decoding.checks import check_finite
+from mtplab.decoding.trace import BonusSource
+if TYPE_CHECKING:  # typing only: drafters import this module
+    pass
+
+
+# ---------------------------------------------------------------------------------- the rules
+def distribution(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    """(n, V) logits -> (n, V) float32 probabilities; temperature 0 gives one-hot argmax rows."""
+    logits = check_finite(logits.float())
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
+    return int(torch.multinomial(p, 1, generator=generator))
+
+
+def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy: bool,
+           generator: torch.Generator | None, draws: list | None = None) -> tuple[int, int, BonusSource]:
+    """Decide how many drafts survive and which token follows them.
+
+    The sampling rule is speculative sampling (Leviathan, Kalman, Matias 2023, "Fast Inference from
+    Transformers via Speculative Decoding", sec. 2.3; Chen et al. 2023, "Accelerating Large Language Model
+    Decoding with Speculative Sampling", algorithm 2); the greedy rule is its temperature-0 limit and
+    Stern et al.'s (2018) exact-match verification.
+
+    p: (n+1, V) target distributions at the rows that predict drafts[0..n-1] and then the bonus
+    (p may have only n rows in the plain schedule, when the last draft's successor was not computed).
+    q: (n, V) draft distributions, or None for one-hot drafts (self-speculative heads, n-gram, oracle).
+    draws: when a list, sampling appends (p(d), q(d), u) for every draft it examines (the lab shows them).
+    Returns (n_accepted, next_token or -1, source).
+    """
+    n = len(drafts)
+    if greedy:
+        # greedy: keep the longest prefix of the drafts that the target would also have chosen
+        top = p.argmax(-1).tolist()  # p may be one-hot rows or raw logits: the argmax is the same
+        i = 0
+        while i < n and top[i] == drafts[i]:
+            i += 1
+        if i < n:
+            return i, top[i], "correction"
+        return n, (top[n] if len(top) > n else -1), ("target" if len(top) > n else "none")
+    for i, d in enumerate(drafts):
+        pi = p[i]
+        qd = 1.0 if q is None else float(q[i, d])
+        # sampling: keep draft d with probability min(1, p(d) / q(d)) ...
+        u = float(torch.rand(1, generator=generator))
+        if draws is not None:
+            draws.append((float(pi[d]), qd, u))
+        if u < min(1.0, float(pi[d]) / qd):
+            continue
+        # ... and on rejection draw from the residual norm(max(0, p - q)), which makes the output exact
+        qi = torch.nn.functional.one_hot(torch.tensor(d), pi.shape[0]).float() if q is None else q[i].float()
+        resid = torch.clamp(pi - qi, min=0)
+        total = float(resid.sum())
+        return i, sample(resid / total if total > 0 else pi, generator), "correction"
+    if p.shape[0] > n:
+        return n, sample(p[n], generator), "target"
+    return n, -1, "none"
+
+
+def pick_token(logits_row: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:
+    if temperature == 0:
+        return int(check_finite(logits_row).argmax())
+    return sample(distribution(logits_row.unsqueeze(0), temperature, top_k)[0], generator)

@@ -1,0 +1,58 @@
+"""Input checks of the decoders: each bad input gets one line that names the fix (`MtplabError`)."""
+from __future__ import annotations
+
+import torch
+from mtplab.errors import MtplabError
+
+
+MIN_TEMPERATURE = 1e-4  # below this, logits / temperature overflow float32 and the softmax gives NaN
+
+
+def check_k(k) -> int:
+    """k, tokens per step, is an integer >= 1 (k = 1 is plain decoding: no drafts)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise MtplabError(f"k must be an integer >= 1 (got {k!r}); k is tokens per step: k-1 drafts plus one")
+    return k
+
+
+def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None):
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise MtplabError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
+    if temperature is None or not (0 <= temperature < float("inf")):  # also catches NaN
+        raise MtplabError(f"temperature must be >= 0 and finite (got {temperature}); 0 means greedy")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise MtplabError(f"temperature {temperature:g} is too small to sample at (the probabilities overflow); "
+                          f"use 0 for greedy or at least {MIN_TEMPERATURE:g}")
+    if top_k is not None and top_k < 1:
+        raise MtplabError(f"top_k must be >= 1 or None (got {top_k})")
+
+
+def check_prompt(model, prompt_ids, extra: int, room: int = 0) -> list[int]:
+    """The prompt fits the context window with `extra` new tokens and `room` positions a step may verify."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise MtplabError("the prompt is empty; give at least one token (one character)")
+    V = model.config.vocab_size
+    if any(t < 0 or t >= V for t in prompt):
+        raise MtplabError(f"prompt ids must lie in 0..{V - 1}")
+    limit = model.config.block_size
+    if room and room > limit - 2:  # a step verifies k positions after at least one prompt and one new token
+        raise MtplabError(f"k={room} tokens per step cannot fit the context window of {limit}; use k <= {limit - 2}")
+    if extra + room >= limit:  # not even a one-token prompt fits
+        why = f"{extra} new tokens" + (f" plus k={room} tokens of one step" if room else "")
+        raise MtplabError(f"{why} leave no room for a prompt in the context window of {limit}; ask for at most "
+                          f"{max(0, limit - 1 - room)} new tokens" + (" or a smaller k" if room else ""))
+    if len(prompt) + extra + room > limit:
+        step = f" plus k={room} tokens of one step" if room else ""
+        raise MtplabError(
+            f"prompt ({len(prompt)} tokens) plus {extra} new tokens{step} exceeds the context window of {limit}; "
+            f"shorten the prompt to at most {limit - extra - room} tokens or ask for fewer new tokens "
+            "(mtplab has no sliding window)")
+    return prompt
+
+
+def check_finite(logits: torch.Tensor) -> torch.Tensor:
+    if not torch.isfinite(logits).all():
+        raise MtplabError("the model produced NaN or infinite logits; the checkpoint is probably corrupt "
+                          "(reload or retrain it)")
+    return logits

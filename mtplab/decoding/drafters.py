@@ -1,0 +1,316 @@
+"""Drafters: everything that proposes tokens for the speculative loop (`mtplab.decoding`) to verify,
+and `METHODS`, the one table that maps a method name to its drafter, schedule and checkpoint.
+
+B batch (1), T positions, C channels, V vocabulary, n drafts asked for.
+
+The contract (`Drafter`, after HF's CandidateGenerator, kept small):
+    begin(model, tokens, out, prompt_len, ...)  once, after the target's prefill forward `out`
+    propose(n) -> Draft                         n tokens to follow tokens[-1], their q, the calls it took
+    feedback(out, n_keep, tokens)               after each target forward: its first n_keep rows are kept
+                                                positions, and `tokens` now holds every committed token
+`max_drafts` is the most drafts a step can take (None: no limit). The loop times propose and feedback
+together as the drafter's cost. A new drafter is one class here and one row in `METHODS`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+import torch
+from mtplab.model.config import ModelConfig
+from mtplab.decoding.accept import distribution
+from mtplab.errors import MtplabError
+from mtplab.model.layers import KVCache
+
+
+@dataclass
+class Draft:
+    """What one propose returns."""
+    tokens: list[int]                 # the drafts, to follow tokens[-1]
+    q: torch.Tensor | None = None     # (n, V) the drafter's distributions; None: one-hot on the drafts
+    calls: int = 0                    # drafter forward passes it took (a head pass, module calls, ...)
+
+
+class Drafter(Protocol):
+    name: str
+    max_drafts: int | None
+    supports_sampling: bool
+
+    def begin(self, model, tokens: list[int], out, prompt_len: int, *, max_new_tokens: int,
+              generator: torch.Generator | None, temperature: float, top_k: int | None) -> None: ...
+
+    def propose(self, n: int) -> Draft: ...
+
+    def feedback(self, out, n_keep: int, tokens: list[int]) -> None: ...
+
+
+class BaseDrafter:
+    """Defaults for the contract: remember the options and the committed tokens."""
+    name = "drafter"
+    max_drafts: int | None = None
+    supports_sampling = True
+
+    def begin(self, model, tokens, out, prompt_len, *, max_new_tokens, generator, temperature, top_k):
+        self.model, self.tokens, self.prompt_len = model, tokens, prompt_len
+        self.temperature, self.top_k, self.generator = temperature, top_k, generator
+
+    def propose(self, n: int) -> Draft:
+        raise NotImplementedError
+
+    def feedback(self, out, n_keep: int, tokens: list[int]):
+        self.tokens = tokens
+
+
+def _argmax_list(logits) -> list[int]:
+    return logits.float().argmax(-1).tolist()
+
+
+def _need_heads(model, family: str, who: str):
+    have = model.config.heads
+    if have != family:
+        name = next(m.checkpoint for m in METHODS.values() if m.family == family)
+        raise MtplabError(f"{who} needs a checkpoint with {family} heads, but this one has "
+                          f"{'none' if have == 'none' else have + ' heads'}; use the checkpoint "
+                          f"{name} (CLI: --checkpoint {name})")
+
+
+def check_same_vocabulary(draft_model, target) -> None:
+    """Two-model speculative decoding compares token ids: both models must share one tokenizer."""
+    vd, vt = draft_model.config.vocab_size, target.config.vocab_size
+    if vd != vt:
+        raise MtplabError(f"the draft model's vocabulary ({vd}) differs from the target's ({vt}); "
+                          "both must share one tokenizer")
+
+
+class SternDrafter(BaseDrafter):
+    """Stern et al. 2018: depths 2..K read the hidden state at the last kept position."""
+    name = "blockwise"
+
+    def __init__(self, model):
+        _need_heads(model, "stern", "blockwise decoding")
+        self.max_drafts = model.config.n_depths - 1
+
+    def begin(self, model, tokens, out, prompt_len, **kw):
+        super().begin(model, tokens, out, prompt_len, **kw)
+        self.h = out.hidden[:, -1:]  # (1, 1, C)
+
+    def feedback(self, out, n_keep, tokens):
+        self.tokens = tokens
+        self.h = out.hidden[:, n_keep - 1:n_keep]  # (1, 1, C) the position that predicted tokens[-1]
+
+    def propose(self, n):
+        # one pass of the heads: the shared h -> 4h layer, n of the 4h -> h layers, the shared output head
+        logits = self.model.unembed(self.model.mtp.hidden(self.h, n)[:, 0])  # (1, n, V)
+        return Draft(_argmax_list(logits[0]), calls=1)
+
+
+class MetaDrafter(BaseDrafter):
+    """Gloeckle et al. 2024: each extra head is a transformer layer with its own KV cache over the trunk."""
+    name = "meta"
+
+    def __init__(self, model):
+        _need_heads(model, "meta", "meta self-speculative decoding")
+        self.max_drafts = model.config.n_depths - 1
+
+    def _extend(self, z):
+        # the K-1 head layers side by side as batched matmuls (Gloeckle et al.'s heads all read the same z)
+        h = self.heads(z, self.model.rope(self.cache.length, z.shape[1]), self.cache)  # (K-1, T, C)
+        self.h_last = h[:, -1].unsqueeze(0)  # (1, K-1, C)
+
+    def begin(self, model, tokens, out, prompt_len, **kw):
+        super().begin(model, tokens, out, prompt_len, **kw)
+        self.cache = model.mtp.new_cache(model)
+        self.heads = model.mtp.stacked()
+        self._extend(out.pre_last)
+
+    def feedback(self, out, n_keep, tokens):
+        self.tokens = tokens
+        self._extend(out.pre_last[:, :n_keep])
+
+    def propose(self, n):
+        # the K-1 head layers ran once over the newly kept positions (in feedback): one call
+        return Draft(_argmax_list(self.model.unembed(self.h_last[:, :n])[0]), calls=1)
+
+
+class DeepSeekDrafter(BaseDrafter):
+    """DeepSeek-V3 modules run free: module k reads the token module k-1 just drafted.
+
+    Module k's cache entry at position j depends on t_{j+k}. Entries whose token is still a
+    draft are provisional: after drafting, each module's cache is cropped back to the positions
+    whose tokens are all committed (0..L-k, with L the target cache length), and the next
+    propose recomputes the rest.
+    """
+    name = "deepseek"
+
+    def __init__(self, model):
+        _need_heads(model, "deepseek", "deepseek self-speculative decoding")
+        self.max_drafts = model.config.n_modules
+
+    def begin(self, model, tokens, out, prompt_len, **kw):
+        super().begin(model, tokens, out, prompt_len, **kw)
+        cfg = model.config
+        D = cfg.n_modules
+        p = model.wte.weight
+        self.caches = [KVCache.for_config(cfg, 1, like=p) for _ in range(D)]
+        # hidden states by depth: H[0] the main model, H[k] module k; (1, block_size, C)
+        self.H = [torch.zeros(1, cfg.block_size, cfg.n_embd, dtype=p.dtype, device=p.device) for _ in range(D + 1)]
+        P = out.hidden.shape[1]
+        self.H[0][:, :P] = out.hidden
+
+    def feedback(self, out, n_keep, tokens):
+        self.tokens = tokens
+        L = len(tokens) - 1  # target cache length
+        self.H[0][:, L - n_keep:L] = out.hidden[:, :n_keep]
+
+    def propose(self, n):
+        model, tokens = self.model, self.tokens
+        L = len(tokens) - 1  # positions 0..L-1 are in the target cache; tokens[L] is the last committed
+        ext = list(tokens)
+        drafts = []
+        for k in range(1, n + 1):
+            cache = self.caches[k - 1]
+            a = cache.length
+            # module k at positions a..L-1 reads h^{k-1} there and Emb(t_{j+k}); the last k-1 of those tokens are drafts
+            emb = model.wte(torch.tensor([ext[a + k:L + k]], device=self.H[0].device))  # (1, L-a, C)
+            h = model.mtp.layers[k - 1](model, self.H[k - 1][:, a:L], emb, cache)  # (1, L-a, C)
+            self.H[k][:, a:L] = h
+            d = int(model.unembed(h[:, -1]).float().argmax(-1))
+            drafts.append(d)
+            ext.append(d)
+        for k in range(1, n + 1):  # drop provisional entries: keep positions j with t_{j+k} committed
+            self.caches[k - 1].crop(max(0, min(self.caches[k - 1].length, L - k + 1)))
+        return Draft(drafts, calls=n)
+
+
+class DraftModelDrafter(BaseDrafter):
+    """Classic two-model speculative decoding: a small model drafts, sampling from its own q."""
+    name = "draft-model"
+
+    def __init__(self, draft_model, target=None):
+        if target is not None:
+            check_same_vocabulary(draft_model, target)
+        self.draft = draft_model
+
+    def begin(self, model, tokens, out, prompt_len, **kw):
+        super().begin(model, tokens, out, prompt_len, **kw)
+        check_same_vocabulary(self.draft, model)
+        self.cache = self.draft.new_cache()
+        self.fed: list[int] = []  # tokens whose keys/values sit in the draft cache
+
+    def feedback(self, out, n_keep, tokens):
+        self.tokens = tokens
+        i = 0
+        lim = min(len(self.fed), len(tokens))
+        while i < lim and self.fed[i] == tokens[i]:
+            i += 1
+        self.cache.crop(i)
+        del self.fed[i:]
+
+    def propose(self, n):
+        dev = self.draft.wte.weight.device
+        new = self.tokens[len(self.fed):]
+        drafts, qs = [], []
+        for _ in range(n):
+            out = self.draft(torch.tensor([new], device=dev), self.cache)
+            self.fed.extend(new)
+            q = distribution(out.logits[0, -1:], self.temperature, self.top_k)[0]  # (V,)
+            d = int(q.argmax()) if self.temperature == 0 else int(torch.multinomial(q, 1, generator=self.generator))
+            drafts.append(d)
+            qs.append(q)
+            new = [d]
+        return Draft(drafts, torch.stack(qs) if qs else None, calls=n)
+
+
+class NgramDrafter(BaseDrafter):
+    """Prompt lookup: find the latest earlier occurrence of the current suffix and copy what followed."""
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, n):
+        toks = self.tokens
+        L = len(toks)
+        for g in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
+            suffix = toks[L - g:]
+            for s in range(L - g - 1, -1, -1):  # latest match first
+                if toks[s:s + g] == suffix:
+                    cont = toks[s + g:s + g + n]
+                    if cont:
+                        return Draft(list(cont))
+        return Draft([])
+
+
+class OracleDrafter(BaseDrafter):
+    """Drafts the target's own greedy token with probability alpha, a wrong token otherwise.
+
+    It knows the target's greedy continuation in advance (`reference`), so acceptance is
+    i.i.d. with rate alpha: a tool for checking the theory and for cost studies, not a method.
+    """
+    name = "oracle"
+    supports_sampling = False
+
+    def __init__(self, reference: list[int], alpha: float, seed: int = 0):
+        if not 0.0 <= alpha <= 1.0:
+            raise MtplabError(f"alpha must lie in [0, 1] (got {alpha})")
+        self.reference, self.alpha = list(reference), alpha
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def propose(self, n):
+        pos = len(self.tokens) - self.prompt_len
+        drafts = []
+        for i in range(n):
+            j = pos + i
+            right = self.reference[j] if j < len(self.reference) else 0
+            if float(torch.rand(1, generator=self.rng)) < self.alpha:
+                drafts.append(right)
+            else:
+                V = self.model.config.vocab_size  # a wrong token: any other id of the vocabulary
+                drafts.append((right + 1 + int(torch.randint(V - 1, (1,), generator=self.rng))) % V)
+        return Draft(drafts)
+
+
+# ------------------------------------------------------------------------------------- the methods
+@dataclass(frozen=True)
+class Method:
+    """One way to decode: which drafter, which schedule, which shipped checkpoint by default."""
+    name: str
+    checkpoint: str                                   # default checkpoint (data/checkpoints/NAME)
+    schedule: str                                     # 'ar', 'plain' or 'overlap'
+    make: Callable[..., BaseDrafter] | None           # (model, **context) -> drafter; None for AR
+    family: str | None = None                         # head family the checkpoint must carry
+    max_k: Callable[[ModelConfig], int] | None = None  # most tokens per step the checkpoint supports
+
+
+def _needs_draft_model(model, *, draft_model=None, **_):
+    if draft_model is None:
+        raise MtplabError("method draft-model needs a draft model (--draft-checkpoint draft)")
+    return DraftModelDrafter(draft_model, model)
+
+
+def _depths(cfg: ModelConfig) -> int:
+    return cfg.n_depths
+
+
+def _modules_plus_one(cfg: ModelConfig) -> int:
+    return cfg.n_modules + 1
+
+
+METHODS: dict[str, Method] = {m.name: m for m in [
+    Method("ar", "ntp", "ar", None),
+    Method("blockwise", "stern-k4", "plain", lambda model, **_: SternDrafter(model), "stern", _depths),
+    Method("blockwise-overlap", "stern-k4", "overlap", lambda model, **_: SternDrafter(model), "stern", _depths),
+    Method("meta", "meta-k4", "overlap", lambda model, **_: MetaDrafter(model), "meta", _depths),
+    Method("deepseek", "deepseek-d1", "overlap", lambda model, **_: DeepSeekDrafter(model), "deepseek",
+           _modules_plus_one),
+    Method("draft-model", "ntp", "overlap", _needs_draft_model),
+    Method("ngram", "ntp", "overlap", lambda model, **_: NgramDrafter()),
+    Method("oracle", "ntp", "overlap",
+           lambda model, *, reference=None, alpha=0.8, seed=0, **_: OracleDrafter(reference or [], alpha, seed=seed)),
+]}
+
+
+def method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise MtplabError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None

@@ -1,0 +1,7 @@
+"""YOUR OWN MODEL: a local Hugging Face causal LM as the lab's target, with heads trained on its frozen trunk.
+
+* `target`: `HFTarget`, `load_hf`, saving and loading heads-only files
+* `run`: `train --hf` and `generate --hf`
+
+The only importer of transformers. May import `training`, `decoding`, `measuring`, `model` and the ground floor.
+"""

@@ -1,0 +1,308 @@
+"""Bring your own model: a local Hugging Face causal LM as the lab's target, with MTP heads on its frozen trunk.
+
+B batch, T time (new tokens in this call), C channels (the model's hidden size), V vocabulary (rows of its
+output layer), L layers.
+
+`HFTarget` gives a `transformers` causal LM the face the decoders and drafters expect of `mtplab.model.GPT`:
+`forward(idx, cache) -> TrunkOutput(hidden, logits, pre_last)`, `new_cache()` (the transformers cache, with
+`length` and `crop(n)`), `wte`, `unembed`, `rope`, `config` (a `ModelConfig` read off the model), `mtp`.
+The head families of `mtplab.heads` then sit on its hidden states unchanged:
+
+* hidden: the last decoder layer's output, before the final norm (caught by a hook on that norm);
+* unembed(h) = lm_head(final_norm(h)): the model's own output head, shared by every depth;
+* pre_last: the input of the last decoder layer (Meta heads branch off there, beside the model's last layer);
+* rope: rotary factors for the heads' own attention layers (Meta, DeepSeek); the trunk keeps its own positions.
+
+Heads are saved alone (`save_heads`), in one safetensors file whose metadata names the base model, the sha256 of
+its config and a fingerprint of its output weights; `load_heads` refuses heads trained on another base.
+This is the only module that imports `transformers` (an optional extra: pip install -e ".[hf]").
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from pathlib import Path
+import torch
+import torch.nn as nn
+from mtplab.model.checkpoint import atomic_write
+from mtplab.model.config import ModelConfig
+from mtplab.errors import MtplabError
+from mtplab.model.heads import build_heads
+from mtplab.model.layers import rotary_table
+from mtplab.model.gpt import TrunkOutput
+try:
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
+except ImportError:  # the core runs without it; only this module needs it
+    transformers = None
+
+HEADS_FORMAT = "mtplab-hf-heads"
+MAX_CONTEXT = 2048  # the heads' rotary table and the DeepSeek drafter's buffers are this long at most
+FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
+LAYER_LISTS = ("layers", "h", "blocks", "layer")
+
+
+def _need_transformers():
+    if transformers is None:
+        raise MtplabError('--hf needs the transformers package; install the extra: pip install -e ".[hf]"')
+
+
+def _find(module: nn.Module, names, what: str, path):
+    for n in names:
+        m = getattr(module, n, None)
+        if m is not None:
+            return m
+    raise MtplabError(f"cannot find the {what} of {type(module).__name__} in {path} (looked for "
+                      f"{', '.join(names)}); mtplab.hf supports decoder-only models such as GPT-2, Llama, Qwen, Mistral")
+
+
+class HFCache:
+    """The transformers cache behind the lab's cache contract: `length`, `crop(n)` keeps positions 0..n-1."""
+
+    def __init__(self, hf_config):
+        try:
+            self.kv = DynamicCache(config=hf_config)
+        except TypeError:  # older transformers
+            self.kv = DynamicCache()
+
+    @property
+    def length(self) -> int:
+        return int(self.kv.get_seq_length())
+
+    def __len__(self):
+        return self.length
+
+    def crop(self, n: int):
+        have = self.length
+        if n < 0 or n > have:
+            raise ValueError(f"crop({n}) outside 0..{have}")
+        if n < have:
+            self.kv.crop(n - have)  # a negative count removes that many positions (both old and new APIs)
+
+
+class HFTarget(nn.Module):
+    """A Hugging Face causal LM (frozen, eval mode) as the lab's target, with an optional head family `mtp`."""
+
+    def __init__(self, hf, tokenizer, *, path: str, max_context: int = MAX_CONTEXT):
+        super().__init__()
+        self.hf = hf.eval().requires_grad_(False)
+        self.tokenizer, self.path = tokenizer, str(path)
+        hc = hf.config
+        base = hf.base_model
+        self.wte = hf.get_input_embeddings()
+        self.lm_head = hf.get_output_embeddings()
+        if self.lm_head is None:
+            raise MtplabError(f"{path} has no output layer (lm_head); load a causal LM, not a bare encoder")
+        self.norm = _find(base, FINAL_NORMS, "final norm", path)
+        layers = _find(base, LAYER_LISTS, "decoder layers", path)
+        C, H, L = hc.hidden_size, hc.num_attention_heads, hc.num_hidden_layers
+        if C % H or (C // H) % 2:
+            H = 1 if C % 2 == 0 else H  # the heads' own attention needs an even head size
+        ctx = min(int(getattr(hc, "max_position_embeddings", None) or getattr(hc, "n_positions", MAX_CONTEXT)),
+                  max_context)
+        self.config = ModelConfig(vocab_size=self.lm_head.out_features, n_layer=L, n_head=H, n_embd=C,
+                                  block_size=ctx)
+        self._rot = rotary_table(ctx, C // H)
+        self._seen: dict = {}
+        self.norm.register_forward_pre_hook(lambda m, args: self._seen.__setitem__("hidden", args[0]))
+        layers[-1].register_forward_pre_hook(self._catch_pre_last, with_kwargs=True)
+        self._cache_kw = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
+        self.mtp = None
+
+    def _catch_pre_last(self, module, args, kwargs):
+        self._seen["pre_last"] = args[0] if args else kwargs["hidden_states"]
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.hf.eval()  # the trunk is frozen: no dropout, whatever the heads do
+        return self
+
+    # ---- what the head families and drafters use ---------------------------------------
+    def rope(self, start: int, length: int) -> torch.Tensor:
+        """(length, D/2) rotary factors of positions start..start+length-1, for the heads' own layers."""
+        if start + length > self.config.block_size:
+            raise MtplabError(f"positions {start}..{start + length - 1} exceed the context window of "
+                              f"{self.config.block_size}; shorten the prompt or ask for fewer new tokens")
+        if self._rot.device != self.wte.weight.device:
+            self._rot = self._rot.to(self.wte.weight.device)
+        return self._rot[start:start + length]
+
+    def unembed(self, h):
+        """The model's own output head: final norm, then lm_head."""
+        return self.lm_head(self.norm(h))
+
+    def new_cache(self, batch: int = 1, max_len: int | None = None) -> HFCache:
+        return HFCache(self.hf.config)
+
+    def forward(self, idx, cache: HFCache | None = None) -> TrunkOutput:
+        """idx: (B, T) token ids. With a cache, they sit at positions cache.length..cache.length+T-1."""
+        start = cache.length if cache is not None else 0
+        if start + idx.shape[1] > self.config.block_size:
+            self.rope(start, idx.shape[1])  # raises the context-window error
+        kw = {self._cache_kw: cache.kv, "use_cache": True} if cache is not None else {"use_cache": False}
+        self._seen.clear()
+        res = self.hf(input_ids=idx, **kw)
+        return TrunkOutput(hidden=self._seen["hidden"], logits=res.logits, pre_last=self._seen["pre_last"])
+
+    def depth_logits(self, idx) -> torch.Tensor:
+        """Teacher-forced logits for every depth: (B, T, K, V) (see `mtplab.model.GPT.depth_logits`)."""
+        out = self(idx)
+        if self.mtp is None:
+            return out.logits.unsqueeze(2)  # (B, T, 1, V)
+        return torch.cat([out.logits.unsqueeze(2), self.mtp.train_logits(self, idx, out)], dim=2)
+
+    # ---- the heads ----------------------------------------------------------------------
+    def attach(self, heads: str, n_depths: int) -> "HFTarget":
+        """Put a fresh head family on the frozen trunk (in place; returns self)."""
+        self.config = self.config.with_heads(heads, n_depths)
+        mtp = build_heads(self.config)  # meta: fresh layers (the model's own last layer is another architecture)
+        if mtp is not None:
+            for m in mtp.modules():
+                if isinstance(m, nn.Linear) and heads != "stern":
+                    nn.init.normal_(m.weight, std=0.02)
+            p = self.wte.weight
+            mtp = mtp.to(device=p.device, dtype=p.dtype)
+        self.mtp = mtp
+        return self
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode([int(i) for i in ids])
+
+    def token_repr(self, i: int) -> str:
+        """A printable label for one token (what `mtplab.tokenizer.token_repr` is for byte tokens)."""
+        return self.decode([i]).replace("\n", "\\n").replace("\t", "\\t").replace(" ", "␣") or f"<{int(i)}>"
+
+
+# ---------------------------------------------------------------------------------- loading
+def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT) -> HFTarget:
+    """A local model directory (config.json, weights, tokenizer) as an `HFTarget`. Nothing is downloaded."""
+    _need_transformers()
+    p = Path(path)
+    if not p.is_dir() or not (p / "config.json").exists():
+        raise MtplabError(f"{path} is not a Hugging Face model directory (no config.json); give the folder "
+                          "that holds config.json, the weights and the tokenizer (save_pretrained writes one)")
+    try:
+        hc = AutoConfig.from_pretrained(p, local_files_only=True)
+    except (ValueError, OSError, KeyError) as e:
+        raise MtplabError(f"cannot read {p / 'config.json'}: {str(e).splitlines()[0]}") from None
+    arch = list(getattr(hc, "architectures", None) or [])
+    if arch and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch):
+        raise MtplabError(f"{path} holds a {', '.join(arch)}, which has no causal LM head; save the model with its "
+                          "head (e.g. AutoModelForCausalLM ... save_pretrained) and point --hf at that")
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a local load is quick; keep stderr for errors
+    try:
+        hf, info = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
+                                                        output_loading_info=True)
+    except ValueError as e:  # a config class with no causal-LM model
+        raise MtplabError(f"{path} is not a causal language model ({str(e).splitlines()[0][:160]})") from None
+    except OSError as e:
+        raise MtplabError(f"cannot load the weights in {path}: {str(e).splitlines()[0][:200]}") from None
+    finally:
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
+    missing = [k for k in info.get("missing_keys", []) if "rotary" not in k]
+    if missing:
+        raise MtplabError(f"the weights in {path} lack {missing[:3]}{'...' if len(missing) > 3 else ''}; "
+                          "they are not this causal LM's weights (a base model without its head?)")
+    try:
+        tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    except (ValueError, OSError) as e:
+        raise MtplabError(f"{path} has no usable tokenizer ({str(e).splitlines()[0][:160]}); save the model's "
+                          "tokenizer beside it (tokenizer.save_pretrained)") from None
+    target = HFTarget(hf, tok, path=str(p), max_context=max_context)
+    V = target.config.vocab_size
+    if len(tok) > V:
+        raise MtplabError(f"the tokenizer in {path} has {len(tok)} tokens but the model's output layer has {V}; "
+                          "this tokenizer belongs to another model: save the model's own tokenizer beside it")
+    return target.to(device)
+
+
+def config_hash(hf_config) -> str:
+    """sha256 of the model's config (architecture and sizes), without fields that do not change the model."""
+    d = hf_config.to_dict()
+    for k in ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "architectures", "use_cache",
+              "_attn_implementation_autoset", "output_attentions", "output_hidden_states"):
+        d.pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def weights_fingerprint(target: HFTarget) -> str:
+    """sha256 over a sample of rows of the output layer (at most 256, in bf16 so a fp32 and a bf16 load agree):
+    two models with one config but other weights (a fine-tune, another seed) get other fingerprints."""
+    w = target.lm_head.weight.detach()
+    rows = w[:: max(1, w.shape[0] // 256)].to("cpu", torch.bfloat16).view(torch.int16)
+    return hashlib.sha256(rows.numpy().tobytes()).hexdigest()
+
+
+def base_record(target: HFTarget) -> dict:
+    return {"path": target.path, "name": Path(target.path).name, "model_type": target.hf.config.model_type,
+            "config_sha256": config_hash(target.hf.config), "weights_fingerprint": weights_fingerprint(target)}
+
+
+def save_heads(target: HFTarget, path, *, meta: dict | None = None) -> Path:
+    """Write the head weights alone (mtp.*) to PATH.safetensors; the metadata names the base model."""
+    from safetensors.torch import save_file
+    if target.mtp is None:
+        raise MtplabError("this model has no heads to save; attach and train some first")
+    path = Path(path).with_suffix(".safetensors")
+    state = {f"mtp.{n}": t.detach().float().contiguous().cpu() for n, t in target.mtp.state_dict().items()}
+    info = {"format": HEADS_FORMAT, "heads": target.config.heads, "n_depths": target.config.n_depths,
+            "base": base_record(target), "meta": meta or {}}
+    atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"mtplab": json.dumps(info)}))
+    return path
+
+
+def read_heads_info(path) -> dict:
+    from safetensors import safe_open
+    p = Path(path)
+    if p.suffix != ".safetensors" and not p.exists():
+        p = p.with_suffix(".safetensors")
+    if not p.exists():
+        raise MtplabError(f"heads checkpoint {path} not found; train one with python -m mtplab train --hf ...")
+    try:
+        with safe_open(str(p), "pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise MtplabError(f"{p} is corrupt or truncated ({e}); retrain the heads") from None
+    info = json.loads(meta.get("mtplab", "{}"))
+    if info.get("format") != HEADS_FORMAT:
+        raise MtplabError(f"{p} is not an mtplab heads checkpoint for a Hugging Face model "
+                          "(lab checkpoints go to --checkpoint)")
+    info["tensors"] = tensors
+    return info
+
+
+def load_heads(target: HFTarget, path) -> HFTarget:
+    """Attach the heads saved in `path` to `target` (in place), after checking they were trained on it."""
+    info = read_heads_info(path)
+    base, here = info["base"], base_record(target)
+    if base["config_sha256"] != here["config_sha256"]:
+        raise MtplabError(f"{Path(path).name} was trained on another base model ({base['name']}, a "
+                          f"{base['model_type']} with another config); train heads on {target.path} "
+                          "with python -m mtplab train --hf ...")
+    if base["weights_fingerprint"] != here["weights_fingerprint"]:
+        raise MtplabError(f"{Path(path).name} was trained on another base model ({base['name']}: same config, "
+                          f"other weights); train heads on {target.path} with python -m mtplab train --hf ...")
+    target.attach(info["heads"], info["n_depths"])
+    state = {n[len("mtp."):]: t for n, t in info["tensors"].items()}
+    try:
+        target.mtp.load_state_dict(state)
+    except RuntimeError as e:
+        raise MtplabError(f"{Path(path).name} does not match its own head config ({str(e).splitlines()[0]}); "
+                          "retrain the heads") from None
+    p = target.wte.weight
+    target.mtp.to(device=p.device, dtype=p.dtype)
+    return target
+
+
+def load_target(hf_path, heads_checkpoint=None, *, device="cpu", dtype=torch.float32) -> HFTarget:
+    """An HF model and (optionally) its heads checkpoint, ready for `mtplab.generate.decode_with`:
+    the one call a widget or notebook needs."""
+    target = load_hf(hf_path, device=device, dtype=dtype)
+    return load_heads(target, heads_checkpoint) if heads_checkpoint else target

@@ -1,0 +1,12 @@
+"""WHAT IT COSTS AND HOW OFTEN DRAFTS SURVIVE: numbers read from decodes and forwards, no pictures.
+
+* `theory`: forward counts, expected tokens per step and its inverse, the predicted speedup
+* `acceptance`: the acceptance conventions, converted into each other, with Wilson intervals
+* `teacher_forced`: acceptance without decoding; two models' agreement position by position
+* `timing`: the cost curve t(q), batch costs, the roofline's numbers, peak memory
+* `speedup`: where a speedup went (target, drafter, rest), and the papers' numbers beside the lab's
+* `quality`: greedy text that loops, counted plainly
+* `machine`: the machine a timing was measured on (CPU model, threads, last-level cache, torch)
+
+May import: `decoding`, `model` and the ground floor. Never `training`, never `viz`.
+"""

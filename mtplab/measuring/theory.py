@@ -1,0 +1,106 @@
+"""Counting forwards and predicting speedups.
+
+m new tokens, k tokens per step (at most k tokens a step, k-1 drafts), alpha the chance that a
+draft is accepted given that the ones before it were, q tokens fed to one forward.
+"""
+from __future__ import annotations
+
+import math
+from mtplab.errors import MtplabError
+
+
+def _check(m: int, k: int):
+    if m < 1 or k < 1:
+        raise MtplabError(f"need m >= 1 and k >= 1 (got m={m}, k={k})")
+
+
+def stern_plain_steps(m: int, k: int) -> float:
+    """Stern et al. 2018, best case without overlap: predict + verify for every k tokens, 2m/k."""
+    return 2 * m / k
+
+
+def stern_overlap_steps(m: int, k: int) -> float:
+    """Stern et al. 2018, best case with verify n overlapped with predict n+1: 1 + m/k."""
+    return 1 + m / k
+
+
+def plain_forwards(m: int, k: int) -> int:
+    """Exact forwards of our plain schedule when every draft is accepted.
+
+    Each block of k tokens costs a predict and a verify forward. A last block of a single
+    token needs only its predict. So 2*ceil(m/k), minus 1 when m mod k == 1; for k = 1 there is
+    nothing to verify and it is m. Equals 2m/k when k divides m.
+    """
+    _check(m, k)
+    if k == 1:
+        return m
+    return 2 * math.ceil(m / k) - (1 if m % k == 1 else 0)
+
+
+def overlap_forwards(m: int, k: int) -> int:
+    """Exact forwards of the overlapped schedule when every draft is accepted.
+
+    The prefill gives the first token; each later forward commits k tokens (k-1 drafts and
+    the bonus), the last one possibly fewer: 1 + ceil((m-1)/k). Equals 1 + m/k when k divides m.
+    """
+    _check(m, k)
+    return 1 + math.ceil((m - 1) / k)
+
+
+def deepseek_forwards(m: int, D: int) -> int:
+    """DeepSeek-V3 self-speculation with D modules: D drafts a step, so blocks of D+1 tokens."""
+    return overlap_forwards(m, D + 1)
+
+
+def expected_tokens_per_step(alpha: float, n_drafts: int) -> float:
+    """E[tokens per step] = (1 - alpha^(n+1)) / (1 - alpha) for i.i.d. acceptance alpha and n drafts
+    (the accepted prefix plus the bonus token). n_drafts = k - 1 for k tokens per step."""
+    if not 0 <= alpha <= 1:
+        raise MtplabError(f"alpha must lie in [0, 1] (got {alpha})")
+    if alpha == 1:
+        return float(n_drafts + 1)
+    return (1 - alpha ** (n_drafts + 1)) / (1 - alpha)
+
+
+def conditional_from_tokens_per_step(tps: float, n_drafts: int, tol: float = 1e-9) -> float:
+    """Invert expected_tokens_per_step: the i.i.d. alpha that gives `tps` tokens per step."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if expected_tokens_per_step(mid, n_drafts) < tps:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def predicted_speedup(tokens_per_step: float, cost_curve: dict[int, float], q: int, *,
+                      draft_cost: float = 0.0, plain: bool = False) -> float:
+    """Wall-clock speedup over autoregressive decoding predicted from measured pieces.
+
+    tokens_per_step: measured tokens committed per step; cost_curve: {q: t(q)/t(1)} measured with a
+    warm KV cache; q: tokens fed to the verify forward; draft_cost: the drafter's time per step in
+    units of t(1); plain: add the predict forward (cost t(1)) to every step.
+    AR makes 1 token per t(1), so speedup = tokens_per_step / (cost of a step in units of t(1)).
+    """
+    c = _interp(cost_curve, q)
+    step = c + draft_cost + (1.0 if plain else 0.0)
+    return tokens_per_step / step
+
+
+def _interp(curve: dict[int, float], q: int) -> float:
+    if q in curve:
+        return curve[q]
+    keys = sorted(curve)
+    if q <= keys[0]:
+        return curve[keys[0]]
+    if q >= keys[-1]:
+        return curve[keys[-1]] * q / keys[-1]
+    lo = max(x for x in keys if x < q)
+    hi = min(x for x in keys if x > q)
+    return curve[lo] + (curve[hi] - curve[lo]) * (q - lo) / (hi - lo)
+
+
+def sources_claim_latency_cut(k: int) -> float:
+    """The sources' claim: predicting k tokens at once cuts decoding steps to 1/k, so latency by 1 - 1/k."""
+    return 1 - 1 / k

@@ -1,0 +1,233 @@
+"""Timing: the cost curve t(q) (one forward over q tokens at a cached context), the batch cost t(B)/t(1), the
+roofline's numbers (bytes and FLOPs of a forward, the machine's balance) and peak memory. Every timer syncs the
+device before it reads the clock (`mtplab.device.sync`).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+import torch
+from mtplab.decoding.batch import batched_autoregressive, batched_speculative
+from mtplab.device import sync
+from mtplab.model.layers import RaggedKVCache
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+from mtplab.model.config import ModelConfig
+from mtplab.errors import MtplabError
+
+
+@torch.inference_mode()
+def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int = 5) -> float:
+    """t(q)/t(1) at batch size B: one cached forward over q new tokens per row, against one token per row."""
+    dev = model.wte.weight.device
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    cache = RaggedKVCache.for_model(model, B)
+    cache.lengths = [context] * B  # the keys there are zeros: the cost does not depend on their values
+    new = torch.randint(V, (B, q), generator=g).to(dev)
+
+    def timed(n):
+        pos, mask = cache.plan(n)
+        sync(dev)
+        t0 = time.perf_counter()
+        model(new[:, :n], cache, positions=pos, mask=mask)
+        sync(dev)
+        cache.lengths = [context] * B
+        return time.perf_counter() - t0
+    timed(1), timed(q)  # warm-up
+    t1 = statistics.median(timed(1) for _ in range(repeats))
+    tq = statistics.median(timed(q) for _ in range(repeats))
+    return tq / t1
+
+
+def measure_batch(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: int, k: int,
+                  repeats: int = 1) -> list[dict]:
+    """For each batch size B: batched AR and batched speculation on the first B prompts (interleaved,
+    median of `repeats`). Rows: batch_size, tokens_per_s, latency_ms_per_token (wall time over the tokens
+    one row got), tokens_per_forward (per row) and speedup over AR at the same B. Checks greedy equality."""
+    rows = []
+    for B in batch_sizes:
+        ps = [prompts[i % len(prompts)] for i in range(B)]
+        walls = {"ar": [], "spec": []}
+        for _ in range(repeats):
+            ar = batched_autoregressive(model, ps, max_new_tokens=max_new_tokens)
+            sp = batched_speculative(model, make_drafter, ps, max_new_tokens=max_new_tokens, k=k)
+            walls["ar"].append(ar.wall_s)
+            walls["spec"].append(sp.wall_s)
+        if sp.tokens != ar.tokens:
+            raise AssertionError(f"batch {B}: batched speculative output differs from batched AR")
+        for name, res in (("ar", ar), ("spec", sp)):
+            wall = statistics.median(walls[name])
+            rows.append({"kind": name, "batch_size": B, "tokens_per_s": res.new_tokens / wall,
+                         "latency_ms_per_token": 1e3 * wall / max_new_tokens,
+                         "tokens_per_forward": res.new_tokens / sum(res.batch_sizes),
+                         "speedup_vs_ar": statistics.median(walls["ar"]) / wall})
+    return rows
+
+
+@dataclass
+class CostCurve:
+    """t(q): seconds for one forward over q new tokens with a warm KV cache of `context` tokens."""
+    seconds: dict[int, float]               # q -> median seconds
+    context: int
+    device: str
+    samples: dict[int, list[float]] = field(default_factory=dict, repr=False)
+
+    @property
+    def ratio(self) -> dict[int, float]:
+        """t(q) / t(1), the curve `theory.predicted_speedup` takes."""
+        return {q: s / self.seconds[1] for q, s in self.seconds.items()}
+
+
+@torch.inference_mode()
+def measure_cost_curve(model, qs=(1, 2, 4, 8, 16, 32), *, context: int = 256, repeats: int = 9,
+                       seed: int = 0, progress: bool = False) -> CostCurve:
+    """Time one forward over q new tokens on top of `context` cached tokens, for every q in qs.
+
+    The cache is filled once; after each timed forward it is cropped back to `context`, so every
+    measurement sees the same cache. Sizes are interleaved (forwards, then backwards) over `repeats`
+    rounds after one untimed warm-up round, and each q keeps the median.
+    """
+    qs = sorted(set(int(q) for q in qs) | {1})
+    if context + max(qs) > model.config.block_size:
+        raise MtplabError(f"context {context} + q {max(qs)} exceeds the context window {model.config.block_size}; "
+                          "use a shorter context or smaller q")
+    dev = model.wte.weight.device
+    g = torch.Generator().manual_seed(seed)
+    V = model.config.vocab_size
+    cache = model.new_cache()
+    model(torch.randint(V, (1, context), generator=g).to(dev), cache)
+    new = torch.randint(V, (1, max(qs)), generator=g).to(dev)
+    samples: dict[int, list[float]] = {q: [] for q in qs}
+
+    def timed(q):
+        sync(dev)
+        t0 = time.perf_counter()
+        model(new[:, :q], cache)
+        sync(dev)
+        dt = time.perf_counter() - t0
+        cache.crop(context)
+        return dt
+
+    for q in qs:  # warm-up: first calls allocate and pick kernels
+        timed(q)
+    rounds = range(repeats)
+    if progress:
+        from tqdm.auto import tqdm
+        rounds = tqdm(rounds, desc="cost curve", unit="round")
+    for r in rounds:
+        for q in (qs if r % 2 == 0 else qs[::-1]):
+            samples[q].append(timed(q))
+    return CostCurve({q: statistics.median(s) for q, s in samples.items()}, context, str(dev), samples)
+
+
+def forward_cost(cfg: ModelConfig, q: int, *, context: int, bytes_per_param: float = 4.0,
+                 bytes_per_cache_value: float = 4.0) -> dict:
+    """Rough FLOPs and bytes moved by one forward over q new tokens with `context` cached tokens.
+
+    FLOPs: 2 per weight per token for the matrix products (2 * N * q), plus attention scores and
+    the weighted sum of values (4 * L * C * (context + q) * q). Bytes: every weight read once
+    (N * bytes_per_param), plus the cached keys and values read once (2 * L * C * (context + q)).
+    Activations are small next to these and are left out.
+    """
+    C, L, V = cfg.n_embd, cfg.n_layer, cfg.vocab_size
+    n_weights = L * 12 * C * C + V * C  # attention 4C^2 + MLP 8C^2 per layer, and the (tied) vocabulary matrix
+    flops = 2 * n_weights * q + 4 * L * C * (context + q) * q
+    moved = n_weights * bytes_per_param + 2 * L * C * (context + q) * bytes_per_cache_value
+    return {"flops": float(flops), "bytes": float(moved), "intensity": flops / moved, "weights": n_weights}
+
+
+@torch.inference_mode()
+def machine_balance(device="cpu", *, n: int = 768, repeats: int = 5) -> dict:
+    """Measure this machine's matmul FLOP/s and memory copy bandwidth; their ratio is the roofline's ridge.
+
+    A forward whose FLOPs per byte moved lies below the ridge is bound by memory, above it by compute.
+    """
+    device = torch.device(device)
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    src = torch.randn(2 ** 24, device=device)  # 64 MiB of float32, more than a CPU cache holds
+    dst = torch.empty_like(src)
+
+    def best(fn):
+        fn()
+        ts = []
+        for _ in range(repeats):
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+
+    t_mm = best(lambda: a @ b)
+    t_cp = best(lambda: dst.copy_(src))
+    flops_per_s = 2 * n ** 3 / t_mm
+    bytes_per_s = 2 * src.numel() * 4 / t_cp  # read and write
+    return {"flops_per_s": flops_per_s, "bytes_per_s": bytes_per_s, "ridge": flops_per_s / bytes_per_s}
+
+
+# ---------------------------------------------------------------------------------- memory
+@contextlib.contextmanager
+def _native_output_silenced():
+    """Send file descriptors 1 and 2 to /dev/null for a while (Python-level prints are unaffected)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved + [null]:
+            os.close(fd)
+
+
+def peak_memory(fn, device) -> float:
+    """Peak bytes allocated while fn() runs, above what was allocated before it started.
+
+    CUDA: the caching allocator's own peak counter. CPU: torch's profiler records every
+    allocation and free of the CPU allocator; the running sum of those events, in time order,
+    peaks at the answer (tracemalloc cannot see torch's allocations). Other devices: NaN.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        sync(device)
+        return float(torch.cuda.max_memory_allocated(device) - before)
+    if device.type != "cpu":
+        fn()
+        return float("nan")
+    from torch.profiler import ProfilerActivity, profile
+
+    with _native_output_silenced():  # the profiler's C++ side logs start and stop lines to stdout
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+    try:
+        events = prof.profiler.kineto_results.events()
+        allocs = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    except AttributeError:  # the profiler's result layout changed in this torch
+        return float("nan")
+    cur = peak = 0
+    for _, nbytes in allocs:
+        cur += nbytes
+        peak = max(peak, cur)
+    return float(peak)
+
+
+def memory_method(device) -> str:
+    """How `peak_memory` measures on this device, in words (for plot labels)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "torch.cuda.max_memory_allocated during the step"
+    if kind == "cpu":
+        return "CPU allocator events recorded by torch.profiler (profile_memory=True)"
+    return f"not measurable on {kind}"

@@ -1,0 +1,11 @@
+"""WHAT IS TRAINED: the trunk, its head families and their files.
+
+* `config`: `ModelConfig`, the presets, the head families
+* `layers`: RMSNorm, rotary positions, the KV caches, attention, MLP, `Block`, `StackedBlocks`
+* `gpt`: the GPT trunk, `attach_heads`, and `deepen` (growth that keeps the function)
+* `heads`: Stern heads, Meta heads, DeepSeek modules
+* `checkpoint`: safetensors weights plus a JSON record, written atomically, loaded without pickle
+* `toy`: random models with sharp distributions, for tests and small studies
+
+May import: the ground floor only (`errors`, `paths`, `tokenizer`, `data`, `device`).
+"""

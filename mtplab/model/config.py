@@ -1,0 +1,73 @@
+"""Model configuration: one frozen dataclass and a table of named presets."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from mtplab.errors import MtplabError
+
+HEAD_FAMILIES = ("none", "stern", "meta", "deepseek")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    block_size: int = 384   # context window in tokens
+    dropout: float = 0.0
+    heads: str = "none"     # head family: none | stern | meta | deepseek
+    n_depths: int = 1       # prediction depths K: depth d at position i predicts token i+d (deepseek: 1 + D)
+
+    def __post_init__(self):
+        if self.heads not in HEAD_FAMILIES:
+            raise MtplabError(f"unknown head family {self.heads!r}; choose one of {', '.join(HEAD_FAMILIES)}")
+        if self.n_depths < 1:
+            raise MtplabError(f"n_depths must be >= 1 (got {self.n_depths})")
+        if self.heads == "none" and self.n_depths != 1:
+            raise MtplabError("heads='none' predicts one token per position: use n_depths=1 or pick a head family")
+        if self.heads != "none" and self.n_depths < 2:
+            raise MtplabError(f"heads={self.heads!r} needs n_depths >= 2 (got {self.n_depths})")
+        if self.n_embd % self.n_head:
+            raise MtplabError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.heads == "meta" and self.n_layer < 2:
+            raise MtplabError("meta heads need n_layer >= 2: the last layer is head 1, the rest is the trunk")
+
+    @property
+    def n_modules(self) -> int:
+        """DeepSeek's D: sequential MTP modules (0 for other families)."""
+        return self.n_depths - 1 if self.heads == "deepseek" else 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        if "k" in d and "n_depths" not in d:  # checkpoints written before the rename
+            d = {("n_depths" if n == "k" else n): v for n, v in d.items()}
+        known = set(cls.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            raise MtplabError(f"unknown config keys {sorted(unknown)}; is this an mtplab checkpoint config?")
+        return cls(**d)
+
+    def with_heads(self, heads: str, n_depths: int) -> "ModelConfig":
+        return replace(self, heads=heads, n_depths=n_depths if heads != "none" else 1)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # trains in seconds: for tests
+    "tiny": ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128),
+    # a small, fast draft model for two-model speculative decoding (same context as classroom)
+    "draft": ModelConfig(n_layer=2, n_head=4, n_embd=128, block_size=384),
+    # the shipped default
+    "classroom": ModelConfig(n_layer=4, n_head=4, n_embd=256, block_size=384),
+    # a larger width, for cost-curve studies
+    "wide": ModelConfig(n_layer=4, n_head=8, n_embd=768, block_size=384),
+}
+
+
+def preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise MtplabError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None

@@ -1,0 +1,17 @@
+"""Where the lab's files live, resolved once: the corpora and checkpoints under `data/`, the benchmark records
+under `docs/bench/`.
+
+`MTPLAB_DATA` points at another data folder (its `corpora/` and `checkpoints/`), for a non-editable install;
+`MTPLAB_CHECKPOINTS` points at another checkpoint folder only. Imports nothing of the project.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent           # the checkout (or the install's site-packages parent)
+DATA_DIR = Path(os.environ.get("MTPLAB_DATA") or ROOT / "data")
+SHIPPED_DIR = DATA_DIR / "checkpoints"                   # the shipped checkpoints, never written by a run
+CHECKPOINT_DIR = Path(os.environ.get("MTPLAB_CHECKPOINTS") or SHIPPED_DIR)
+BENCH_DIR = ROOT / "docs" / "bench"                      # the shipped benchmark records (bench --out's default)
+DECODE_JSON = BENCH_DIR / "decode.json"                  # `bench decode`'s record, read by notebooks 03 and 05

@@ -1,0 +1,14 @@
+"""ONE COMPANION MODULE PER NOTEBOOK: the lessons' studies and the exercises' checkers.
+
+* `check`: `Check`, a checker's verdict; a checker never raises on a student's code
+* `bottleneck` (01): timed decodes with and without a cache, INT8, ms per token; two checkers
+* `blockwise` (02): forwards with a perfect drafter, one verify forward laid out, cache lengths; three checkers
+* `meta` (03): the head-by-head backward's memory and gradients, the packed loss's shift, the families side by side
+* `deepseek` (04): eq. 24 checked against the model, teacher forcing against free running; two checkers
+* `acceptance_lab` (05): the widget, as pure state, an ipywidgets view and the exercises
+* `sampling` (06): exact counts of what the accept rule emits, chi-square against the target; two checkers
+* `find_the_bug` (08): eight accept rules, six with a planted bug, and the test that finds them
+
+Imported only by notebooks and tests. May import every layer below (`hf` lazily, for the widget's own-model
+folders); `bench` never imports it.
+"""

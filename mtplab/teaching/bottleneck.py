@@ -1,0 +1,108 @@
+"""Notebook 01, the autoregressive bottleneck: decodes timed with and without the KV cache, dynamic INT8 on the
+CPU, ms per token; and the checkers of its exercises (`check_speedup`, `check_latency_cut`).
+"""
+from __future__ import annotations
+
+import math
+import torch
+from mtplab.measuring import theory
+import statistics
+import warnings
+from mtplab.decoding.loop import autoregressive
+from mtplab.decoding.trace import Trace
+from mtplab.teaching.check import Check
+from mtplab.teaching.check import _call
+from mtplab.teaching.check import _number
+
+
+# ---------------------------------------------------------------------------------- notebook 01
+def check_speedup(fn) -> Check:
+    """fn(tokens_per_step, cost_curve, q) -> predicted wall-clock speedup over autoregressive decoding.
+
+    cost_curve is {q: t(q)/t(1)}; a step feeds q tokens to one forward and commits tokens_per_step tokens.
+    """
+    name = "predicted speedup"
+    curves = [{1: 1.0, 2: 1.05, 4: 1.2, 8: 1.7}, {1: 1.0, 2: 1.6, 4: 2.9, 8: 5.5}, {1: 1.0, 4: 1.0, 8: 1.0}]
+    cases = [(3.2, curves[0], 4), (1.8, curves[0], 2), (3.2, curves[1], 4), (4.0, curves[2], 4), (6.5, curves[0], 8)]
+    for tps, curve, q in cases:
+        want = theory.predicted_speedup(tps, curve, q)
+        got, err = _call(fn, tps, dict(curve), q)
+        if err:
+            return Check(name, False, f"fn({tps}, {curve}, {q}) raised {err}")
+        g = _number(got)
+        if g is None:
+            return Check(name, False, f"fn({tps}, {curve}, {q}) returned {got!r}; return a number")
+        if not math.isclose(g, want, rel_tol=1e-6):
+            hint = ""
+            if math.isclose(g, tps, rel_tol=1e-6):
+                hint = (" That is the step count alone (the sources' view); a step's forward over q tokens "
+                        f"costs t(q)/t(1) = {curve[q]} forwards of one token, not 1.")
+            elif math.isclose(g, tps * curve[q], rel_tol=1e-6):
+                hint = " You multiplied by the cost of the step; divide: tokens per unit of time."
+            return Check(name, False, f"fn({tps}, {curve}, q={q}) gave {g:.4g}, expected {want:.4g}.{hint}")
+    return Check(name, True, "tokens per step divided by the step's cost in units of t(1), as "
+                             "theory.predicted_speedup computes it")
+
+
+def check_latency_cut(fn) -> Check:
+    """fn(speedup) -> the fraction of decoding latency removed by that speedup (0.75 for 4x)."""
+    name = "latency cut from a speedup"
+    for s in (4.0, 2.0, 1.25, 1.0, 10.0):
+        got, err = _call(fn, s)
+        if err:
+            return Check(name, False, f"fn({s}) raised {err}")
+        g = _number(got)
+        want = 1 - 1 / s
+        if g is None:
+            return Check(name, False, f"fn({s}) returned {got!r}; return a fraction such as 0.75")
+        if not math.isclose(g, want, abs_tol=1e-9):
+            hint = ""
+            if math.isclose(g, s - 1, abs_tol=1e-9):
+                hint = " That is 'how much faster' (s - 1), not how much of the time is gone."
+            elif math.isclose(g, 1 / s, abs_tol=1e-9):
+                hint = " That is the latency that remains, not the part removed."
+            return Check(name, False, f"fn({s}) gave {g:.4g}, expected {want:.4g}.{hint}")
+    k4 = theory.sources_claim_latency_cut(4)
+    return Check(name, True, f"a speedup s removes 1 - 1/s of the latency; the sources' 4x gives {k4:.0%}")
+
+
+def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, progress: bool = False) -> dict[str, Trace]:
+    """Greedy autoregressive decoding of the same prompt by several (model, use_cache) variants.
+
+    Returns {label: Trace}; each Trace's steps carry their wall time (`Step.wall_s`).
+    """
+    it = variants.items()
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(list(it), desc="decoding", unit="variant")
+    return {label: autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, use_cache=use_cache)
+            for label, (model, use_cache) in it}
+
+
+def ms_per_token(trace: Trace) -> float:
+    """Median wall time of one decoding step after the prefill, in milliseconds."""
+    return 1e3 * statistics.median(s.wall_s for s in trace.steps[1:]) if len(trace.steps) > 1 else float("nan")
+
+
+def quantize_int8(model):
+    """Dynamic INT8 quantization of every nn.Linear (weights stored in int8, activations quantized on the fly).
+
+    Returns (quantized model on CPU, or None, and a one-line note). CPU only: torch's dynamic
+    quantized kernels do not run on CUDA or MPS. The torch.ao API is deprecated in recent torch
+    releases; if it is missing, the note says so and the caller skips the comparison.
+    """
+    try:
+        from torch.ao.quantization import quantize_dynamic
+    except ImportError as e:  # removed from this torch
+        return None, f"torch.ao.quantization.quantize_dynamic is not available in torch {torch.__version__} ({e})"
+    import copy
+
+    cpu_model = copy.deepcopy(model).to("cpu").float().eval()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the API announces its own deprecation on every call
+            qm = quantize_dynamic(cpu_model, {torch.nn.Linear}, dtype=torch.qint8)
+    except (RuntimeError, AssertionError, NotImplementedError) as e:
+        return None, f"dynamic INT8 quantization failed on torch {torch.__version__}: {e}"
+    n = sum(1 for mod in qm.modules() if type(mod).__module__.startswith("torch.ao.nn.quantized"))
+    return qm, f"torch {torch.__version__}: {n} nn.Linear layers now hold int8 weights (deprecated torch.ao API)"

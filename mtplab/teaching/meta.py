@@ -1,0 +1,167 @@
+"""Notebook 03, Meta's multi-token prediction (Gloeckle et al. 2024): the memory of the head-by-head backward, its
+gradients against the joint backward, the packed loss's shift, and the three head families side by side.
+"""
+from __future__ import annotations
+
+import math
+import torch
+from mtplab.measuring import theory
+from mtplab.training.losses import multi_token_loss
+from mtplab.measuring.timing import peak_memory
+import json
+from pathlib import Path
+from mtplab.model import checkpoint
+from mtplab.errors import MtplabError
+from mtplab.teaching.check import Check
+from mtplab.paths import DECODE_JSON
+from mtplab.teaching.check import _call
+from mtplab.teaching.check import _number
+from mtplab.data import get_batch, load_corpus
+from mtplab.model.config import preset as get_preset
+from mtplab.model.gpt import GPT
+from mtplab.training.steps import meta_step
+
+
+# ---------------------------------------------------------------------------------- notebook 03
+def check_shift(fn) -> Check:
+    """fn(logits, x, K) -> the multi-token loss.
+
+    logits: (B, T, K, V), head k at position i; x: (B, T+1) a window of token ids. Head k (0-based)
+    must be scored against the token k+1 positions ahead, the mean over heads of each head's mean
+    cross-entropy (the sources' MultiTokenLoss, `losses.multi_token_loss`).
+    """
+    name = "multi-token loss shift"
+    g = torch.Generator().manual_seed(0)
+    for B, T, K, V in ((2, 9, 3, 11), (1, 6, 4, 7), (3, 12, 2, 5)):
+        logits = 3 * torch.randn(B, T, K, V, generator=g)
+        x = torch.randint(V, (B, T + 1), generator=g)
+        want = float(multi_token_loss(logits.reshape(B, T, K * V), x[:, 1:], K))
+        got, err = _call(fn, logits.clone(), x.clone(), K)
+        if err:
+            return Check(name, False, f"on logits {tuple(logits.shape)}, x {tuple(x.shape)} your function raised {err}")
+        gv = _number(got)
+        if gv is None:
+            return Check(name, False, f"your function returned {type(got).__name__}; return a scalar loss")
+        if not math.isclose(gv, want, rel_tol=1e-4, abs_tol=1e-5):
+            copy = float(multi_token_loss(logits.reshape(B, T, K * V), x[:, :-1], K))
+            hint = ""
+            if math.isclose(gv, copy, rel_tol=1e-4):
+                hint = (" You scored head k against x[i+k]: the inputs themselves. Head 0 would learn to copy "
+                        "the token it reads; targets must be the next-token shift x[i+1+k].")
+            return Check(name, False, f"for B={B}, T={T}, K={K}, V={V} you gave {gv:.5f}, expected {want:.5f}.{hint}")
+    return Check(name, True, "head k at position i is scored against x[i+k+1], and the last k positions, whose "
+                             "target lies past the window, are dropped")
+
+
+def check_expected_tokens(fn) -> Check:
+    """fn(alpha, n_drafts) -> expected tokens per step: the accepted prefix plus the target's token,
+    when each draft is kept with probability alpha given the ones before it were."""
+    name = "expected tokens per step"
+    for alpha, n in ((0.8, 3), (0.5, 1), (0.0, 4), (0.9, 6), (1.0, 3), (0.3, 0)):
+        want = theory.expected_tokens_per_step(alpha, n)
+        got, err = _call(fn, alpha, n)
+        if err:
+            return Check(name, False, f"fn(alpha={alpha}, n_drafts={n}) raised {err}"
+                         + (" (alpha = 1 needs its own case)" if alpha == 1 else ""))
+        gv = _number(got)
+        if gv is None or not math.isclose(gv, want, rel_tol=1e-6, abs_tol=1e-9):
+            hint = ""
+            if gv is not None and math.isclose(gv, 1 + alpha * n, rel_tol=1e-6):
+                hint = (" That treats drafts as independent; draft i counts only if drafts 0..i-1 were all kept, "
+                        "so it adds alpha^(i+1).")
+            elif gv is not None and math.isclose(gv, want - 1, rel_tol=1e-6, abs_tol=1e-9):
+                hint = " Add the token the target itself contributes every step (bonus or correction)."
+            return Check(name, False, f"fn(alpha={alpha}, n_drafts={n}) gave {got!r}, expected {want:.4f}.{hint}")
+    return Check(name, True, "1 + alpha + ... + alpha^n = (1 - alpha^(n+1)) / (1 - alpha), "
+                             "theory.expected_tokens_per_step")
+
+
+
+def meta_backward_memory(ks=(2, 4, 8), *, preset: str = "tiny", batch_size: int = 8, device="cpu",
+                         seed: int = 0, progress: bool = False) -> dict[str, dict[int, float]]:
+    """Peak memory (MiB) of one `train.meta_step` for K heads, memory-efficient against joint backward."""
+
+    data = load_corpus("code", "train")
+    out: dict[str, dict[int, float]] = {"memory-efficient": {}, "joint backward": {}}
+    if progress:
+        from tqdm.auto import tqdm
+        ks = tqdm(list(ks), desc="peak memory", unit="K")
+    for K in ks:
+        cfg = get_preset(preset).with_heads("meta", K)
+        torch.manual_seed(seed)
+        model = GPT(cfg).to(device).train()
+        x = get_batch(data, batch_size, cfg.block_size, torch.Generator().manual_seed(seed)).to(device)
+        for label, eff in (("memory-efficient", True), ("joint backward", False)):
+            model.zero_grad(set_to_none=True)
+            step = lambda m=model, x=x, e=eff: meta_step(m, x, freeze_trunk=False, memory_efficient=e)
+            out[label][K] = peak_memory(step,
+                                        device) / 2 ** 20
+    return out
+
+
+def meta_gradients_agree(*, preset: str = "tiny", K: int = 4, batch_size: int = 4, seed: int = 0) -> float:
+    """Largest absolute difference between the gradients of the two `meta_step` backward orders."""
+
+    cfg = get_preset(preset).with_heads("meta", K)
+    torch.manual_seed(seed)
+    model = GPT(cfg).train()
+    x = get_batch(load_corpus("code", "train"), batch_size, cfg.block_size, torch.Generator().manual_seed(seed))
+    grads = []
+    for eff in (True, False):
+        model.zero_grad(set_to_none=True)
+        meta_step(model, x, freeze_trunk=False, memory_efficient=eff)
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    return max(float((a - b).abs().max()) for a, b in zip(*grads))
+
+
+# ---------------------------------------------------------------------------------- the losses' shift
+def shift_table(T: int, K: int) -> str:
+    """Which token each head is scored against in `losses.multi_token_loss` (targets = next-token shift).
+
+    Rows are heads k = 0..K-1, columns positions i = 0..T-1; a cell names the input token x[j]
+    that head k at position i must predict (j = i + k + 1), or '.' where the target lies past the window.
+    """
+    lines = ["head  " + " ".join(f"i={i:<3}" for i in range(T))]
+    for k in range(K):
+        cells = [f"x[{i + k + 1}]" if i + k + 1 <= T else "." for i in range(T)]
+        lines.append(f"k={k:<3} " + " ".join(f"{c:<5}" for c in cells))
+    return "\n".join(lines)
+
+
+def peaked_logits(x: torch.Tensor, K: int, V: int, *, shift: int, strength: float = 8.0) -> torch.Tensor:
+    """Packed (B, T, K*V) logits for x of shape (B, T+1) in which head k at position i puts its mass
+    on x[i + k + shift] (uniform where that lies past the window): a model that is perfect at `shift`."""
+    B, T1 = x.shape
+    T = T1 - 1
+    logits = torch.zeros(B, T, K, V)
+    for k in range(K):
+        for i in range(T):
+            j = i + k + shift
+            if j < T1:
+                logits[torch.arange(B), i, k, x[:, j]] = strength
+    return logits.view(B, T, K * V)  # (B, T, K*V)
+
+# family -> (shipped checkpoint, row of docs/bench/decode.json measured with it)
+FAMILIES = {"stern": ("stern-k4", "blockwise-overlap"),
+            "meta": ("meta-k4", "meta"),
+            "deepseek": ("deepseek-d3", "deepseek D=3")}
+
+
+def head_families(bench_path=DECODE_JSON) -> list[dict]:
+    """Per family: parameters of the heads (`model.mtp`) and of the trunk (everything else, shared output head
+    included) from the shipped checkpoint, and ms per step of drafter and target from the decode benchmark."""
+    path = Path(bench_path)
+    if not path.exists():
+        raise MtplabError(f"{path} not found; run the decode benchmark (mtplab bench decode) or pass bench_path")
+    bench = {r["method"]: r for r in json.loads(path.read_text())["rows"]}
+    rows = []
+    for family, (name, method) in FAMILIES.items():
+        if method not in bench:
+            raise MtplabError(f"{path} has no row for method {method!r}; rerun the decode benchmark")
+        model = checkpoint.load(name)
+        heads = sum(p.numel() for p in model.mtp.parameters())
+        rows.append({"family": family, "checkpoint": name, "method": method, "k": bench[method]["k"],
+                     "head_params": heads, "trunk_params": model.num_params() - heads,
+                     "step_ms_drafter": bench[method]["step_ms_drafter"],
+                     "step_ms_target": bench[method]["step_ms_target"], "source": f"docs/bench/{path.name}"})
+    return rows

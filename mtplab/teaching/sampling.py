@@ -1,0 +1,187 @@
+"""Notebook 06, speculative sampling: exact counts of what the accept rule emits, chi-square against the target p,
+the second token's marginal, acceptance by rule; and the checkers of its exercises.
+"""
+from __future__ import annotations
+
+import math
+import torch
+from mtplab.decoding.accept import accept
+from mtplab.decoding.accept import distribution
+from mtplab.decoding.loop import speculative
+from mtplab.teaching.check import Check
+from mtplab.teaching.check import _call
+from mtplab.teaching.check import _number
+
+
+# ---------------------------------------------------------------------------------- notebook 06
+def _pairs():
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for V, temp in ((6, 1.0), (5, 0.5), (8, 2.0)):
+        p = torch.softmax(torch.randn(V, generator=g) / temp, -1)
+        q = torch.softmax(torch.randn(V, generator=g) / temp, -1)
+        out.append((p, q))
+    return out
+
+
+def check_acceptance_rate(fn) -> Check:
+    """fn(p, q) -> the probability that a draft d ~ q survives the sampling rule min(1, p(d)/q(d))."""
+    name = "sampling acceptance rate"
+    pairs = _pairs()
+    pairs.append((pairs[0][0], pairs[0][0]))
+    for p, q in pairs:
+        want = float((q * torch.clamp(p / q, max=1.0)).sum())
+        got, err = _call(fn, p.clone(), q.clone())
+        if err:
+            return Check(name, False, f"your function raised {err}")
+        gv = _number(got)
+        if gv is None or not math.isclose(gv, want, abs_tol=1e-6):
+            hint = ""
+            if gv is not None and gv in (0.0, 1.0):
+                hint = " That is greedy acceptance (argmax equal or not); sampling keeps a draft with a probability."
+            elif gv is not None and math.isclose(gv, float((p * q).sum()), abs_tol=1e-6):
+                hint = " sum p*q is the chance that two independent samples agree; the rule does better."
+            return Check(name, False, f"for V={len(p)} you gave {got!r}, expected {want:.4f}.{hint}")
+    return Check(name, True, "sum_d q(d) min(1, p(d)/q(d)) = sum_v min(p(v), q(v)) = 1 - TV(p, q)")
+
+
+def check_accept_rule(fn, n: int = 2000, seed: int = 0) -> Check:
+    """fn(p, q, d, generator) -> (kept, token): decide one draft d ~ q against the target p.
+
+    kept: whether d survives; token: the token emitted at this position (d when kept, otherwise a
+    replacement). Checked by sampling: emitted tokens must follow p (chi-square), and drafts must be
+    kept as often as the rule allows, sum_v min(p(v), q(v)).
+    """
+
+    name = "speculative sampling rule"
+    g = torch.Generator().manual_seed(seed)
+    for p, q in _pairs():
+        V = len(p)
+        counts = torch.zeros(V)
+        kept = 0
+        for _ in range(n):
+            d = int(torch.multinomial(q, 1, generator=g))
+            got, err = _call(fn, p.clone(), q.clone(), d, g)
+            if err:
+                return Check(name, False, f"your function raised {err}")
+            try:
+                ok, tok = bool(got[0]), int(got[1])
+            except (TypeError, ValueError, IndexError):
+                return Check(name, False, f"your function returned {got!r}; return (kept, token)")
+            if not 0 <= tok < V:
+                return Check(name, False, f"token {tok} is outside the vocabulary 0..{V - 1}")
+            if ok and tok != d:
+                return Check(name, False, f"you reported the draft {d} as kept but emitted {tok}")
+            counts[tok] += 1
+            kept += ok
+        rate, best = kept / n, float(torch.minimum(p, q).sum())
+        test = chi_square(counts, p)
+        if test["pvalue"] < 1e-3:
+            qtest = chi_square(counts, q)
+            hint = ""
+            if qtest["pvalue"] > 1e-3:
+                hint = " Your tokens follow the draft distribution q: rejected drafts must be replaced."
+            elif abs(rate - best) < 4 * math.sqrt(best * (1 - best) / n) + 1e-9:
+                hint = (" You keep drafts at the right rate, so the replacement is off: draw it from "
+                        "norm(max(0, p - q)), not from p.")
+            return Check(name, False, f"over {n} draws (V={V}) the emitted tokens do not follow p "
+                                      f"(chi-square p-value {test['pvalue']:.1e}).{hint}")
+        if abs(rate - best) > 4 * math.sqrt(best * (1 - best) / n) + 1e-9:
+            return Check(name, False, f"the emitted tokens follow p, but you kept {rate:.1%} of drafts where "
+                                      f"min(1, p/q) keeps {best:.1%}: lossless, yet it wastes drafts.")
+    return Check(name, True, "keep d with probability min(1, p(d)/q(d)), else draw from norm(max(0, p - q)): the "
+                             "emitted tokens follow p, and drafts are kept at the rate sum min(p, q)")
+
+
+def accept_counts(p: torch.Tensor, q: torch.Tensor, n: int, *, generator: torch.Generator, rule=None) -> dict:
+    """Draw a draft d ~ q, let `rule` (default: `decoding.accept`) keep it or replace it, n times.
+
+    p, q: (V,) target and draft distributions. Returns counts of the emitted token (V,) and the
+    fraction of drafts kept. `rule(drafts, p_rows, q_rows, greedy=False, generator=...)` has
+    `decoding.accept`'s signature; p_rows has one row, so a kept draft ends the step.
+    """
+    rule = rule or accept
+    V = p.shape[0]
+    counts = torch.zeros(V)
+    kept = 0
+    for _ in range(n):
+        d = int(torch.multinomial(q, 1, generator=generator))
+        n_ok, nxt, _ = rule([d], p[None], q[None], greedy=False, generator=generator)
+        tok = d if n_ok == 1 else nxt
+        counts[tok] += 1
+        kept += n_ok
+    return {"counts": counts, "kept": kept / n}
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor, min_expected: float = 5.0) -> dict:
+    """Pearson's chi-square test of counts against probs; cells expecting < min_expected are pooled.
+
+    The p-value is the upper tail of the chi-square distribution, via torch.special.gammaincc.
+    A p-value far below 0.01 says the counts were not drawn from probs.
+    """
+    counts = counts.double().flatten()
+    expected = probs.double().flatten() * counts.sum()
+    big = expected >= min_expected
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    dof = max(1, int(keep.sum()) - 1)
+    pvalue = float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
+                                           torch.tensor(stat / 2.0, dtype=torch.float64)))
+    return {"stat": stat, "dof": dof, "pvalue": pvalue}
+
+
+@torch.inference_mode()
+def second_token_marginal(model, prompt: list[int], *, temperature: float = 1.0, top_k=None) -> torch.Tensor:
+    """Exact P(second new token) after `prompt`, summing over the first: (V,)."""
+    V = model.config.vocab_size
+    dev = model.wte.weight.device
+    p1 = distribution(model(torch.tensor([prompt], device=dev)).logits[0, -1:], temperature, top_k)[0]  # (V,)
+    seqs = torch.tensor([prompt + [a] for a in range(V)], device=dev)  # (V, P+1)
+    p2 = distribution(model(seqs).logits[:, -1], temperature, top_k)  # (V, V): first -> second
+    return (p1[:, None] * p2).sum(0).cpu()
+
+
+def second_token_counts(model, make_drafter, prompt: list[int], n: int, *, k: int = 3, temperature: float = 1.0,
+                        top_k=None, seed: int = 0, progress: bool = False) -> dict:
+    """Counts of the second new token over n speculative runs (the first is sampled in the prefill,
+    the second is the first one a drafter proposes), and the fraction of drafts kept."""
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(V)
+    drafted = kept = 0
+    it = range(n)
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(it, desc="speculative samples", unit="run")
+    for _ in it:
+        tr = speculative(model, make_drafter(), prompt, max_new_tokens=3, k=k, temperature=temperature,
+                         top_k=top_k, generator=g)
+        counts[tr.tokens[1]] += 1
+        drafted += tr.num_draft_tokens
+        kept += tr.num_accepted_tokens
+    return {"counts": counts, "kept": kept / max(1, drafted)}
+
+
+@torch.inference_mode()
+def acceptance_by_rule(target, draft, windows: torch.Tensor, *, temperatures=(1.0,)) -> dict:
+    """Expected acceptance of one draft token at every position of some windows (teacher-forced).
+
+    greedy: the draft is the drafter's argmax, kept if it equals the target's argmax.
+    sampling at temperature T: the draft d ~ q is kept with probability min(1, p(d)/q(d)); averaged
+    over d this is sum_v min(p(v), q(v)) = 1 - total variation distance between p and q.
+    Returns {"greedy": float, "sampling": {T: float}}.
+    """
+    dev = target.wte.weight.device
+    x = windows[:, :-1]
+    p_logits = target(x.to(dev)).logits.float()  # (B, T, V)
+    q_logits = draft(x.to(draft.wte.weight.device)).logits.float().to(dev)
+    greedy = (p_logits.argmax(-1) == q_logits.argmax(-1)).float().mean().item()
+    sampling = {}
+    for t in temperatures:
+        p = torch.softmax(p_logits / t, -1)
+        q = torch.softmax(q_logits / t, -1)
+        sampling[t] = torch.minimum(p, q).sum(-1).mean().item()
+    return {"greedy": greedy, "sampling": sampling}

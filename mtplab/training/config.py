@@ -1,0 +1,161 @@
+"""A training run's settings: `TrainConfig` (every knob, with the defaults of `fit`) and `check`, every input
+check, run before anything is loaded or written."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+import torch
+from mtplab.model import checkpoint as ckpt
+from mtplab.model.config import HEAD_FAMILIES, preset as get_preset
+from mtplab.data import corpus_path
+from mtplab.errors import MtplabError
+from mtplab.training.steps import AUTOCAST, LABELS
+
+SAVE_DTYPES = {None: None, "fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of a run. n_depths = K (stern, meta; default 4), n_modules = D (deepseek; default 1, K = D+1).
+    freeze_trunk trains only heads on `from_checkpoint` and saves only them, naming the base. labels: 'corpus',
+    or with a frozen trunk 'self' / 'self-argmax' (each depth learns the frozen target's distribution / choice).
+    stop_after ends early (a killed run, in tests); max_seconds ends it, validated and saved. autocast: 'auto'
+    (bf16 where it pays), 'bf16', 'off'. resume continues the run in out; overwrite replaces it."""
+    preset: str = "tiny"
+    corpus: str = "code"
+    steps: int = 100
+    out: str | Path | None = None
+    name: str | None = None
+    seed: int = 0
+    resume: bool = False
+    overwrite: bool = False
+    heads: str = "none"
+    n_depths: int | None = None
+    n_modules: int | None = None
+    freeze_trunk: bool = False
+    from_checkpoint: str | Path | None = None
+    lam: float = 0.3
+    batch_size: int = 16
+    lr: float = 3e-3
+    warmup: int | None = None
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int | None = None
+    eval_windows: int = 64
+    save_every: int | None = None
+    device: str = "auto"
+    dropout: float | None = None
+    memory_efficient: bool = True
+    save_dtype: str | None = None
+    progress: bool = True
+    stop_after: int | None = None
+    max_seconds: float | None = None
+    labels: str = "corpus"
+    autocast: str = "auto"
+    deepen: int | None = None  # grow the --from trunk to this many layers first (mtplab.model.deepen)
+
+    def depths(self) -> int:
+        """K from the family and whichever of K or D (deepseek) was given."""
+        heads, n_depths, n_modules = self.heads, self.n_depths, self.n_modules
+        if n_modules is not None:
+            if heads != "deepseek":
+                raise MtplabError(f"--modules (D) is for --heads deepseek; {heads} takes --depths K")
+            if n_depths is not None and n_depths != n_modules + 1:
+                raise MtplabError(f"D={n_modules} modules means K={n_modules + 1} depths, not {n_depths}; "
+                                  "give one of them")
+            if n_modules < 1:
+                raise MtplabError(f"--modules must be >= 1 (got {n_modules})")
+            return n_modules + 1
+        if heads == "none":
+            if n_depths not in (None, 1):
+                raise MtplabError(f"--heads none predicts one token per position; --depths {n_depths} needs "
+                                  "a head family")
+            return 1
+        depths = n_depths if n_depths is not None else (2 if heads == "deepseek" else 4)
+        if depths < 2:
+            raise MtplabError(f"--heads {heads} needs --depths >= 2 (got {depths}); depth 1 is the trunk's own head")
+        return depths
+
+    def run_name(self) -> str:
+        """ntp, stern-k4 / meta-k4 (K depths), deepseek-d1 (D modules), or the given name."""
+        if self.name is not None:
+            return self.name
+        if self.heads == "none":
+            return "ntp"
+        k = self.depths()
+        return f"deepseek-d{k - 1}" if self.heads == "deepseek" else f"{self.heads}-k{k}"
+
+
+def default_name(heads: str, n_depths: int) -> str:
+    return TrainConfig(heads=heads, n_depths=n_depths).run_name()
+
+
+def _need_int(flag: str, v, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v >= hi):
+        span = f"in [{lo}, {hi})" if hi is not None else f">= {lo}"
+        raise MtplabError(f"{flag} must be an integer {span} (got {v!r})")
+
+
+def _need_number(flag: str, v, *, low: float, strict: bool, optional: bool = False, high: float | None = None):
+    if v is None and optional:
+        return
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ok = ok and (v > low if strict else v >= low) and (high is None or v < high)
+    if not ok:
+        span = (f"in [{low}, {high})" if high is not None else f"{'>' if strict else '>='} {low}")
+        raise MtplabError(f"{flag} must be a finite number {span} (got {v!r})")
+
+
+def check(c: TrainConfig) -> None:
+    """Every input check, before anything is loaded or written."""
+    if isinstance(c.steps, bool) or not isinstance(c.steps, int) or c.steps <= 0:
+        raise MtplabError(f"steps must be a positive integer (got {c.steps})")
+    if c.heads not in HEAD_FAMILIES:
+        raise MtplabError(f"unknown head family {c.heads!r}; choose one of {', '.join(HEAD_FAMILIES)}")
+    c.depths()
+    corpus_path(c.corpus, "train")
+    get_preset(c.preset) if c.from_checkpoint is None else ckpt.resolve(c.from_checkpoint)
+    if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
+        raise MtplabError(f"lambda must be >= 0 (got {c.lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
+    _need_int("--batch-size", c.batch_size, 1)
+    _need_number("--lr", c.lr, low=0, strict=True)
+    _need_number("--dropout", c.dropout, low=0, strict=False, high=1, optional=True)
+    _need_int("--seed", c.seed, 0, 2 ** 63)
+    _need_int("--warmup", c.warmup, 0, optional=True)
+    _need_number("weight_decay", c.weight_decay, low=0, strict=False)
+    _need_number("grad_clip", c.grad_clip, low=0, strict=True)
+    _need_int("--eval-every", c.eval_every, 1, optional=True)
+    _need_int("eval_windows", c.eval_windows, 1)
+    _need_int("save_every", c.save_every, 1, optional=True)
+    _need_int("stop_after", c.stop_after, 1, optional=True)
+    _need_number("--max-seconds", c.max_seconds, low=0, strict=True, optional=True)
+    if c.save_dtype not in SAVE_DTYPES:
+        raise MtplabError(f"unknown save dtype {c.save_dtype!r}; choose fp32, fp16 or bf16")
+    if c.freeze_trunk and c.from_checkpoint is None:
+        raise MtplabError("--freeze-trunk needs --from CHECKPOINT: a frozen trunk must come from a trained model")
+    if c.labels not in LABELS:
+        raise MtplabError(f"unknown labels {c.labels!r}; choose one of {', '.join(LABELS)}")
+    if c.labels != "corpus" and not c.freeze_trunk:
+        raise MtplabError(f"--labels {c.labels} needs --freeze-trunk --from CHECKPOINT: the heads learn what a "
+                          "frozen target predicts")
+    if c.autocast not in AUTOCAST:
+        raise MtplabError(f"unknown autocast {c.autocast!r}; choose one of {', '.join(AUTOCAST)}")
+    if c.freeze_trunk and c.heads == "none":
+        raise MtplabError("--freeze-trunk with --heads none has nothing to train; choose stern, meta or deepseek")
+    if c.name is not None and (not isinstance(c.name, str) or not NAME.fullmatch(c.name)
+                               or c.name.endswith((".state", ".json", ".safetensors", ".next"))):
+        raise MtplabError(f"--name {c.name!r} must be a plain file stem (letters, digits, '.', '_', '-'; no '/' "
+                          "and no leading '.'), such as ntp or my-run.v2")
+    _need_int("--deepen", c.deepen, 1, 257, optional=True)
+    if c.deepen is not None and (c.from_checkpoint is None or c.freeze_trunk):
+        raise MtplabError("--deepen N grows a trained trunk and trains it on: give --from CHECKPOINT, without "
+                          "--freeze-trunk")
+    if c.resume and c.overwrite:
+        raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+    if (c.resume or c.overwrite) and c.out is None:
+        raise MtplabError("--resume and --overwrite need --out DIR")

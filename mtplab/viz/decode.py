@@ -1,0 +1,303 @@
+"""What a decode did, drawn: the steps of a trace, acceptance by position, one step's token kinds, the KV cache crop,
+one verify forward row by row, the acceptance lab's charts, and a token tree's step. Each returns a Figure.
+"""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from mtplab.decoding.trace import Trace
+from mtplab.tokenizer import token_repr
+from mtplab.viz.kinds import COLORS, TEXT_COLORS
+from mtplab.decoding.tree import TreeStep
+from mtplab.viz.style import OVERLAP_COLOR, _figure
+from mtplab.viz.style import _finite, _font
+from mtplab.decoding.trace import conditional_counts
+from mtplab.measuring.acceptance import wilson
+from mtplab.viz.kinds import KINDS, LEGEND
+from mtplab.viz.kinds import step_record
+
+
+# ---------------------------------------------------------------------------------- acceptance
+def trace_steps(trace: Trace) -> Figure:
+    """Per step of a speculative Trace: drafts kept, drafts rejected, and the target's extra token."""
+    steps = [s for s in trace.steps if s.drafted or s.predict_token is not None]
+    fig, axes = _figure(width=min(12.0, max(5.0, 2 + 0.18 * len(steps))), height=3)
+    ax = axes[0][0]
+    x = range(len(steps))
+    kept = [s.accepted for s in steps]
+    rejected = [len(s.drafted) - s.accepted for s in steps]
+    extra = [len(s.emitted) - s.accepted for s in steps]
+    ax.bar(x, extra, color="tab:green", label="from the target (predict / bonus / correction)")
+    ax.bar(x, kept, bottom=extra, color="tab:blue", label="drafts kept")
+    ax.bar(x, rejected, bottom=[a + b for a, b in zip(extra, kept)], color="tab:red", alpha=0.35,
+           label="drafts thrown away")
+    ax.set_xlabel("step")
+    ax.set_ylabel("tokens")
+    ax.set_ylim(0, trace.k + 0.5)
+    ax.set_title(f"{trace.method}, k = {trace.k}: {len(trace.tokens)} tokens in {trace.forwards} forwards")
+    fig.legend(fontsize=7, loc="outside lower center", ncol=3)
+    return fig
+
+
+def acceptance_bars(traces) -> Figure:
+    """Acceptance by draft position: conditional (given the earlier drafts were kept) and unconditional."""
+    if isinstance(traces, Trace):
+        traces = {traces.method: traces}
+    fig, axes = _figure(2, width=4.6)
+    n = len(traces)
+    w = 0.8 / max(1, n)
+    for j, (label, tr) in enumerate(traces.items()):
+        for ax, vals in ((axes[0][0], tr.conditional_acceptance), (axes[0][1], tr.acceptance_rate_per_position)):
+            xs = [i + 1 + (j - (n - 1) / 2) * w for i in range(len(vals))]
+            ax.bar(xs, _finite(vals), width=w, label=label)
+    axes[0][0].set_title("conditional: P(kept | earlier drafts kept)")
+    axes[0][1].set_title("unconditional: kept / steps (vLLM)")
+    for ax in axes[0]:
+        ax.set_xlabel("draft position (1 = the 2nd token of the step)")
+        ax.set_ylim(0, 1.05)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0][0].set_ylabel("acceptance")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=max(1, n))
+    return fig
+
+
+def step_kinds(trace) -> Figure:
+    """Every step of a Trace as a stacked bar of its tokens by kind, in the shared token colours; step numbers
+    match `trace.steps` and the step table (0 = the prefill, which commits one token)."""
+
+    recs = [step_record(i, s) for i, s in enumerate(trace.steps)]
+    fig = Figure(figsize=(min(12.0, max(7.5, 2 + 0.22 * len(recs))), 3.8))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.36, top=0.9)
+    ax = fig.subplots()
+    bottom = [0] * len(recs)
+    for kind in ("predict", "accepted", "bonus-target", "bonus-correction", "rejected", "discarded"):
+        vals = [sum(t.kind == kind for t in r.tokens) for r in recs]
+        ax.bar(range(len(recs)), vals, bottom=bottom, color=COLORS[kind], label=LEGEND[kind],
+               hatch="//" if kind in ("rejected", "discarded") else None, edgecolor="white")
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set(xlabel="step (0 = prefill)", ylabel="tokens", ylim=(0, max(bottom + [1]) + 0.5),
+           title=f"{trace.method}, k = {trace.k}: {len(trace.tokens)} tokens in {trace.forwards} target forwards")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    handles = {h.get_label(): h for h in ax.containers}
+    fig.legend([handles[LEGEND[k]] for k in KINDS if LEGEND[k] in handles], [LEGEND[k] for k in KINDS if LEGEND[k] in handles],
+               fontsize=7, loc="lower center", ncol=2)
+    return fig
+
+
+def kv_cache_crop(rec: dict, *, window: int = 10) -> Figure:
+    """One step's KV cache, from `compare.cache_lengths`: top, after the verify forward wrote the last committed
+    token and the drafts; bottom, after `KVCache.crop` removed the rejected and discarded drafts' entries."""
+    from matplotlib.patches import Rectangle
+
+    step, before, verify, crop = rec["step"], rec["before"], rec["after_verify"], rec["after_crop"]
+    lo = max(0, before - window // 2)
+    fig = Figure(figsize=(max(6.0, 0.55 * (verify - lo) + 2), 2.4))
+    fig.subplots_adjust(left=0.2, right=0.98, bottom=0.22, top=0.82)
+    ax = fig.subplots()
+    n_written = verify - before
+    drafts = (["accepted"] * step.accepted + ["rejected"] * (len(step.drafted) > step.accepted)
+              + ["discarded"] * max(0, len(step.drafted) - step.accepted - 1))[:rec["drafts_fed"]]
+    kinds = ["committed"] * (n_written - len(drafts)) + drafts  # committed: the token(s) the drafts follow
+    for y, length in ((1, verify), (0, crop)):
+        for pos in range(lo, length):
+            kind = "committed" if pos < before else kinds[pos - before]
+            color = "#dddddd" if kind == "committed" else COLORS[kind]
+            ax.add_patch(Rectangle((pos, y + 0.1), 0.9, 0.8, color=color,
+                                   hatch="//" if kind in ("rejected", "discarded") else None))
+    ax.set(xlim=(lo, verify + 0.5), ylim=(0, 2), yticks=[0.5, 1.5],
+           xlabel="cache position", title=f"KV cache: {before} entries, +{n_written} written by verify, "
+                                           f"cropped to {crop} ({step.accepted} of {len(step.drafted)} drafts kept)")
+    ax.set_yticklabels([f"after crop: {crop}", f"after verify: {verify}"], fontsize=8)
+    ax.title.set_fontsize(9)
+    return fig
+
+
+def _verdicts(predicted: list[str], drafts: list[str]) -> list[str]:
+    """Kind of each verify row: accepted / rejected (its prediction is the correction) / discarded / bonus."""
+    out, wrong = [], False
+    for j in range(len(predicted)):
+        if wrong:
+            out.append("discarded")
+        elif j < len(drafts):
+            wrong = predicted[j] != drafts[j]
+            out.append("rejected" if wrong else "accepted")
+        else:
+            out.append("bonus-target")
+    return out
+
+
+def verify_forward(ex: dict) -> Figure:
+    """Why verification is one forward: the causal mask over the fed tokens [P, draft 1, ..., draft k-1] (left)
+    and, per row, the target's next-token prediction lined up against the draft it checks (right). `ex` comes
+    from `lesson_data.verify_example` (keys context, fed, predicted, drafts)."""
+    from matplotlib.patches import Rectangle
+
+    fed, pred, drafts = ex["fed"], ex["predicted"], ex["drafts"]
+    n = len(fed)
+    kinds = _verdicts(pred, drafts)
+    fig = Figure(figsize=(10, 1.2 + 0.55 * n))
+    fig.subplots_adjust(left=0.02, right=0.99, bottom=0.2, top=0.84)
+    ax = fig.subplots()
+    names = ["P (target)"] + [f"draft {j}" for j in range(1, n)]
+    for r in range(n):
+        y = n - 1 - r
+        ax.text(-0.1, y + 0.45, f"{names[r]} {fed[r]!r}", ha="right", va="center", fontsize=8)
+        ax.add_patch(Rectangle((0, y + 0.05), 0.9, 0.8, color="#dddddd"))
+        for c in range(n):
+            ax.add_patch(Rectangle((1 + c, y + 0.05), 0.9, 0.8, color=COLORS["predict"] if c <= r else "white",
+                                   ec="#999999", lw=0.5))
+        verdict = {"accepted": "= draft {d} {t!r}: accepted", "rejected": "!= draft {d} {t!r}: rejected; this is the correction",
+                   "discarded": "draft {d} {t!r}: discarded (row read a rejected draft)",
+                   "bonus-target": "after the last draft: bonus (overlapped schedule)"}[kinds[r]]
+        if r >= len(drafts) and kinds[r] == "discarded":
+            verdict = "after the last draft: unused (a draft was rejected)"
+        text = verdict.format(d=r + 1, t=drafts[r] if r < len(drafts) else "")
+        ax.annotate("", (n + 2.2, y + 0.45), (n + 1.1, y + 0.45), arrowprops=dict(arrowstyle="->"))
+        ax.text(n + 2.4, y + 0.45, f"predicts {pred[r]!r}", va="center", fontsize=8)
+        ax.add_patch(Rectangle((n + 4.6, y + 0.05), 5.6, 0.8, color=COLORS[kinds[r]], alpha=0.85))
+        ax.text(n + 4.7, y + 0.45, text, va="center", fontsize=8, color=TEXT_COLORS[kinds[r]])
+    for c, t in enumerate(["prompt ...\n" + repr(ex["context"])] + [repr(t) for t in fed]):
+        ax.text(c + 0.45, n + 0.1, t, ha="center", va="bottom", fontsize=7)
+    ax.set(xlim=(-3.2, n + 10.4), ylim=(-0.1, n + 0.8))
+    ax.axis("off")
+    ax.set_title("One verify forward: row j attends to the prompt (grey, in the KV cache) and fed tokens 0..j "
+                 "(causal mask, blue) and predicts the token after it", fontsize=9)
+    fig.text(0.5, 0.03, "Training reads every row at once the same way (teacher forcing): row j's prediction is "
+             "scored against the true next token; here it is compared with the draft.", ha="center", fontsize=8)
+    return fig
+
+
+def _fixed_figure(w: float, h: float, ncols: int = 1, scale: float = 1.0):
+    from matplotlib.figure import (
+        Figure,  # no pyplot: figures are not kept in a global registry
+    )
+    fig = Figure(figsize=(w * scale, h * scale))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.82, wspace=0.28)  # fixed: layout engines are slow
+    return fig, fig.subplots(1, ncols, squeeze=False)[0]
+
+
+def acceptance_figure(trace: Trace | None, *, title: str | None = None, max_drafts: int | None = None,
+                      scale: float = 1.0):
+    """Left: drafts proposed and accepted at every step. Right: conditional acceptance per draft position,
+    P(draft i accepted | drafts 1..i-1 accepted), with its 95% Wilson interval and its sample size n."""
+    fig, (ax1, ax2) = _fixed_figure(9, 2.8, 2, scale)
+    steps = trace.steps if trace is not None else []
+    x = list(range(len(steps)))
+    ax1.bar(x, [len(s.drafted) for s in steps], color=COLORS["discarded"])
+    ax1.bar(x, [s.accepted for s in steps], color=COLORS["accepted"])
+    ax1.set(xlabel="step", ylabel="drafts", title="acceptance per step")
+    n_pos = max(max_drafts or 0, max((len(s.drafted) for s in steps), default=0), 1)
+    ax1.set_ylim(0, n_pos + 0.8)
+    ax1.set_xlim(-0.6, max(len(steps), 8) - 0.4)
+    from matplotlib.patches import (
+        Patch,  # explicit handles: an empty bar container has no colour to show
+    )
+    ax1.legend(handles=[Patch(color=COLORS["discarded"], label="drafted"),
+                        Patch(color=COLORS["accepted"], label="accepted")], loc="upper right", fontsize=_font(scale))
+    counts = conditional_counts(trace) if trace is not None else []
+    pos = list(range(1, n_pos + 1))
+    kn = [counts[p - 1] if p - 1 < len(counts) else (0, 0) for p in pos]
+    vals = [k / n if n else 0.0 for k, n in kn]
+    ax2.bar(pos, vals, color=COLORS["accepted"])  # one container: bar i is draft position i
+    for p, v, (k, n) in zip(pos, vals, kn):
+        if n == 0:
+            ax2.text(p, 0.05, "n/a", ha="center", fontsize=_font(scale))
+            continue
+        lo, hi = wilson(k, n)
+        ax2.errorbar(p, v, yerr=[[max(0.0, v - lo)], [max(0.0, hi - v)]], color="black", capsize=3, lw=1)
+        ax2.text(p, hi + 0.04, f"{v:.2f}\nn={n}", ha="center", fontsize=_font(scale))
+    ax2.set(xlabel="draft position (draft i is depth i+1)", ylabel="P(accept | earlier accepted)",
+            title="conditional acceptance, 95% interval", ylim=(0, 1.35), xticks=pos)
+    if title:
+        fig.suptitle(title, fontsize=10 * scale)
+    return fig
+
+
+def speed_figure(trace: Trace | None, baseline: Trace | None, *, device_name: str = "", scale: float = 1.0):
+    """Tokens per target forward and wall clock: this method against AR on the same model."""
+    fig, (ax1, ax2) = _fixed_figure(9, 2.6, 2, scale)
+    if trace is None or baseline is None:
+        for ax in (ax1, ax2):
+            ax.text(0.5, 0.5, "not decoded yet", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+        return fig
+    names = ["ar", trace.method] if trace.method != "ar" else ["ar"]
+    traces = [baseline, trace] if trace.method != "ar" else [baseline]
+    colors = [COLORS["discarded"], COLORS["accepted"]][:len(names)]
+    tpf = [t.tokens_per_forward for t in traces]
+    ax1.bar(names, tpf, color=colors)
+    ax1.set(title="tokens per target forward", ylim=(0, max(tpf) * 1.3))
+    ms = [1000 * t.wall_s for t in traces]
+    ax2.bar(names, ms, color=colors)
+    ax2.set(title=f"wall clock, ms ({device_name or 'device'})", ylim=(0, max(ms) * 1.3))
+    for ax, vals, fmt in ((ax1, tpf, "{:.2f}"), (ax2, ms, "{:.0f}")):
+        for i, v in enumerate(vals):
+            ax.text(i, v, fmt.format(v), ha="center", va="bottom", fontsize=_font(scale))
+    return fig
+
+
+def compare_figure(traces: dict, *, scale: float = 1.0):
+    """Conditional acceptance per draft position for several decodes side by side ({label: Trace}),
+    with 95% Wilson intervals; the legend gives each decode's number of drafting steps."""
+    fig, (ax,) = _fixed_figure(10, 3, 1, scale)
+    fig.subplots_adjust(right=0.6)  # the legend sits to the right of the bars
+    n = max((len(t.conditional_acceptance) for t in traces.values()), default=0)
+    width = 0.8 / max(1, len(traces))
+    for j, (label, t) in enumerate(traces.items()):
+        counts = conditional_counts(t)
+        xs = [i + 1 + (j - (len(traces) - 1) / 2) * width for i in range(len(counts))]
+        vals = [a / r if r else 0.0 for a, r in counts]
+        ci = [wilson(a, r) if r else (0.0, 0.0) for a, r in counts]
+        ax.bar(xs, vals, width=width, yerr=[[max(0.0, v - lo) for v, (lo, _) in zip(vals, ci)],
+                                            [max(0.0, hi - v) for v, (_, hi) in zip(vals, ci)]], capsize=2,
+               label=f"{label} (mean accepted length {t.mean_accepted_length:.2f}, {t.num_drafts} steps)")
+    ax.set(xlabel="draft position (draft i is depth i+1)", ylabel="P(accept | earlier accepted)", ylim=(0, 1.1),
+           xticks=list(range(1, n + 1)), title="conditional acceptance by draft position, 95% intervals")
+    ax.legend(fontsize=_font(scale), loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+def tree_step(ts: TreeStep, *, root_token: int | None = None, label=token_repr) -> Figure:
+    """One verified token tree: depth left to right, the accepted path in green, pruned nodes in grey,
+    and the target's bonus token (dashed) after the path."""
+    tree = ts.tree
+    fig, axes = _figure(1, 1, width=6.5, height=max(2.6, 0.32 * max(1, len(tree)) + 1.2))
+    ax = axes[0][0]
+    on_path = {r - 1 for r in ts.path[1:]}
+    # y: leaves in order, a parent at the mean of its children
+    y: dict[int, float] = {}
+    leaves = [i for i in range(len(tree)) if not tree.children(i)]
+    for j, i in enumerate(leaves):
+        y[i] = -float(j)
+    for i in sorted(range(len(tree)), key=lambda i: -tree.depth[i]):
+        if i not in y:
+            kids = tree.children(i)
+            y[i] = sum(y[c] for c in kids) / len(kids)
+    y_root = sum(y[c] for c in tree.children(-1)) / max(1, len(tree.children(-1)))
+    pos = {-1: (0.0, y_root)}
+    pos.update({i: (float(tree.depth[i]), y[i]) for i in range(len(tree))})
+    for i in range(len(tree)):
+        (x0, y0), (x1, y1) = pos[tree.parent[i]], pos[i]
+        good = i in on_path and (tree.parent[i] == -1 or tree.parent[i] in on_path)
+        ax.plot([x0, x1], [y0, y1], color="tab:green" if good else "0.8", lw=2.2 if good else 1, zorder=1)
+    ax.scatter(*pos[-1], s=420, color="tab:blue", zorder=2)
+    ax.annotate(label(root_token) if root_token is not None else "last", pos[-1], ha="center", va="center",
+                color="white", fontsize=9, zorder=3)
+    for i in range(len(tree)):
+        ax.scatter(*pos[i], s=420, color="tab:green" if i in on_path else "0.85", zorder=2)
+        ax.annotate(label(tree.tokens[i]), pos[i], ha="center", va="center", fontsize=9, zorder=3)
+    end = pos[ts.path[-1] - 1] if len(ts.path) > 1 else pos[-1]
+    bx = end[0] + 1
+    ax.plot([end[0], bx], [end[1], end[1]], ls="--", color=OVERLAP_COLOR, zorder=1)
+    ax.scatter(bx, end[1], s=420, facecolor="white", edgecolor=OVERLAP_COLOR, ls="--", zorder=2)
+    ax.annotate(label(ts.step.bonus), (bx, end[1]), ha="center", va="center", fontsize=9, zorder=3)
+    last = int(max([bx] + [float(d) for d in tree.depth]))
+    ax.set_xticks(range(0, last + 1))
+    ax.set_xticklabels(["last\ncommitted"] + [f"+{d}" for d in range(1, last + 1)])
+    ax.set_xlabel("tokens after the last committed one (dashed: the target's bonus token)")
+    ax.set_yticks([])
+    ax.set_title(f"{len(tree)} nodes in one forward: {len(ts.path) - 1} accepted (green) + bonus "
+                 f"({ts.step.bonus_source}); grey = pruned", fontsize=9)
+    for s in ("top", "right", "left"):
+        ax.spines[s].set_visible(False)
+    return fig

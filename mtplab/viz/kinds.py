@@ -1,0 +1,74 @@
+"""The token kinds (predict, accepted, rejected, discarded, bonus from the target or a correction) and their one
+colour map (Okabe-Ito, colour-blind safe), shared by the figures, the tables and the widget; and `step_record`,
+one step of a trace as the lab shows it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from mtplab.tokenizer import token_repr
+from mtplab.decoding.trace import Step
+
+KINDS = ("predict", "accepted", "rejected", "discarded", "bonus-target", "bonus-correction")
+COLORS = {  # Okabe-Ito: sky blue, blue, vermillion, grey, bluish green, orange
+    "predict": "#56B4E9",
+    "accepted": "#0072B2",
+    "rejected": "#D55E00",
+    "discarded": "#BBBBBB",
+    "bonus-target": "#009E73",
+    "bonus-correction": "#E69F00",
+}
+TEXT_COLORS = {k: ("#ffffff" if k in ("accepted", "rejected", "bonus-target") else "#000000") for k in KINDS}
+LEGEND = {
+    "predict": "predict token (plain schedule)",
+    "accepted": "draft accepted",
+    "rejected": "draft rejected",
+    "discarded": "draft discarded (after a rejection)",
+    "bonus-target": "bonus from the target (all drafts accepted)",
+    "bonus-correction": "bonus correction (replaces the rejected draft)",
+}
+STRUCK = ("rejected", "discarded")
+
+
+@dataclass(frozen=True)
+class TokenView:
+    token: int
+    label: str                       # printable byte label (tokenizer.token_repr)
+    kind: str                        # one of viz_tokens.KINDS
+    draw: tuple[float, float, float] | None = None  # sampled drafts: (p(d), q(d), u); kept when u < p/q
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One decoding step as the lab shows it."""
+    index: int                       # position in trace.steps (step 0 is the prefill)
+    drafted: tuple[int, ...]
+    accepted: int                    # a prefix of `drafted`
+    rejected: int                    # len(drafted) - accepted: the rejected draft plus the discarded ones
+    bonus: int | None
+    bonus_source: str                # 'target', 'correction' or 'none'
+    predict_token: int | None
+    emitted: tuple[int, ...]
+    forwards: int
+    tokens: tuple[TokenView, ...]    # predict token, drafts, bonus, in that order
+
+    @property
+    def kinds(self) -> list[str]:
+        return [t.kind for t in self.tokens]
+
+
+def step_record(index: int, step: Step, label=token_repr) -> StepRecord:
+    """Label every token of a `Step`: predict / accepted / rejected / discarded / bonus. `label` prints one
+    token id (the byte tokenizer's `token_repr`, or a Hugging Face model's own)."""
+    token_repr = label
+    views = []
+    if step.predict_token is not None:
+        views.append(TokenView(step.predict_token, token_repr(step.predict_token), "predict"))
+    draws = list(step.draws)
+    for i, d in enumerate(step.drafted):
+        kind = "accepted" if i < step.accepted else ("rejected" if i == step.accepted else "discarded")
+        views.append(TokenView(d, token_repr(d), kind, draws[i] if i < len(draws) else None))
+    if step.bonus is not None:
+        kind = "bonus-correction" if step.bonus_source == "correction" else "bonus-target"
+        views.append(TokenView(step.bonus, token_repr(step.bonus), kind))
+    return StepRecord(index, tuple(step.drafted), step.accepted, len(step.drafted) - step.accepted, step.bonus,
+                      step.bonus_source, step.predict_token, tuple(step.emitted), step.forwards, tuple(views))

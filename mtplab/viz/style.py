@@ -1,0 +1,75 @@
+"""The look shared by every figure: the figure factory (no pyplot: figures are not kept in a global registry), the
+method colours, bars, y-limits that one spike cannot set, and PNG bytes for HTML views.
+
+k tokens per step (at most k committed a step), m new tokens, q tokens fed to one forward, K depths.
+"""
+from __future__ import annotations
+
+import math
+from matplotlib.figure import Figure
+import io
+
+AR_COLOR, PLAIN_COLOR, OVERLAP_COLOR = "0.35", "tab:orange", "tab:blue"
+
+
+def _figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.4, **kw):
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def _running_median(xs, window: int):
+    h = window // 2
+    return [sorted(xs[max(0, i - h):i + h + 1])[len(xs[max(0, i - h):i + h + 1]) // 2] for i in range(len(xs))]
+
+
+def _finite(xs):
+    return [x if x is not None and not (isinstance(x, float) and math.isnan(x)) else float("nan") for x in xs]
+
+
+def bars(values: dict[str, float], *, ylabel: str, title: str = "", fmt: str = "{:.2f}",
+         reference: float | tuple[float, float] | None = None, reference_label: str = "") -> Figure:
+    """One bar per label, each with its value written on top; an optional reference line,
+    or a shaded band when `reference` is a (low, high) pair."""
+    fig, axes = _figure(width=max(4.0, 1.3 * len(values) + 1.5))
+    ax = axes[0][0]
+    labels = list(values)
+    vals = [values[k] for k in labels]
+    b = ax.bar(range(len(labels)), vals, color=[f"C{i}" for i in range(len(labels))])
+    ax.bar_label(b, labels=[fmt.format(v) for v in vals], fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=8, rotation=15 if len(labels) > 3 else 0)
+    if isinstance(reference, tuple):
+        ax.axhspan(*reference, color="tab:red", alpha=0.2, label=reference_label)
+        ax.legend(fontsize=8)
+    elif reference is not None:
+        ax.axhline(reference, color="tab:red", ls="--", label=reference_label)
+        ax.legend(fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.margins(y=0.15)
+    return fig
+
+
+def robust_ylim(fig: Figure, *, quantile: float = 0.98, margin: float = 1.4) -> Figure:
+    """Set every axes' y-range from the `quantile` of its plotted line data, so that one noise spike (a
+    context switch on a shared CPU) cannot set the scale; says in the title how many points lie above."""
+    for ax in fig.axes:
+        ys = sorted(y for line in ax.get_lines() for y in line.get_ydata() if y == y)
+        if not ys:
+            continue
+        top = margin * ys[min(len(ys) - 1, int(quantile * len(ys)))]
+        above = sum(y > top for y in ys)
+        ax.set_ylim(0, top)
+        if above:
+            ax.set_title(f"{ax.get_title()}\n({above} of {len(ys)} points above the axis: timing noise)", fontsize=9)
+    return fig
+
+
+def _font(scale: float) -> float:
+    return 8 * scale
+
+
+def png(fig, dpi: int = 80) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
