@@ -42,7 +42,7 @@ def _train(a):
                lam=a.lam, batch_size=a.batch_size, lr=a.lr, eval_every=a.eval_every, device=a.device,
                dropout=a.dropout, save_dtype=a.save_dtype, progress=not a.no_progress,
                memory_efficient=not a.naive_backward, max_seconds=a.max_seconds, labels=a.labels,
-               autocast=a.autocast, warmup=a.warmup, deepen=a.deepen,
+               autocast=a.autocast, warmup=a.warmup, deepen=a.deepen, heads_from=a.heads_from,
                save_every=a.save_every)
     last = hist[-1] if hist else {}
     if a.json:
@@ -153,6 +153,8 @@ def _train_parser(sub) -> None:
     t.add_argument("--from", dest="from_", default=None, help="start from this next-token checkpoint")
     t.add_argument("--deepen", type=int, default=None, metavar="N",
                    help="grow the --from trunk to N layers with identity blocks first (the function is unchanged)")
+    t.add_argument("--heads-from", default=None, metavar="CHECKPOINT",
+                   help="start the heads from this heads checkpoint (same family and depths; with --freeze-trunk)")
     t.add_argument("--lambda", dest="lam", type=float, default=0.3)
     t.add_argument("--batch-size", type=int, default=16)
     t.add_argument("--lr", type=float, default=3e-3)
@@ -203,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_generate)
 
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
-    b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree"])
+    b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime"])
     b.add_argument("--preset", default="classroom")
     b.add_argument("--quick", action="store_true")
     b.add_argument("--json", action="store_true")

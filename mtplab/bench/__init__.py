@@ -6,6 +6,7 @@
     python -m mtplab bench crossover   oracle drafts on random models of growing width: where MTP starts to pay
     python -m mtplab bench batch       throughput and latency against batch size (mtplab.bench.batch)
     python -m mtplab bench tree        chain vs token trees (mtplab.bench.batch)
+    python -m mtplab bench regime      t(q)/t(1) against model size and the cache; the same heads on deeper trunks
 
 Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
 OUT/NAME.md (and a PNG where there is a figure).
@@ -18,10 +19,11 @@ from pathlib import Path
 from mtplab.bench.batch import run_batch, run_tree
 from mtplab.bench.costs import run_cost_curve, run_crossover, run_train
 from mtplab.bench.decode import run_decode
+from mtplab.bench.regime import run_regime
 from mtplab.errors import MtplabError
 
 RUNS = {"train": run_train, "cost-curve": run_cost_curve, "decode": run_decode, "crossover": run_crossover,
-        "batch": run_batch, "tree": run_tree}
+        "batch": run_batch, "tree": run_tree, "regime": run_regime}
 
 
 def main(a) -> None:
@@ -34,5 +36,6 @@ def main(a) -> None:
         decode = ("decode-quick" if a.quick else "decode") + ("" if a.dtype == "fp32" else f"-{a.dtype}")
         name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
                 "crossover": f"crossover-{a.dtype}", "train": "train",
-                "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree"}[a.what]
+                "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree",
+                "regime": "regime-quick" if a.quick else "regime"}[a.what]
         print(Path(a.out, f"{name}.md").read_text())

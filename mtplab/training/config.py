@@ -55,7 +55,8 @@ class TrainConfig:
     max_seconds: float | None = None
     labels: str = "corpus"
     autocast: str = "auto"
-    deepen: int | None = None  # grow the --from trunk to this many layers first (mtplab.model.deepen)
+    deepen: int | None = None  # grow the --from trunk to this many layers first (mtplab.model.gpt.deepen)
+    heads_from: str | Path | None = None  # start the heads from this heads checkpoint (same family and depths)
 
     def depths(self) -> int:
         """K from the family and whichever of K or D (deepseek) was given."""
@@ -155,6 +156,10 @@ def check(c: TrainConfig) -> None:
     if c.deepen is not None and (c.from_checkpoint is None or c.freeze_trunk):
         raise MtplabError("--deepen N grows a trained trunk and trains it on: give --from CHECKPOINT, without "
                           "--freeze-trunk")
+    if c.heads_from is not None:
+        if c.heads == "none" or not c.freeze_trunk:
+            raise MtplabError("--heads-from starts heads on a frozen trunk: give --heads FAMILY --freeze-trunk --from CHECKPOINT")
+        ckpt.resolve(c.heads_from)
     if c.resume and c.overwrite:
         raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
     if (c.resume or c.overwrite) and c.out is None:

@@ -43,7 +43,15 @@ def _build_model(c: TrainConfig, depths: int) -> GPT:
                 mod.p = p
     if c.deepen is not None:
         base = deepen(base, c.deepen)
-    return attach_heads(base, c.heads, depths) if c.heads != "none" else base
+    model = attach_heads(base, c.heads, depths) if c.heads != "none" else base
+    if c.heads_from is not None:  # start the heads from another run's heads (same family and depths)
+        old = ckpt.load(c.heads_from)
+        if (old.config.heads, old.config.n_depths, old.config.n_embd) != (c.heads, depths, base.config.n_embd):
+            raise MtplabError(f"--heads-from {c.heads_from} has {old.config.heads} heads with {old.config.n_depths} "
+                              f"depths at width {old.config.n_embd}; this run trains {c.heads} with {depths} at "
+                              f"width {base.config.n_embd}: give heads of the same family, depths and width")
+        model.mtp.load_state_dict(old.mtp.state_dict())
+    return model
 
 
 def _optimizer(model: GPT, c: TrainConfig, dev: torch.device):

@@ -13,8 +13,8 @@ model, shows, prints or touches pyplot's global state; matplotlib is imported on
 May import: `measuring`, `training` (eq. 24's layout), `decoding` (records), `model` (configs), the ground floor.
 The names are re-exported here, so a notebook writes `viz.cost_curve(...)`.
 """
-from mtplab.viz.cost import (batch_tradeoff, block_size_curve, cost_curve, crossover, forwards_vs_m, roofline, step_times,
-                             time_split)
+from mtplab.viz.cost import (batch_tradeoff, block_size_curve, cost_curve, crossover, forwards_vs_m, regime_map, roofline,
+                             step_times, time_split)
 from mtplab.viz.decode import (acceptance_bars, acceptance_figure, compare_figure, kv_cache_crop, speed_figure, step_kinds,
                                trace_steps, tree_step, verify_forward)
 from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, StepRecord, TokenView, step_record
@@ -27,6 +27,6 @@ __all__ = ["AR_COLOR", "COLORS", "KINDS", "LEGEND", "OVERLAP_COLOR", "PLAIN_COLO
            "TokenView", "acceptance_bars", "acceptance_figure", "bars", "batch_tradeoff", "block_size_curve",
            "compare_figure", "conventions", "cost_curve", "crossover", "depth_accuracy", "estimate_vs_live",
            "format_steps", "forwards_vs_m", "head_families", "kv_cache_crop", "label_layout_table", "label_layout_text",
-           "markdown_table", "memory_curve", "png", "power_bars", "pvalue_histogram", "robust_ylim", "roofline",
+           "markdown_table", "memory_curve", "png", "power_bars", "pvalue_histogram", "regime_map", "robust_ylim", "roofline",
            "sampling_histogram", "speed_figure", "step_kinds", "step_record", "step_times", "steps_table", "table",
            "time_split", "trace_steps", "training_curves", "tree_step", "verify_forward"]

@@ -208,3 +208,41 @@ def batch_tradeoff(rows_by_method: dict[str, list[dict]]) -> Figure:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return fig
+
+
+def regime_map(by_size: list[dict], by_depth: list[dict] | None = None, *, q: int = 4, machine: str = "") -> Figure:
+    """Left: t(q)/t(1) against the weights' size (log scale), the last-level cache marked; right: the same trained
+    heads on deeper trunks (identity blocks), wall-clock speedup against AR of the same trunk, with its range."""
+    fig, axes = _figure(2 if by_depth else 1, width=5.2, height=3.6)
+    ax = axes[0][0]
+    xs = [r["weight_mb"] for r in by_size]
+    ys = [r["ratio"][str(q)] for r in by_size]
+    colors = ["tab:red" if r["fits_in_llc"] else "tab:blue" for r in by_size]
+    ax.scatter(xs, ys, c=colors, s=22, zorder=3)
+    for r, x, y in zip(by_size, xs, ys):
+        ax.annotate(f"{r['n_layer']}x{r['n_embd']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    llc = next((r["llc_bytes"] for r in by_size if r["llc_bytes"]), None)
+    if llc:
+        ax.axvline(llc / 1e6, color="0.3", ls=":", lw=1, label=f"last-level cache {llc / (1 << 20):.0f} MiB")
+    ax.axhline(1, color="0.6", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("weights read per forward (MB, fp32)")
+    ax.set_ylabel(f"t({q}) / t(1)")
+    ax.set_title(f"verifying {q} tokens, in units of one token\nred: fits in the cache, blue: does not", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    if by_depth:
+        ax = axes[0][1]
+        for method in dict.fromkeys(r["method"] for r in by_depth):
+            rows = [r for r in by_depth if r["method"] == method]
+            d = [r["n_layer"] for r in rows]
+            s = [r["speedup"] for r in rows]
+            err = [[v - r["speedup_min"] for v, r in zip(s, rows)], [r["speedup_max"] - v for v, r in zip(s, rows)]]
+            ax.errorbar(d, s, yerr=err, marker="o", ms=3, capsize=2, lw=1, label=method)
+        ax.axhline(1, color="0.3", ls=":", lw=1, label="AR of the same trunk")
+        ax.set_xlabel("trunk layers (the extra ones are identity blocks)")
+        ax.set_ylabel("wall clock speedup (median, range)")
+        ax.set_title("the same heads, the same acceptance:\nonly the cost of a forward changes", fontsize=9)
+        ax.legend(fontsize=7)
+    if machine:
+        fig.suptitle(machine, fontsize=7)
+    return fig

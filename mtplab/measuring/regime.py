@@ -1,0 +1,123 @@
+"""Where speculative decoding pays: the regime of a forward, measured on the machine at hand.
+
+A forward over q tokens reads every weight once, whatever q is. While the weights stream from memory
+(memory-bound: a 7B model on a GPU, or a model larger than the CPU's last-level cache), t(q)/t(1) stays
+near 1 and verifying k drafts costs about what one token costs. While they sit in the cache (the lab's
+4-layer model on a CPU with a large L3), the arithmetic and the fixed cost per op dominate, t(q)/t(1) grows
+with q, and the verify eats the gain.
+
+* `cost_by_size`: t(1), t(q)/t(1) and the weight bytes of random models of growing size (the cost does not
+  depend on the weights' values), beside the last-level cache read from the machine.
+* `speedup_by_depth`: the same trained heads on trunks grown with `deepen` (identity blocks): acceptance and
+  output stay fixed, only the forward's cost changes, so the speedup shows the regime alone.
+
+Every timer syncs the device before it reads the clock. Run alone: a second torch process on 2 cores slows
+both down 30-200x.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+import torch
+
+from mtplab.decoding.generate import decode_with, max_k
+from mtplab.device import machine, sync
+from mtplab.errors import MtplabError
+from mtplab.measuring.timing import measure_cost_curve
+from mtplab.model.config import ModelConfig
+from mtplab.model.gpt import GPT, deepen
+
+MAX_PARAMS = 2_000_000_000  # a random model larger than this is refused: 8 GB of fp32 weights
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the weights one forward reads (the tied embedding counted once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@torch.inference_mode()
+def cost_by_size(shapes, *, qs=(1, 2, 4, 8), context: int = 128, repeats: int = 7, device="cpu",
+                 dtype=torch.float32, progress: bool = False) -> list[dict]:
+    """For each (n_layer, n_embd): t(1) in ms, t(q)/t(1), and the weight bytes against the last-level cache.
+
+    A random model of that shape (4 heads of width n_embd / 4 where it divides, the classroom's context) stands
+    in for a trained one: a forward's cost depends on the shapes, not on the values."""
+    llc = machine(device)["llc_bytes"]
+    rows = []
+    it = list(shapes)
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(it, desc="cost by size", unit="shape")
+    for n_layer, n_embd in it:
+        if not (isinstance(n_layer, int) and isinstance(n_embd, int) and n_layer >= 1 and n_embd >= 8):
+            raise MtplabError(f"a shape is (n_layer >= 1, n_embd >= 8), integers (got {(n_layer, n_embd)})")
+        cfg = ModelConfig(n_layer=n_layer, n_embd=n_embd, n_head=max(1, n_embd // 64), block_size=context + max(qs))
+        if 12 * n_layer * n_embd ** 2 > MAX_PARAMS:
+            raise MtplabError(f"shape {n_layer} x {n_embd} has more than {MAX_PARAMS:,} parameters; pick a smaller one")
+        torch.manual_seed(0)
+        model = GPT(cfg).to(device=device, dtype=dtype).eval()
+        curve = measure_cost_curve(model, qs, context=context, repeats=repeats)
+        b = weight_bytes(model)
+        rows.append({"n_layer": n_layer, "n_embd": n_embd, "params": model.num_params(), "weight_bytes": b,
+                     "weight_mb": b / 1e6, "llc_bytes": llc, "fits_in_llc": bool(llc and b <= llc),
+                     "t1_ms": curve.seconds[1] * 1e3, "ms_per_layer": curve.seconds[1] * 1e3 / n_layer,
+                     "ratio": {str(q): r for q, r in curve.ratio.items()}})
+        del model
+    return rows
+
+
+def _timed(dev, *args, **kw):
+    """decode_with(*args, **kw) and its wall time, the device synced before each clock read."""
+    sync(dev)
+    t0 = time.perf_counter()
+    out = decode_with(*args, **kw)
+    sync(dev)
+    return out, time.perf_counter() - t0
+
+
+@torch.inference_mode()
+def speedup_by_depth(models: dict, prompts, depths, *, max_new_tokens: int = 128, repeats: int = 3,
+                     progress: bool = False) -> list[dict]:
+    """models: label -> (method, trained model with heads). For every trunk depth in `depths`, each model is
+    grown to that depth with `deepen` (the function is unchanged) and decoded against AR of the same grown
+    model: AR and the method interleaved per prompt, `repeats` rounds, medians. Greedy output must equal AR's
+    (in fp32 it does; a mismatch is counted, not hidden)."""
+    rows = []
+    total = len(depths) * len(models) * repeats * len(prompts)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, desc="speedup by depth", unit="decode pair")
+    for depth in depths:
+        for label, (method, base) in models.items():
+            model = base if depth == base.config.n_layer else deepen(base, depth)
+            model.eval()
+            dev = model.wte.weight.device
+            k = max_k(method, model) or 4
+            decode_with(method, model, prompts[0], max_new_tokens=8, k=k)  # warm-up
+            decode_with("ar", model, prompts[0], max_new_tokens=8)
+            ar_s, sp_s, tpf, same = [], [], [], 0
+            for r in range(repeats):
+                for p in prompts:
+                    ar, t_ar = _timed(dev, "ar", model, p, max_new_tokens=max_new_tokens)
+                    tr, t_sp = _timed(dev, method, model, p, max_new_tokens=max_new_tokens, k=k)
+                    ar_s.append(t_ar)
+                    sp_s.append(t_sp)
+                    if r == 0:
+                        same += tr.tokens == ar.tokens
+                        tpf.append(tr.tokens_per_forward)
+                    if bar is not None:
+                        bar.update(1)
+            n = len(prompts)
+            per_round = [sum(ar_s[i * n:(i + 1) * n]) / sum(sp_s[i * n:(i + 1) * n]) for i in range(repeats)]
+            rows.append({"method": label, "n_layer": depth, "k": k, "tokens_per_forward": statistics.mean(tpf),
+                         "ar_ms_per_token": 1e3 * statistics.median(ar_s) / max_new_tokens,
+                         "speedup": statistics.median(per_round), "speedup_min": min(per_round),
+                         "speedup_max": max(per_round), "identical": same, "prompts": n})
+            if model is not base:
+                del model
+    if bar is not None:
+        bar.close()
+    return rows
+
+
