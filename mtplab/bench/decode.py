@@ -1,6 +1,7 @@
 """`python -m mtplab bench decode`: every method on the shipped checkpoints, against AR of the same model.
 
-Each (prompt, method) pair runs AR and the method back to back, over several interleaved repeats; the
+Each (prompt, method) pair runs AR and the method back to back, over several interleaved repeats; the oracle
+draws one random stream per (repeat, prompt), so its verdicts are not one stream copied over every prompt; the
 report gives medians and ratios. Every number that feeds the prediction is measured:
 
     predicted speedup = tokens per step * t(1) / (t(q) + drafter time per step [+ t(1) for plain's predict])
@@ -19,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 import torch
-from mtplab.device import describe, pick
+from mtplab.device import describe, machine_line, pick
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.decoding.trace import Trace
@@ -34,6 +35,11 @@ ROWS = [("blockwise", "blockwise", "stern-k4", 4), ("blockwise-overlap", "blockw
         ("meta", "meta", "meta-k4", 4), ("deepseek D=1", "deepseek", "deepseek-d1", None),
         ("deepseek D=3", "deepseek", "deepseek-d3", None), ("draft-model", "draft-model", "ntp", 4),
         ("ngram", "ngram", "ntp", 4), ("oracle alpha=0.8", "oracle", "ntp", 4)]
+
+
+def oracle_seed(repeat: int, prompt: int) -> int:
+    """The oracle's seed for one (repeat, prompt): one random stream per prompt, never one stream copied over all."""
+    return 1000 * repeat + prompt
 
 
 def _first_tokens_per_forward(traces: list[Trace], limit: int = 64) -> float:
@@ -69,13 +75,17 @@ def _row(label, method, k, traces, walls, walls_ar, curve, mismatches, reps) -> 
     wall_step = statistics.median(s.wall_s for s in steps)
     predicted = predicted_speedup(tps, curve.ratio, q, plain=plain, draft_cost=draft_step / t1)
     measured = statistics.median(per_rep)
+    accepted = [sum(1 for s in steps if s.accepted > i) for i in range(k - 1)]
     return {"method": label, "k": k, "tokens_per_forward": toks / fw,
             "tokens_per_forward_first64": _first_tokens_per_forward(traces), "tokens_per_step": tps,
             "acceptance_per_position": acc, "conditional_acceptance": cond,
+            "drafting_steps": sum(1 for s in steps if s.drafted), "reached": reached,
+            "accepted": accepted,
             "mean_accepted_length": 1 + sum(t.num_accepted_tokens for t in traces) / max(1, drafts),
             "step_ms_target": target_step * 1e3, "step_ms_drafter": draft_step * 1e3,
             "step_ms_overhead": max(0.0, wall_step - target_step - draft_step) * 1e3,
-            "drafter_cost_t1": draft_step / t1, "speedup_wall": measured, "speedup_predicted": predicted,
+            "drafter_cost_t1": draft_step / t1, "speedup_wall": measured, "speedup_wall_reps": per_rep,
+            "speedup_predicted": predicted,
             "efficiency": measured / predicted if predicted else float("nan"),
             "greedy_mismatches": mismatches}
 
@@ -99,7 +109,7 @@ def run_decode(a) -> dict:
                     reference=list(range(8)))
     bar = tqdm(total=reps * len(prompts) * len(ROWS), desc=f"bench decode m={m}")
     for r in range(reps):
-        for p in prompts:
+        for i, p in enumerate(prompts):
             for label, method, name, k in ROWS:  # interleaved: AR of the same model right beside each method
                 model = models[name]
                 kk = k if k is not None else max_k(method, model)
@@ -107,8 +117,8 @@ def run_decode(a) -> dict:
                 ar = decode_with("ar", model, p, max_new_tokens=m)
                 walls_ar[label].append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                tr = decode_with(method, model, p, max_new_tokens=m, k=kk, draft_model=draft, alpha=0.8, seed=r,
-                                 reference=ar.tokens)  # the oracle's knowledge is not part of its time
+                tr = decode_with(method, model, p, max_new_tokens=m, k=kk, draft_model=draft, alpha=0.8,
+                                 seed=oracle_seed(r, i), reference=ar.tokens)  # the oracle's knowledge is not part of its time
                 walls[label].append(time.perf_counter() - t0)
                 if r == 0:
                     mismatches[label] += tr.tokens != ar.tokens
@@ -120,7 +130,8 @@ def run_decode(a) -> dict:
         kk = k if k is not None else max_k(method, models[name])
         rows.append(_row(label, method, kk, traces[label], walls[label], walls_ar[label], curve,
                          mismatches[label], reps))
-    data = {"device": describe(dev), "dtype": a.dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
+    data = {"device": describe(dev), "machine": machine_line(dev),
+            "dtype": a.dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
             "max_new_tokens": m, "repeats": reps, "t1_ms": curve.seconds[1] * 1e3,
             "cost_curve": {str(q): v for q, v in curve.ratio.items()}, "rows": rows}
     table = (f"decode benchmark: {len(prompts)} held-out prompts, m={m} new tokens, {reps} interleaved repeats "

@@ -1,5 +1,12 @@
 """Acceptance without decoding: one teacher-forced forward over the greedy text counts what the live loop counts; and
 two models compared position by position on the same text, so one early disagreement cannot spoil the rest.
+
+The same forward also gives the verdicts the live loop never sees: whether draft j would have matched
+even after an earlier draft was rejected (`verdict_rows`). That is what it takes to test whether the
+verdicts of one step are independent (the i.i.d. alpha model of Leviathan et al. 2023, eq. 1) or
+positively correlated (easy stretches: every draft right; hard ones: every draft wrong): shuffle each
+position's verdicts across steps (`shuffled_across_steps`) and the within-step correlation is gone while
+each position's marginal rate stays the same (`within_step_rates` before and after).
 """
 from __future__ import annotations
 
@@ -124,6 +131,70 @@ def match_counts(model, ids: list[int], prompt_len: int, n: int, *, shift: int =
     return {"reached": reached, "accepted": accepted, "steps": steps}
 
 
+@torch.inference_mode()
+def verdict_rows(model, paths, k: int | None = None) -> list[list[bool]]:
+    """One row per live drafting step (overlapped greedy loop, counted as `match_counts` with
+    positions='steps'), k-1 verdicts a row: rows[s][j] is True when draft j (depth j+2) at that step's
+    start equals the target's greedy token there, whether or not an earlier draft was rejected.
+    Only steps that drafted all k-1 tokens are kept (the last steps of a text draft fewer)."""
+    _family(model)
+    k = model.config.n_depths if k is None else k
+    n = k - 1
+    dev = model.wte.weight.device
+    rows = []
+    for ids, prompt_len in paths:
+        logits = model.depth_logits(torch.tensor([ids], device=dev))  # (1, T, K, V)
+        guess = logits[0, :, 1:n + 1].argmax(-1).tolist()  # (T, n)
+        for i, drafts in _starts(guess, ids, prompt_len, len(ids) - prompt_len, n, 0, "steps"):
+            if drafts == n:
+                rows.append([guess[i][j] == ids[i + j + 2] for j in range(n)])
+    return rows
+
+
+def within_step_rates(rows: list[list[bool]]) -> dict:
+    """Counts per draft position j from full verdict rows: accepted[j] (drafts 0..j all matched; the
+    live loop's accepted count), reached[j] (drafts 0..j-1 all matched), marginal[j] (draft j matched,
+    whatever came before); conditional = accepted / reached, unconditional = accepted / steps. With
+    independent verdicts conditional[j] = marginal[j]; a conditional rate above the marginal one is
+    the positive correlation."""
+    n = len(rows[0]) if rows else 0
+    reached, accepted, marginal = [0] * n, [0] * n, [0] * n
+    for r in rows:
+        ok = True
+        for j in range(n):
+            marginal[j] += r[j]
+            if ok:
+                reached[j] += 1
+                ok = r[j]
+                accepted[j] += ok
+    steps = len(rows)
+    return {"steps": steps, "reached": reached, "accepted": accepted, "marginal": marginal,
+            "conditional": [a / b if b else float("nan") for a, b in zip(accepted, reached)],
+            "unconditional": [a / steps if steps else float("nan") for a in accepted],
+            "marginal_rate": [m / steps if steps else float("nan") for m in marginal]}
+
+
+def shuffled_across_steps(rows: list[list[bool]], seed: int = 0) -> list[list[bool]]:
+    """The control: each position's verdicts permuted across steps on its own, so that a step's verdicts
+    no longer come from one stretch of text. Marginal rates are unchanged; any within-step correlation
+    is destroyed."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(rows[0]) if rows else 0
+    cols = []
+    for j in range(n):
+        perm = torch.randperm(len(rows), generator=g).tolist()
+        cols.append([rows[p][j] for p in perm])
+    return [[cols[j][s] for j in range(n)] for s in range(len(rows))]
+
+
+def kept_given_previous(rows: list[list[bool]], j: int = 1) -> dict:
+    """P(draft j matches | draft j-1 matched) against P(draft j matches | draft j-1 did not), with counts:
+    the correlation in one pair of numbers (the second is invisible to the live loop)."""
+    after_ok = [r[j] for r in rows if r[j - 1]]
+    after_bad = [r[j] for r in rows if not r[j - 1]]
+    return {"after_kept": (sum(after_ok), len(after_ok)), "after_rejected": (sum(after_bad), len(after_bad))}
+
+
 def greedy_paths(model, prompts, *, max_new_tokens: int = 64, k: int | None = None) -> list[tuple[list[int], int]]:
     """(prompt + the target's greedy continuation, prompt length) per prompt: one `autoregressive` decode each."""
     k = model.config.n_depths if k is None else k
@@ -201,5 +272,5 @@ def largest_gap(a: Acceptance, b: Acceptance) -> float:
     return max(abs(x - y) for x, y in zip(a.unconditional, b.unconditional))
 
 
-__all__ = ["compare", "estimate_acceptance", "greedy_paths", "largest_gap", "live_acceptance", "live_trace",
-           "match_counts", "no_causal_mask"]
+__all__ = ["compare", "estimate_acceptance", "greedy_paths", "kept_given_previous", "largest_gap", "live_acceptance",
+           "live_trace", "match_counts", "no_causal_mask", "shuffled_across_steps", "verdict_rows", "within_step_rates"]
