@@ -2,6 +2,14 @@
 
 m new tokens, k tokens per step (at most k tokens a step, k-1 drafts), alpha the chance that a
 draft is accepted given that the ones before it were, q tokens fed to one forward.
+
+Where the i.i.d. alpha model misfits. `expected_tokens_per_step` and its inverse assume one alpha for
+every position and independent verdicts (Leviathan et al. 2023, eq. 1). On the lab's text the verdicts
+of one step are positively correlated (an easy stretch makes every draft right, a hard one every draft
+wrong), so the measured conditional rate *rises* with the position, and the one alpha fitted to a mean
+length sits between the first position's rate and the later ones': it is a summary, not a rate any
+position has. `per_position_tokens_per_step` takes the measured rates instead, and
+`teacher_forced.shuffled_across_steps` is the control in which the independence assumption holds.
 """
 from __future__ import annotations
 
@@ -62,8 +70,20 @@ def expected_tokens_per_step(alpha: float, n_drafts: int) -> float:
     return (1 - alpha ** (n_drafts + 1)) / (1 - alpha)
 
 
+def per_position_tokens_per_step(conditional: list[float]) -> float:
+    """E[tokens per step] from measured conditional rates c_j, one per position: 1 + sum_j c_0 ... c_j.
+    Exact for any correlation, because c_j is already conditioned on the drafts before it being kept."""
+    out, run = 1.0, 1.0
+    for c in conditional:
+        run *= c
+        out += run
+    return out
+
+
 def conditional_from_tokens_per_step(tps: float, n_drafts: int, tol: float = 1e-9) -> float:
-    """Invert expected_tokens_per_step: the i.i.d. alpha that gives `tps` tokens per step."""
+    """Invert expected_tokens_per_step: the i.i.d. alpha that gives `tps` tokens per step.
+
+    A one-number summary: with correlated verdicts no position need have this rate (see the module docstring)."""
     lo, hi = 0.0, 1.0
     for _ in range(100):
         mid = (lo + hi) / 2
@@ -102,5 +122,6 @@ def _interp(curve: dict[int, float], q: int) -> float:
 
 
 def sources_claim_latency_cut(k: int) -> float:
-    """The sources' claim: predicting k tokens at once cuts decoding steps to 1/k, so latency by 1 - 1/k."""
+    """Seed article 000's claim ("MTP推理加速", the lab's first seed): predicting k tokens at once cuts decoding
+    steps to 1/k, so, in theory, latency by 1 - 1/k. It cites no paper."""
     return 1 - 1 / k
