@@ -6,12 +6,12 @@ rejection, sample from the residual norm(max(0, p - q)); after all drafts, sampl
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+
 import torch
+
 from mtplab.decoding.checks import check_finite
 from mtplab.decoding.trace import BonusSource
-if TYPE_CHECKING:  # typing only: drafters import this module
-    pass
 
 
 # ---------------------------------------------------------------------------------- the rules
@@ -32,7 +32,7 @@ def sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
 
 
 def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy: bool,
-           generator: torch.Generator | None, draws: list | None = None) -> tuple[int, int, BonusSource]:
+           generator: torch.Generator | None, draws: list | None = None) -> tuple[int, int | None, BonusSource]:
     """Decide how many drafts survive and which token follows them.
 
     The sampling rule is speculative sampling (Leviathan, Kalman, Matias 2023, "Fast Inference from
@@ -44,7 +44,7 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
     (p may have only n rows in the plain schedule, when the last draft's successor was not computed).
     q: (n, V) draft distributions, or None for one-hot drafts (self-speculative heads, n-gram, oracle).
     draws: when a list, sampling appends (p(d), q(d), u) for every draft it examines (the lab shows them).
-    Returns (n_accepted, next_token or -1, source).
+    Returns (n_accepted, next_token or None, source).
     """
     n = len(drafts)
     if greedy:
@@ -55,7 +55,7 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
             i += 1
         if i < n:
             return i, top[i], "correction"
-        return n, (top[n] if len(top) > n else -1), ("target" if len(top) > n else "none")
+        return n, (top[n] if len(top) > n else None), ("target" if len(top) > n else "none")
     for i, d in enumerate(drafts):
         pi = p[i]
         qd = 1.0 if q is None else float(q[i, d])
@@ -72,10 +72,26 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
         return i, sample(resid / total if total > 0 else pi, generator), "correction"
     if p.shape[0] > n:
         return n, sample(p[n], generator), "target"
-    return n, -1, "none"
+    return n, None, "none"
 
 
 def pick_token(logits_row: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:
     if temperature == 0:
         return int(check_finite(logits_row).argmax())
     return sample(distribution(logits_row.unsqueeze(0), temperature, top_k)[0], generator)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the target picks a token: greedy (temperature 0), or sampled at `temperature` from the `top_k` most
+    likely tokens, with `generator` as the one source of randomness (passed in, never hidden)."""
+    temperature: float = 0.0
+    top_k: int | None = None
+    generator: torch.Generator | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def pick(self, logits_row: torch.Tensor) -> int:
+        return pick_token(logits_row, self.temperature, self.top_k, self.generator)

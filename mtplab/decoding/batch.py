@@ -16,11 +16,11 @@ exactly that of a B = 1 decode. Greedy only: every row's output equals that row 
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 import torch
 from mtplab.decoding.accept import accept
 from mtplab.decoding.checks import check_finite, check_k, check_prompt
+from mtplab.decoding.loop import now
 from mtplab.errors import MtplabError
 from mtplab.model.layers import RaggedKVCache
 from mtplab.decoding.trace import Step, Trace
@@ -83,10 +83,10 @@ def _prefill(model, rows: list[Row], drafter, res: BatchTrace) -> RaggedKVCache:
     cache = RaggedKVCache.for_model(model, len(rows))
     lens = [len(r.tokens) for r in rows]
     T = max(lens)
-    t0 = time.perf_counter()
+    t0 = now(model.wte.weight.device)
     out = _forward(model, cache, [r.tokens + [r.tokens[-1]] * (T - n) for r, n in zip(rows, lens)], res)
     cache.lengths = list(lens)  # cache: each row's prompt; the filler beyond it is dead
-    dt = time.perf_counter() - t0
+    dt = now(model.wte.weight.device) - t0
     for b, (r, n) in enumerate(zip(rows, lens)):
         tok = int(check_finite(out.logits[b, n - 1]).argmax())
         r.tokens.append(tok)
@@ -99,15 +99,15 @@ def _prefill(model, rows: list[Row], drafter, res: BatchTrace) -> RaggedKVCache:
 
 def _step(model, cache: RaggedKVCache, rows: list[Row], drafter, k: int, res: BatchTrace) -> None:
     """propose -> verify (one batched forward) -> accept and commit (per row) -> the drafter's feedback."""
-    t0 = time.perf_counter()
+    t0 = now(model.wte.weight.device)
     ns = [min(k - 1, r.remaining - 1) for r in rows]  # overlap schedule: keep one place free for the bonus token
     drafts = drafter.propose(ns) if drafter is not None else [[] for _ in rows]
-    t1 = time.perf_counter()
+    t1 = now(model.wte.weight.device)
     T = 1 + max(len(d) for d in drafts)
     # row b feeds its last committed token and its drafts; filler evens out the rows and is never kept
     fed = [[r.tokens[-1]] + d + [r.tokens[-1]] * (T - 1 - len(d)) for r, d in zip(rows, drafts)]
     out = _forward(model, cache, fed, res)
-    t2 = time.perf_counter()
+    t2 = now(model.wte.weight.device)
     n_keep = []
     for b, (r, d) in enumerate(zip(rows, drafts)):
         # greedy: keep the longest prefix of the drafts that the target would also have chosen
@@ -120,7 +120,7 @@ def _step(model, cache: RaggedKVCache, rows: list[Row], drafter, k: int, res: Ba
         n_keep.append(n_ok + 1)
     if drafter is not None:
         drafter.feedback(out, n_keep, rows)
-    wall = time.perf_counter() - t0
+    wall = now(model.wte.weight.device) - t0
     for r in rows:  # the batch shares one clock: every row's step took the whole step
         r.trace.steps[-1].wall_s = wall
         r.trace.steps[-1].draft_s = wall - (t2 - t1)
@@ -137,7 +137,7 @@ def batched_speculative(model, make_drafter, prompts, *, max_new_tokens, k: int,
     per prompt. Row b's output equals `autoregressive(model, prompts[b], max_new_tokens=...)` greedy output.
     """
     check_k(k)
-    t0 = time.perf_counter()
+    t0 = now(model.wte.weight.device)
     checked = _check(model, prompts, max_new_tokens, k)
     drafters = [make_drafter(model) for _ in checked] if make_drafter is not None else []
     d = drafters[0] if drafters else None
@@ -159,7 +159,7 @@ def batched_speculative(model, make_drafter, prompts, *, max_new_tokens, k: int,
                 drafter.keep(live)
             rows = [rows[b] for b in live]
         _step(model, cache, rows, drafter, k, res)
-    res.wall_s = time.perf_counter() - t0
+    res.wall_s = now(model.wte.weight.device) - t0
     return res
 
 

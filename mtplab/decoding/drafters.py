@@ -81,6 +81,11 @@ def check_same_vocabulary(draft_model, target) -> None:
                           "both must share one tokenizer")
 
 
+def _top(logits: torch.Tensor, width: int) -> list[list[int]]:
+    """(n, V) logits -> the top-`width` token ids of each row, best first."""
+    return torch.topk(logits.float(), min(width, logits.shape[-1]), dim=-1).indices.tolist()
+
+
 class SternDrafter(BaseDrafter):
     """Stern et al. 2018: depths 2..K read the hidden state at the last kept position."""
     name = "blockwise"
@@ -97,10 +102,17 @@ class SternDrafter(BaseDrafter):
         self.tokens = tokens
         self.h = out.hidden[:, n_keep - 1:n_keep]  # (1, 1, C) the position that predicted tokens[-1]
 
-    def propose(self, n):
+    def _logits(self, n):
         # one pass of the heads: the shared h -> 4h layer, n of the 4h -> h layers, the shared output head
-        logits = self.model.unembed(self.model.mtp.hidden(self.h, n)[:, 0])  # (1, n, V)
-        return Draft(_argmax_list(logits[0]), calls=1)
+        return self.model.unembed(self.model.mtp.hidden(self.h, n)[:, 0])[0]  # (n, V)
+
+    def propose(self, n):
+        return Draft(_argmax_list(self._logits(n)), calls=1)
+
+    def candidates(self, n: int, width: int) -> list[list[int]]:
+        """The top-`width` tokens of depths 2..n+1, best first (token trees: one head pass gives every depth's
+        candidates, since each depth reads the same hidden state)."""
+        return _top(self._logits(n), width)
 
 
 class MetaDrafter(BaseDrafter):
@@ -129,6 +141,10 @@ class MetaDrafter(BaseDrafter):
     def propose(self, n):
         # the K-1 head layers ran once over the newly kept positions (in feedback): one call
         return Draft(_argmax_list(self.model.unembed(self.h_last[:, :n])[0]), calls=1)
+
+    def candidates(self, n: int, width: int) -> list[list[int]]:
+        """The top-`width` tokens of depths 2..n+1, best first (every head reads the same trunk output)."""
+        return _top(self.model.unembed(self.h_last[:, :n])[0], width)
 
 
 class DeepSeekDrafter(BaseDrafter):

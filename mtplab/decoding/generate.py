@@ -2,10 +2,9 @@
 The methods themselves are one table, `mtplab.drafters.METHODS`."""
 from __future__ import annotations
 
-import time
 import torch
 from mtplab.model import checkpoint as ckpt
-from mtplab.decoding.loop import autoregressive, speculative
+from mtplab.decoding.loop import autoregressive, now, speculative
 from mtplab.decoding.checks import check_k
 from mtplab.device import describe, pick
 from mtplab.decoding.drafters import check_same_vocabulary, method as get_method
@@ -78,11 +77,11 @@ def run_generate(*, method="ar", checkpoint=None, prompt: str, max_new_tokens=64
         draft = ckpt.load(draft_checkpoint or "draft", device=dev, dtype=DTYPES[dtype])
         check_same_vocabulary(draft, model)
         _check_draft_window(draft, model, len(ids), max_new_tokens, k or 4)
-    t0 = time.perf_counter()
+    t0 = now(dev)
     trace = decode_with(method, model, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
                         top_k=top_k, seed=seed, alpha=alpha, draft_model=draft)
     res = trace.summary()
-    res.update(checkpoint=name, device=describe(dev), wall_s=time.perf_counter() - t0)
+    res.update(checkpoint=name, device=describe(dev), wall_s=now(dev) - t0)
     return res
 
 

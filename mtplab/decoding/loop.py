@@ -23,16 +23,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
 import torch
+
+from mtplab.decoding.accept import Sampling, accept, distribution
 from mtplab.decoding.checks import check_finite, check_k, check_options, check_prompt
+from mtplab.decoding.trace import Step, Trace
+from mtplab.device import sync
 from mtplab.errors import MtplabError
 from mtplab.model.layers import KVCache
-from mtplab.decoding.trace import Step, Trace
-from mtplab.decoding.accept import accept
-from mtplab.decoding.accept import distribution
-from mtplab.decoding.accept import pick_token
+
 if TYPE_CHECKING:  # typing only: drafters import this module
     from mtplab.decoding.drafters import Drafter
     from mtplab.model.gpt import GPT
@@ -42,6 +45,38 @@ def _ids(tokens: list[int], device) -> torch.Tensor:
     return torch.tensor([tokens], dtype=torch.long, device=device)
 
 
+def now(device) -> float:
+    """The clock, read after the device has finished its queued work."""
+    sync(device)
+    return time.perf_counter()
+
+
+class Clock:
+    """Wall time per part of a step ('target', 'draft'), read after syncing the device: on a GPU a forward
+    returns before its kernels finish, so a clock read without a sync would time the launch, not the work."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.start = self.now()
+        self.parts = {"target": 0.0, "draft": 0.0}
+
+    def now(self) -> float:
+        return now(self.device)
+
+    @contextmanager
+    def __call__(self, part: str):
+        t0 = self.now()
+        try:
+            yield
+        finally:
+            self.parts[part] += self.now() - t0
+
+    def step(self, **fields) -> Step:
+        """The Step, with its wall time and the time of its parts."""
+        return Step(**fields, wall_s=self.now() - self.start, target_s=self.parts["target"],
+                    draft_s=self.parts["draft"])
+
+
 # ---------------------------------------------------------------------------------- decoders
 @torch.inference_mode()
 def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
@@ -49,20 +84,21 @@ def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float
     """m new tokens in m forward passes: the baseline every speculative decoder must reproduce."""
     check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
     prompt = check_prompt(model, prompt_ids, max_new_tokens)
+    sampling = Sampling(temperature, top_k, generator)
     dev = model.wte.weight.device
     trace = Trace(method="ar", prompt=prompt, k=1, schedule="ar")
     cache = model.new_cache() if use_cache else None
     tokens = list(prompt)
     fed = tokens  # the first forward reads the whole prompt
     while len(tokens) - len(prompt) < max_new_tokens:
-        t0 = time.perf_counter()
-        out = model(_ids(fed, dev), cache) if use_cache else model(_ids(tokens, dev))
-        t1 = time.perf_counter()
-        tok = pick_token(out.logits[0, -1], temperature, top_k, generator)
+        clock = Clock(dev)
+        with clock("target"):
+            out = model(_ids(fed, dev), cache) if use_cache else model(_ids(tokens, dev))
+            tok = sampling.pick(out.logits[0, -1])  # reading the token waits for the device anyway
         tokens.append(tok)
         fed = tokens[-1:]
-        trace.steps.append(Step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target", forwards=1,
-                                wall_s=time.perf_counter() - t0, target_s=t1 - t0))
+        trace.steps.append(clock.step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target",
+                                      forwards=1))
     return trace
 
 
@@ -78,70 +114,100 @@ class Decode:
     max_new_tokens: int
     k: int
     schedule: str
-    temperature: float
-    top_k: int | None
-    generator: torch.Generator | None
+    sampling: Sampling = field(default_factory=Sampling)
     predicted_once: bool = False  # plain schedule: the prefill served as the first predict
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
     @property
     def remaining(self) -> int:
         return self.max_new_tokens - (len(self.tokens) - self.prompt_len)
 
-    def forward(self, ids: list[int]):
-        return self.model(_ids(ids, self.model.wte.weight.device), self.cache)
+    @property
+    def device(self):
+        return self.model.wte.weight.device
 
-    def pick(self, logits_row: torch.Tensor) -> int:
-        return pick_token(logits_row, self.temperature, self.top_k, self.generator)
+    def forward(self, ids: list[int]):
+        return self.model(_ids(ids, self.device), self.cache)
+
+
+def start(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str, sampling: Sampling,
+          cache=None) -> Decode:
+    """Every input check, then the decode's state: the prompt, an empty cache, the sampling options."""
+    check_options(max_new_tokens=max_new_tokens, temperature=sampling.temperature, top_k=sampling.top_k)
+    check_k(k)
+    if schedule not in ("plain", "overlap"):
+        raise MtplabError(f"unknown schedule {schedule!r}; use 'plain' or 'overlap'")
+    limit = drafter.max_drafts
+    if limit is not None and k - 1 > limit:
+        raise MtplabError(f"k={k} needs {k - 1} drafts a step but {drafter.name} gives at most {limit}; "
+                          f"use k <= {limit + 1}")
+    if not sampling.greedy and not drafter.supports_sampling:
+        raise MtplabError(f"the {drafter.name} drafter is greedy-only; use temperature=0")
+    prompt = check_prompt(model, prompt_ids, max_new_tokens, k)
+    return Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
+                  max_new_tokens, k, schedule, sampling)
 
 
 def prefill(run: Decode) -> Step:
     """The prompt in one forward: its last row gives the first new token (in the plain schedule this is
     also the first predict). The drafter starts from the same forward."""
-    t0 = time.perf_counter()
-    out = run.forward(run.tokens)
-    t1 = time.perf_counter()
-    tok = run.pick(out.logits[0, -1])
+    clock = Clock(run.device)
+    with clock("target"):
+        out = run.forward(run.tokens)
+        tok = run.sampling.pick(out.logits[0, -1])
     run.tokens.append(tok)
     # cache: the prompt; tokens: prompt + tok
-    t2 = time.perf_counter()
-    run.drafter.begin(run.model, run.tokens, out, run.prompt_len, max_new_tokens=run.max_new_tokens,
-                      generator=run.generator, temperature=run.temperature, top_k=run.top_k)
-    t3 = time.perf_counter()
-    return Step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target", forwards=1,
-                wall_s=t3 - t0, target_s=t1 - t0, draft_s=t3 - t2)
+    with clock("draft"):
+        run.drafter.begin(run.model, run.tokens, out, run.prompt_len, max_new_tokens=run.max_new_tokens,
+                          generator=run.sampling.generator, temperature=run.sampling.temperature,
+                          top_k=run.sampling.top_k)
+    return clock.step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target", forwards=1)
 
 
-def predict(run: Decode):
-    """Plain schedule: one forward at the last committed token commits the target's own next token.
-    Returns the forward (the drafter hears of its one kept row)."""
-    out = run.forward(run.tokens[-1:])
-    run.tokens.append(run.pick(out.logits[0, -1]))
+def predict(run: Decode, clock: Clock) -> int | None:
+    """Plain schedule only: one forward at the last committed token commits the target's own next token
+    (the drafter hears of its one row). The overlap schedule gets this token from the previous verify."""
+    if run.schedule != "plain" or not run.predicted_once:
+        run.predicted_once = True  # plain: the prefill was the first predict
+        return None
+    with clock("target"):
+        out = run.forward(run.tokens[-1:])
+        tok = run.sampling.pick(out.logits[0, -1])
+    run.tokens.append(tok)
+    with clock("draft"):
+        run.drafter.feedback(out, 1, run.tokens)
     # cache: tokens[:-1] again
-    return out
+    return tok
 
 
-def verify(run: Decode, drafts: list[int]) -> tuple[object, torch.Tensor]:
+def propose(run: Decode, clock: Clock):
+    """The drafter's tokens (and their q when it samples). Overlap keeps one place free for the bonus token;
+    plain commits no bonus after all drafts."""
+    n = min(run.k - 1, run.remaining - 1 if run.schedule == "overlap" else run.remaining)
+    with clock("draft"):
+        return run.drafter.propose(n) if n > 0 else None
+
+
+def verify(run: Decode, drafts: list[int], clock: Clock) -> tuple[object, torch.Tensor]:
     """One forward over the last committed token and the drafts (plain: all but the last draft, whose
     successor the plain schedule does not need). Row i predicts the token after fed[i]: drafts[i], then
     the bonus. Returns the forward and p: raw logits (greedy compares argmaxes) or distributions."""
     fed = [run.tokens[-1]] + (drafts if run.schedule == "overlap" else drafts[:-1])
-    out = run.forward(fed)
-    # cache: now also holds fed, some of which may be rejected drafts (commit crops them)
-    logits = out.logits[0]  # (len(fed), V)
-    p = check_finite(logits) if run.greedy else distribution(logits, run.temperature, run.top_k)
+    with clock("target"):
+        out = run.forward(fed)
+        # cache: now also holds fed, some of which may be rejected drafts (commit crops them)
+        logits = out.logits[0]  # (len(fed), V)
+        s = run.sampling
+        p = check_finite(logits) if s.greedy else distribution(logits, s.temperature, s.top_k)
     return out, p
 
 
-def commit(run: Decode, new: list[int], out, base: int) -> None:
+def commit(run: Decode, new: list[int], out, base: int, clock: Clock) -> None:
     """Append the accepted drafts and the bonus, crop the cache to the committed tokens, tell the drafter."""
     run.tokens.extend(new)
     run.cache.crop(len(run.tokens) - 1)
     # cache: tokens[:-1] exactly; rows base..len-2 of this forward are kept positions
-    run.drafter.feedback(out, len(run.tokens) - 1 - base, run.tokens)
+    with clock("draft"):  # commit's own work is a crop; the rest is the drafter's feedback
+        run.drafter.feedback(out, len(run.tokens) - 1 - base, run.tokens)
 
 
 def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
@@ -153,69 +219,29 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
     `cache` (optional) is the target's KV cache to use, so that a caller can look at it between steps.
     Wrap the iteration in `torch.inference_mode()` (as `speculative` does) when no gradients are wanted.
     """
-    check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
-    check_k(k)
-    if schedule not in ("plain", "overlap"):
-        raise MtplabError(f"unknown schedule {schedule!r}; use 'plain' or 'overlap'")
-    limit = drafter.max_drafts
-    if limit is not None and k - 1 > limit:
-        raise MtplabError(f"k={k} needs {k - 1} drafts a step but {drafter.name} gives at most {limit}; "
-                          f"use k <= {limit + 1}")
-    if temperature != 0 and not drafter.supports_sampling:
-        raise MtplabError(f"the {drafter.name} drafter is greedy-only; use temperature=0")
-    prompt = check_prompt(model, prompt_ids, max_new_tokens, k)
-    run = Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
-                 max_new_tokens, k, schedule, temperature, top_k, generator)
-    yield prefill(run)
+    run = start(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
+                sampling=Sampling(temperature, top_k, generator), cache=cache)
+    yield prefill(run)                                            # the prompt in one forward
     while run.remaining > 0:
-        step = _step(run)
-        if step.emitted:  # plain schedule, first step with k=1: nothing to verify and no predict yet
-            yield step
-
-
-def _step(run: Decode) -> Step:
-    t0 = time.perf_counter()
-    target_s = draft_s = 0.0
-    emitted: list[int] = []
-    predict_token = None
-    forwards = 0
-    if run.schedule == "plain" and run.predicted_once:
-        t = time.perf_counter()
-        out = predict(run)
-        t1 = time.perf_counter()
-        run.drafter.feedback(out, 1, run.tokens)
-        target_s += t1 - t
-        draft_s += time.perf_counter() - t1
-        predict_token = run.tokens[-1]
-        emitted.append(predict_token)
-        forwards += 1
-    run.predicted_once = True
-    base = run.cache.length  # == len(tokens) - 1
-    # propose: overlap keeps one place free for the bonus token; plain commits no bonus after all drafts
-    n = min(run.k - 1, run.remaining - 1 if run.schedule == "overlap" else run.remaining)
-    t = time.perf_counter()
-    draft = run.drafter.propose(n) if n > 0 else None
-    draft_s += time.perf_counter() - t
-    drafts = draft.tokens if draft is not None else []
-    calls = draft.calls if draft is not None else 0
-    if run.schedule == "plain" and not drafts:  # nothing to verify: the predict token was the whole step
-        return Step(drafted=[], accepted=0, emitted=emitted, bonus=None, bonus_source="none", forwards=forwards,
-                    draft_forwards=calls, wall_s=time.perf_counter() - t0, target_s=target_s, draft_s=draft_s,
-                    predict_token=predict_token)
-    t = time.perf_counter()
-    out, p = verify(run, drafts)
-    target_s += time.perf_counter() - t
-    forwards += 1
-    draws: list[tuple[float, float, float]] = []
-    n_ok, nxt, source = accept(drafts, p, draft.q if draft is not None else None, greedy=run.greedy,
-                               generator=run.generator, draws=draws)
-    new = drafts[:n_ok] + ([nxt] if nxt >= 0 else [])
-    t = time.perf_counter()
-    commit(run, new, out, base)
-    draft_s += time.perf_counter() - t  # commit's own work is a crop; the rest is the drafter's feedback
-    return Step(drafted=drafts, accepted=n_ok, emitted=emitted + new, bonus=nxt if nxt >= 0 else None,
-                bonus_source=source, forwards=forwards, draft_forwards=calls, wall_s=time.perf_counter() - t0,
-                target_s=target_s, draft_s=draft_s, predict_token=predict_token, draws=draws)
+        clock = Clock(run.device)
+        predicted = predict(run, clock)                           # plain only: the target's own next token
+        base = run.cache.length                                   # == len(tokens) - 1
+        draft = propose(run, clock)                               # the drafter's tokens (and q)
+        if draft is None and run.schedule == "plain":             # nothing to verify: the predict was the step
+            if predicted is not None:
+                yield clock.step(drafted=[], accepted=0, emitted=[predicted], bonus=None, bonus_source="none",
+                                 forwards=1, predict_token=predicted)
+            continue
+        drafts = draft.tokens if draft is not None else []
+        out, p = verify(run, drafts, clock)                       # one target forward over them
+        draws: list[tuple[float, float, float]] = []
+        n_ok, bonus, source = accept(drafts, p, draft.q if draft is not None else None, greedy=run.sampling.greedy,
+                                     generator=run.sampling.generator, draws=draws)  # prefix / min(1, p/q)
+        new = drafts[:n_ok] + ([bonus] if bonus is not None else [])
+        commit(run, new, out, base, clock)                        # append, crop, tell the drafter
+        yield clock.step(drafted=drafts, accepted=n_ok, emitted=([predicted] if predicted is not None else []) + new,
+                         bonus=bonus, bonus_source=source, forwards=1 + (predicted is not None),
+                         draft_forwards=draft.calls if draft is not None else 0, predict_token=predicted, draws=draws)
 
 
 @torch.inference_mode()

@@ -20,12 +20,11 @@ lab does not teach; `tree_speculative` refuses it with an error.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 import torch
 from mtplab.decoding.checks import check_finite, check_options, check_prompt
-from mtplab.decoding.drafters import MetaDrafter, SternDrafter
+from mtplab.decoding.loop import Clock, Decode, prefill
 from mtplab.errors import MtplabError
 from mtplab.model.gpt import TrunkOutput
 from mtplab.decoding.trace import Step, Trace
@@ -82,19 +81,12 @@ def check_widths(widths) -> tuple[int, ...]:
 
 
 def head_candidates(drafter, n: int, widest: int) -> list[list[int]]:
-    """Top-`widest` tokens of depths 2..n+1 from a Stern or Meta drafter's heads (one head pass).
-    A drafter with its own `candidates(n, widest)` method (a test's oracle, say) supplies them itself."""
-    if hasattr(drafter, "candidates"):
-        return drafter.candidates(n, widest)
-    model = drafter.model
-    if isinstance(drafter, SternDrafter):
-        logits = model.unembed(model.mtp.hidden(drafter.h, n)[:, 0])[0]  # (n, V)
-    elif isinstance(drafter, MetaDrafter):
-        logits = model.unembed(drafter.h_last[:, :n])[0]  # (n, V)
-    else:
+    """Top-`widest` tokens of depths 2..n+1, asked of the drafter itself (`candidates(n, width)`: Stern and Meta
+    heads offer it, since their depths read one hidden state and one head pass gives every depth)."""
+    if not callable(getattr(drafter, "candidates", None)):
         raise MtplabError(f"token trees are built from stern or meta heads, not {drafter.name!r}: their depths "
                           "read one hidden state, so one head pass gives every depth's candidates")
-    return torch.topk(logits.float(), min(widest, logits.shape[-1]), dim=-1).indices.tolist()
+    return drafter.candidates(n, widest)
 
 
 def verify_tree(model, cache, root: int, tree: Tree):
@@ -154,17 +146,11 @@ def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, 
         raise MtplabError(f"a tree {len(widths)} deep needs {len(widths)} depths of drafts but {drafter.name} "
                           f"gives at most {drafter.max_drafts}; use at most {drafter.max_drafts} widths")
     prompt = check_prompt(model, prompt_ids, max_new_tokens + sum(nodes_per_depth(widths)) + 1)
-    cache = cache if cache is not None else model.new_cache()
-    tokens = list(prompt)
-    t0 = time.perf_counter()
-    out = model(torch.tensor([tokens], device=model.wte.weight.device), cache)
-    tokens.append(int(check_finite(out.logits[0, -1]).argmax()))
-    drafter.begin(model, tokens, out, len(prompt), max_new_tokens=max_new_tokens, generator=None,
-                  temperature=0.0, top_k=None)
-    yield TreeStep(Tree([], [], []), [0], Step(drafted=[], accepted=0, emitted=[tokens[-1]], bonus=tokens[-1],
-                   bonus_source="target", forwards=1, wall_s=time.perf_counter() - t0))
-    while len(tokens) - len(prompt) < max_new_tokens:
-        yield _tree_step(model, drafter, cache, tokens, widths[:max_new_tokens - (len(tokens) - len(prompt)) - 1])
+    run = Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
+                 max_new_tokens, len(widths) + 1, "tree")
+    yield TreeStep(Tree([], [], []), [0], prefill(run))  # the loop's own prefill: the prompt in one forward
+    while run.remaining > 0:
+        yield _tree_step(run, widths[:run.remaining - 1])
 
 
 def nodes_per_depth(widths) -> list[int]:
@@ -176,26 +162,27 @@ def nodes_per_depth(widths) -> list[int]:
     return out
 
 
-def _tree_step(model, drafter, cache, tokens: list[int], widths) -> TreeStep:
-    """predict (head candidates -> tree) -> verify (one forward) -> accept (longest path) -> commit (compact)."""
-    t0 = time.perf_counter()
-    tree = build_tree(head_candidates(drafter, len(widths), max(widths)), widths) if widths else Tree([], [], [])
-    t1 = time.perf_counter()
+def _tree_step(run: Decode, widths) -> TreeStep:
+    """propose (head candidates -> tree) -> verify (one forward) -> accept (longest path) -> commit (compact)."""
+    model, drafter, cache, tokens = run.model, run.drafter, run.cache, run.tokens
+    clock = Clock(run.device)
+    with clock("draft"):
+        tree = build_tree(head_candidates(drafter, len(widths), max(widths)), widths) if widths else Tree([], [], [])
     L = cache.length  # == len(tokens) - 1
-    out = verify_tree(model, cache, tokens[-1], tree)
-    t2 = time.perf_counter()
+    with clock("target"):
+        out = verify_tree(model, cache, tokens[-1], tree)
+        top = check_finite(out.logits[0]).argmax(-1).tolist()
     # greedy: follow the branch whose every token the target would also have chosen
-    path, bonus, source = longest_path(tree, check_finite(out.logits[0]).argmax(-1).tolist())
+    path, bonus, source = longest_path(tree, top)
     new = [tree.tokens[r - 1] for r in path[1:]] + [bonus]
     tokens.extend(new)
     compact(cache, L, path)  # cache: tokens[:-1] exactly; pruned branches are gone
     rows = torch.tensor(path, device=out.hidden.device)
     kept = TrunkOutput(hidden=out.hidden[:, rows], logits=out.logits[:, rows], pre_last=out.pre_last[:, rows])
-    drafter.feedback(kept, len(path), tokens)
-    t3 = time.perf_counter()
-    step = Step(drafted=list(tree.tokens), accepted=len(path) - 1, emitted=new, bonus=bonus, bonus_source=source,
-                forwards=1, draft_forwards=int(bool(widths)), wall_s=t3 - t0, target_s=t2 - t1,
-                draft_s=(t1 - t0) + (t3 - t2))
+    with clock("draft"):
+        drafter.feedback(kept, len(path), tokens)
+    step = clock.step(drafted=list(tree.tokens), accepted=len(path) - 1, emitted=new, bonus=bonus,
+                      bonus_source=source, forwards=1, draft_forwards=int(bool(widths)))
     return TreeStep(tree, path, step)
 
 

@@ -174,7 +174,7 @@ def deepen(model: GPT, n_layer: int) -> GPT:
     assert not unexpected, unexpected
     for j, src in enumerate(plan):
         if src is None:
-            blk = new.blocks[j]
-            nn.init.zeros_(blk.attn.proj.weight)
-            nn.init.zeros_(blk.mlp.proj.weight)
+            blk: Block = new.blocks[j]  # type: ignore[assignment]
+            nn.init.zeros_(blk.attn.proj.weight)  # x + Attn(.) = x
+            nn.init.zeros_(blk.mlp.proj.weight)   # x + MLP(.) = x
     return new
