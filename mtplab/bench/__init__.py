@@ -9,7 +9,12 @@
     python -m mtplab bench regime      t(q)/t(1) against model size and the cache; the same heads on deeper trunks
 
 Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
-OUT/NAME.md (and a PNG where there is a figure).
+OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench.report`).
+
+* `costs`: train, cost-curve, crossover;  `decode`: every method against AR;  `batch`: batches and trees;
+  `regime`: the cost of a forward against model size, and the same heads on deeper trunks
+
+May import every layer below (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
 """
 from __future__ import annotations
 
