@@ -138,3 +138,100 @@ def verify_example(model, prompt: list[int], k: int) -> dict:
     predicted = logits[0, len(prompt):].argmax(-1).tolist()            # (k,) the target's token after each
     return {"context": token_repr(prompt[-1]), "fed": [token_repr(t) for t in first],
             "predicted": [token_repr(t) for t in predicted], "drafts": [token_repr(t) for t in first[1:]]}
+
+
+def correlation_study(model, prompts, *, k: int, max_new_tokens: int, seed: int = 0) -> dict:
+    """Acceptance within a step, observed and with the verdicts shuffled across steps.
+
+    The target decodes each prompt greedily; one teacher-forced forward per prompt gives every draft's verdict
+    at every live step start, including the drafts after a rejection that the live loop never checks
+    (`teacher_forced.verdict_rows`). 'observed' counts those rows as the live loop does; 'shuffled' permutes each
+    position's verdicts across steps first (`shuffled_across_steps`): the same marginal rates, no within-step
+    correlation. If the verdicts were independent (the i.i.d. model), both would rise or fall alike."""
+    from mtplab.measuring import teacher_forced as tf
+    paths = tf.greedy_paths(model, prompts, max_new_tokens=max_new_tokens, k=k)
+    rows = tf.verdict_rows(model, paths, k)
+    if not rows:
+        raise MtplabError("no step drafted all k-1 drafts; use more prompts or more new tokens")
+    return {"k": k, "steps": len(rows), "observed": tf.within_step_rates(rows),
+            "shuffled": tf.within_step_rates(tf.shuffled_across_steps(rows, seed)),
+            "pair": tf.kept_given_previous(rows), "prompts": len(prompts), "max_new_tokens": max_new_tokens}
+
+
+def _interval(a: int, n: int) -> str:
+    from mtplab.measuring.acceptance import wilson
+    lo, hi = wilson(a, n)
+    return f"{a / n:.2f} [{lo:.2f}, {hi:.2f}] (n = {n})" if n else "n/a (n = 0)"
+
+
+def correlation_lines(study: dict) -> list[str]:
+    """The study's numbers, every rate with its 95% Wilson interval and its n."""
+    obs, shu = study["observed"], study["shuffled"]
+    n = len(obs["reached"])
+    out = [f"{study['steps']} drafting steps ({study['prompts']} prompts x {study['max_new_tokens']} tokens, k = {study['k']})"]
+    for name, r in (("observed", obs), ("shuffled across steps", shu)):
+        out.append(f"  {name:>22}: conditional by position " + "; ".join(
+            f"{j + 1}: {_interval(r['accepted'][j], r['reached'][j])}" for j in range(n)))
+    out.append("  unconditional (headline)  by position " + "; ".join(
+        f"{j + 1}: {_interval(obs['accepted'][j], obs['steps'])}" for j in range(n)))
+    (a1, n1), (a0, n0) = study["pair"]["after_kept"], study["pair"]["after_rejected"]
+    out.append(f"  draft 2 kept when draft 1 was kept: {_interval(a1, n1)}; when draft 1 was rejected: {_interval(a0, n0)}")
+    return out
+
+
+def correlation_verdict(study: dict) -> str:
+    """One sentence chosen from the numbers: does the observed conditional rate rise, and does the shuffle undo it?"""
+    obs, shu = study["observed"]["conditional"], study["shuffled"]["conditional"]
+    rise = obs[-1] - obs[0]
+    srise = shu[-1] - shu[0]
+    (a1, n1), (a0, n0) = study["pair"]["after_kept"], study["pair"]["after_rejected"]
+    p1, p0 = (a1 / n1 if n1 else float("nan")), (a0 / n0 if n0 else float("nan"))
+    words = "rises" if rise > 0.02 else ("falls" if rise < -0.02 else "stays about level")
+    swords = "rises" if srise > 0.02 else ("falls" if srise < -0.02 else "stays about level")
+    corr = ("positively correlated" if p1 > p0 else "not positively correlated")
+    return (f"Observed, conditional acceptance {words} from position 1 to {len(obs)} ({obs[0]:.2f} -> {obs[-1]:.2f}); "
+            f"with each position's verdicts shuffled across steps it {swords} ({shu[0]:.2f} -> {shu[-1]:.2f}). "
+            f"Within a step the verdicts are {corr}: draft 2 matched {p1:.0%} of the time after draft 1 matched, "
+            f"{p0:.0%} after it did not.")
+
+
+def correlation_figure(study: dict):
+    """Conditional acceptance by position, observed against shuffled, with 95% Wilson intervals; the marginal
+    rate (draft j right, whatever came before) dotted."""
+    from matplotlib.figure import Figure
+    from mtplab.measuring.acceptance import wilson
+    fig = Figure(figsize=(6.2, 3.6))
+    fig.subplots_adjust(bottom=0.16, right=0.97)
+    ax = fig.subplots()
+    n = len(study["observed"]["reached"])
+    xs = list(range(1, n + 1))
+    for shift, (label, key, colour) in zip((-0.06, 0.06), (("observed (as the live loop counts)", "observed", "#0072B2"),
+                                                         ("verdicts shuffled across steps", "shuffled", "#D55E00"))):
+        r = study[key]
+        ys = r["conditional"]
+        ci = [wilson(a, b) for a, b in zip(r["accepted"], r["reached"])]
+        ax.errorbar([x + shift for x in xs], ys, yerr=[[y - lo for y, (lo, _) in zip(ys, ci)],
+                                                       [hi - y for y, (_, hi) in zip(ys, ci)]],
+                    marker="o", capsize=3, label=label, color=colour)
+    ax.plot(xs, study["observed"]["marginal_rate"], ":", color="grey", label="marginal: draft right, whatever came before")
+    ax.set_xticks(xs)
+    ax.set_xlabel("draft position (1 = the 2nd token of the step)")
+    ax.set_ylabel("P(kept | earlier drafts kept)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"conditional acceptance, 95% Wilson intervals, {study['steps']} steps", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    return fig
+
+
+def bench_rise_line() -> str:
+    """Whether the shipped decode benchmark shows the same rise: its conditional rates by position, per method."""
+    from mtplab.measuring.speedup import bench_source, read_decode_bench
+    try:
+        rows = read_decode_bench()["rows"]
+    except MtplabError as e:
+        return str(e)
+    rows = [r for r in rows if len(r.get("conditional_acceptance", [])) >= 2 and not r["method"].startswith("oracle")]
+    rise = [r["method"] for r in rows if r["conditional_acceptance"][-1] > r["conditional_acceptance"][0]]
+    table = "; ".join(f"{r['method']} " + "/".join(f"{c:.2f}" for c in r["conditional_acceptance"]) for r in rows)
+    return (f"The benchmark ({bench_source()}): conditional acceptance ends higher than it starts for {len(rise)} of "
+            f"{len(rows)} trained drafters: {table}.")
