@@ -75,3 +75,13 @@ def test_a_non_editable_install_ships_every_folder_and_runs(tmp_path):
                         str(tmp_path / "b")], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "b" / "cost-curve-tiny-fp32.json").is_file()
+
+
+def test_the_readme_draws_the_architecture_from_the_folders_docstrings():
+    sys.path.insert(0, str(ROOT))
+    from tools import module_table
+
+    text = module_table.section()
+    assert text in (ROOT / "README.md").read_text(), "README.md's package table is stale: python -m tools.module_table --write"
+    for name in FOLDERS:
+        assert f"`mtplab/{name}/`" in text

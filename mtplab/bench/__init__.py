@@ -11,8 +11,11 @@
 Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
 OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench.report`).
 
-* `costs`: train, cost-curve, crossover;  `decode`: every method against AR;  `batch`: batches and trees;
-  `regime`: the cost of a forward against model size, and the same heads on deeper trunks
+* `costs`: train, cost-curve, crossover
+* `decode`: every method against AR of the same checkpoint
+* `batch`: batches and token trees
+* `regime`: the cost of a forward against model size, and the same heads on deeper trunks
+* `report`: the records, atomically written, each naming its machine
 
 May import every layer below (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
 """

@@ -3,5 +3,5 @@
 * `target`: `HFTarget`, `load_hf`, saving and loading heads-only files
 * `run`: `train --hf` and `generate --hf`
 
-The only importer of transformers. May import `training`, `decoding`, `measuring`, `model` and the ground floor.
+May import `training`, `decoding`, `measuring`, `model` and the ground floor; the only importer of transformers.
 """

@@ -6,7 +6,7 @@
 * `timing`: the cost curve t(q), batch costs, the roofline's numbers, peak memory
 * `speedup`: where a speedup went (target, drafter, rest), and the papers' numbers beside the lab's
 * `quality`: greedy text that loops, counted plainly
-* `machine`: the machine a timing was measured on (CPU model, threads, last-level cache, torch)
+* `regime`: where a forward is memory-bound: cost against model size, the same heads on deeper trunks
 
 May import: `decoding`, `model` and the ground floor. Never `training`, never `viz`.
 """

@@ -1,0 +1,65 @@
+"""The README's architecture section, drawn from the folders' own docstrings (so the two cannot drift).
+
+    python -m tools.module_table          # print the section
+    python -m tools.module_table --write  # put it into README.md between the markers
+
+tests/test_layout.py checks that README.md holds what this prints.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- modules: drawn by tools/module_table.py from the folders' docstrings -->", "<!-- /modules -->"
+# the folders from the top floor down, then the ground floor's modules
+FOLDERS = ["teaching", "bench", "hf", "viz", "measuring", "training", "decoding", "model"]
+GROUND = ["cli", "paths", "device", "data", "tokenizer", "errors"]
+
+
+def _doc(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def section() -> str:
+    rows = ["| folder | what lives there | its modules | may import |", "|---|---|---|---|"]
+    for name in FOLDERS:
+        doc = _doc(ROOT / "mtplab" / name / "__init__.py")
+        paras = [p for p in doc.split("\n\n") if p.strip()]
+        lead = _cell(paras[0])
+        bullets = [line.strip()[2:] for p in paras for line in p.splitlines() if line.strip().startswith("* ")]
+        mods = "; ".join(_cell(b.split(":", 1)[0]) for b in bullets)
+        rule = next((_cell(p) for p in paras if p.strip().startswith(("May import", "Imported only"))), "")
+        rows.append(f"| `mtplab/{name}/` | {lead} | {mods} | {rule} |")
+    ground = "; ".join(f"`{m}`: {_cell(_doc(ROOT / 'mtplab' / f'{m}.py').split(chr(10))[0])}" for m in GROUND)
+    rows.append(f"| ground floor | {ground} | | nothing above |")
+    return "\n".join([START, *rows, END])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args(argv)
+    text = section()
+    if not a.write:
+        print(text)
+        return 0
+    readme = ROOT / "README.md"
+    s = readme.read_text()
+    if START in s:
+        i, j = s.index(START), s.index(END) + len(END)
+        s = s[:i] + text + s[j:]
+    else:
+        raise SystemExit(f"README.md has no {START} marker")
+    readme.write_text(s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
