@@ -21,12 +21,7 @@ def _write(out: Path, name: str, data: dict, table: str, fig=None, *, device="cp
 
 
 def _md(rows: list[dict], cols: list[str]) -> str:
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-        if isinstance(v, list):
-            return " ".join(fmt(x) for x in v)
-        return str(v)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
+    """A record's table: viz's one markdown table, floats to 3 significant digits."""
+    from mtplab.viz.text import markdown_table  # the viz package imports matplotlib
+
+    return markdown_table(rows, cols, number=lambda v: f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}").rstrip("\n")

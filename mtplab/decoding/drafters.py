@@ -295,6 +295,12 @@ class Method:
     make: Callable[..., BaseDrafter] | None           # (model, **context) -> drafter; None for AR
     family: str | None = None                         # head family the checkpoint must carry
     max_k: Callable[[ModelConfig], int] | None = None  # most tokens per step the checkpoint supports
+    needs_draft_model: bool = False                   # a second, smaller model drafts (draft-model)
+    needs_reference: bool = False                     # drafts from the target's own greedy text (oracle)
+
+    @property
+    def speculative(self) -> bool:
+        return self.make is not None
 
 
 def _needs_draft_model(model, *, draft_model=None, **_):
@@ -318,10 +324,11 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("meta", "meta-k4", "overlap", lambda model, **_: MetaDrafter(model), "meta", _depths),
     Method("deepseek", "deepseek-d1", "overlap", lambda model, **_: DeepSeekDrafter(model), "deepseek",
            _modules_plus_one),
-    Method("draft-model", "ntp", "overlap", _needs_draft_model),
+    Method("draft-model", "ntp", "overlap", _needs_draft_model, needs_draft_model=True),
     Method("ngram", "ntp", "overlap", lambda model, **_: NgramDrafter()),
     Method("oracle", "ntp", "overlap",
-           lambda model, *, reference=None, alpha=0.8, seed=0, **_: OracleDrafter(reference or [], alpha, seed=seed)),
+           lambda model, *, reference=None, alpha=0.8, seed=0, **_: OracleDrafter(reference or [], alpha, seed=seed),
+           needs_reference=True),
 ]}
 
 

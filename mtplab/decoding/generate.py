@@ -44,7 +44,7 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
                               top_k=top_k, generator=g)
     if k is not None:
         check_k(k)
-    if method == "oracle" and reference is None and temperature == 0:  # sampling: the loop refuses the oracle
+    if m.needs_reference and reference is None and temperature == 0:  # sampling: the loop refuses the oracle
         reference = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens).tokens
     # the drafter checks that the checkpoint has its head family
     drafter = m.make(model, draft_model=draft_model, reference=reference, alpha=alpha, seed=seed)
@@ -73,7 +73,7 @@ def run_generate(*, method="ar", checkpoint=None, prompt: str, max_new_tokens=64
     model, name, dev = load_for(method, checkpoint, device=device, dtype=dtype)
     draft = None
     ids = encode(prompt)
-    if method == "draft-model":
+    if get_method(method).needs_draft_model:
         draft = ckpt.load(draft_checkpoint or "draft", device=dev, dtype=DTYPES[dtype])
         check_same_vocabulary(draft, model)
         _check_draft_window(draft, model, len(ids), max_new_tokens, k or 4)

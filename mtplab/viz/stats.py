@@ -68,16 +68,11 @@ def pvalue_histogram(pvalues: dict[str, list[float]], *, bins: int = 10) -> Figu
     return fig
 
 
-def _row_figure(width: float = 5.6, height: float = 3.4, ncols: int = 1):
-    fig = Figure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(1, ncols)
-    return fig, axes
-
-
 def power_bars(power: dict[str, float], *, alpha: float, broken: dict[str, bool] | None = None,
                seeds: int | None = None) -> Figure:
     """Rejection rate of the chi-square test per rule; with `broken` (the answers) bars are coloured."""
-    fig, ax = _row_figure()
+    fig, axes = _figure(width=5.6)
+    ax = axes[0][0]
     names = list(power)
     colours = ["tab:gray"] * len(names) if broken is None else \
         ["tab:red" if broken[n] else "tab:green" for n in names]
@@ -93,7 +88,8 @@ def power_bars(power: dict[str, float], *, alpha: float, broken: dict[str, bool]
 
 def conventions(acc: Acceptance, *, title: str = "") -> Figure:
     """Unconditional and conditional rates per draft position, the two mean lengths in the legend."""
-    fig, ax = _row_figure()
+    fig, axes = _figure(width=5.6)
+    ax = axes[0][0]
     pos = list(range(len(acc.unconditional)))
     w = 0.38
     ax.bar([x - w / 2 for x in pos], acc.unconditional, w, label="unconditional (vLLM, llama.cpp)")
@@ -109,7 +105,8 @@ def conventions(acc: Acceptance, *, title: str = "") -> Figure:
 
 def estimate_vs_live(results: dict[str, Acceptance], *, live: str = "live loop", title: str = "") -> Figure:
     """Unconditional and conditional rate per draft position for each estimate; the live loop in black."""
-    fig, axes = _row_figure(width=9.0, ncols=2)
+    fig, axes = _figure(2, width=4.5)
+    axes = axes[0]
     for ax, what in zip(axes, ("unconditional", "conditional")):
         for name, acc in results.items():
             ys = getattr(acc, what)

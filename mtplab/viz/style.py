@@ -12,8 +12,14 @@ import io
 AR_COLOR, PLAIN_COLOR, OVERLAP_COLOR = "0.35", "tab:orange", "tab:blue"
 
 
-def _figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.4, **kw):
-    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+def _figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.4, *, scale: float = 1.0,
+            fixed: bool = False, **kw):
+    """The one figure factory: a Figure of nrows x ncols panels, each width x height inches (times `scale`, for
+    projector mode), and its axes as a 2-D array. fixed=True sets the margins once instead of running a layout
+    engine (the widget redraws on every click, and layout engines are slow)."""
+    fig = Figure(figsize=(width * ncols * scale, height * nrows * scale), layout=None if fixed else "constrained")
+    if fixed:
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.82, wspace=0.28)
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes
 

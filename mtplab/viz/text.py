@@ -50,10 +50,12 @@ def table(acc: Acceptance) -> str:
     return "\n".join(rows)
 
 
-def markdown_table(rows: list[dict], cols: list[str]) -> str:
+def markdown_table(rows: list[dict], cols: list[str], number=None) -> str:
+    """The one markdown table of the lab (notebooks and benchmark records): a row per dict, a column per key;
+    lists are joined by spaces. `number` formats floats (default: 2 decimals)."""
     def fmt(v):
         if isinstance(v, float):
-            return f"{v:.2f}"
+            return number(v) if number is not None else f"{v:.2f}"
         if isinstance(v, list):
             return " ".join(fmt(x) for x in v)
         return str(v)
