@@ -4,6 +4,8 @@ The models are injected into the lab's ModelCache under the checkpoint names the
 these tests need no trained checkpoint; one test loads a saved checkpoint by name through the cache.
 """
 import html
+import statistics
+import types
 import os
 import subprocess
 import sys
@@ -51,14 +53,16 @@ def check_matches_trace(st):
         assert [t.token for t in drafts] == s.drafted
         assert [t.kind for t in drafts] == (["accepted"] * s.accepted + ["rejected"] * (s.accepted < len(s.drafted))
                                             + ["discarded"] * max(0, len(s.drafted) - s.accepted - 1))
-        bonus = [t for t in r.tokens if t.kind.startswith("bonus")]
+        bonus = [t for t in r.tokens if t.kind.startswith("bonus") or t.kind == "prefill"]
         if s.bonus is None:
             assert bonus == []
+        elif i == 0:  # the prefill's token has its own colour: no draft was checked, it is no bonus
+            assert [t.kind for t in r.tokens] == ["prefill"] and r.tokens[0].token == s.bonus
         else:
             assert [t.token for t in bonus] == [s.bonus]
             assert bonus[0].kind == {"target": "bonus-target", "correction": "bonus-correction"}[s.bonus_source]
         # the chips, in order, are exactly what the step committed plus what it threw away
-        kept = [t.token for t in r.tokens if t.kind in ("predict", "accepted") or t.kind.startswith("bonus")]
+        kept = [t.token for t in r.tokens if t.kind in ("prefill", "predict", "accepted") or t.kind.startswith("bonus")]
         assert kept == s.emitted
     so_far = st.trace_so_far
     assert so_far.tokens == [t for s in st.trace.steps[:st.shown] for t in s.emitted]
@@ -130,7 +134,8 @@ def test_changing_k_or_method_starts_a_fresh_decode(models):
     assert plain.trace.schedule == "plain" and any(r.predict_token is not None for r in plain.records)
     check_matches_trace(plain)
     ar = lab_state.run_all(lab_state.configure(st3, method="ar"), models)
-    assert ar.baseline is ar.trace and all(r.kinds == ["bonus-target"] for r in ar.records)
+    assert ar.baseline is ar.trace and all(r.kinds == ["bonus-target"] for r in ar.records[1:])
+    assert ar.records[0].kinds == ["prefill"]
     ds = lab_state.run_all(lab_state.configure(st3, method="deepseek", k=2), models)
     assert ds.model_k == 2 and ds.checkpoint_name == "deepseek-d1"
     dm = lab_state.run_all(lab_state.configure(st3, method="draft-model", k=3, temperature=0.8, seed=1), models)
@@ -189,12 +194,48 @@ def test_figures_follow_the_revealed_steps(models):
         [0.0 if c != c else c for c in cond])
     st = lab_state.run_all(st, models)
     speed = viz.speed_figure(st.trace, st.baseline, device_name="cpu")
-    tpf_ax, wall_ax = speed.axes
+    tpf_ax, wall_ax, split_ax = speed.axes
     assert [b.get_height() for b in tpf_ax.containers[0]] == pytest.approx(
         [st.baseline.tokens_per_forward, st.trace.tokens_per_forward])
-    assert [b.get_height() for b in wall_ax.containers[0]] == pytest.approx(
+    assert [b.get_height() for b in wall_ax.patches] == pytest.approx(
         [1000 * st.baseline.wall_s, 1000 * st.trace.wall_s])
-    assert "cpu" in wall_ax.get_title()
+    assert "cpu" in wall_ax.get_title() and "median of 1" in wall_ax.get_title()
+
+
+def test_timing_is_the_median_of_interleaved_repeats_with_its_range(models):
+    st = lab_state.run_all(state(repeats=3), models)
+    assert st.error == "" and [len(v) for v in st.walls.values()] == [3, 3]
+    assert set(st.walls) == {"ar", "blockwise-overlap"} and set(st.splits) == {"ar", "blockwise-overlap"}
+    for who, split in st.splits.items():
+        assert set(split) == {"target_s", "draft_s", "rest_s"} and split["target_s"] > 0
+        assert sum(split.values()) <= max(st.walls[who]) * 1.01  # the parts lie inside the synced wall clock
+    assert st.splits["ar"]["draft_s"] == 0 and st.splits["blockwise-overlap"]["draft_s"] > 0
+    speed = viz.speed_figure(st.trace, st.baseline, device_name="cpu", walls=st.walls, splits=st.splits)
+    tpf_ax, wall_ax, split_ax = speed.axes
+    assert [b.get_height() for b in wall_ax.patches] == pytest.approx(
+        [1000 * statistics.median(st.walls[n]) for n in ("ar", "blockwise-overlap")])
+    assert "median of 3" in wall_ax.get_title()
+    lo, hi = wall_ax.containers[0].lines[2][0].get_segments()[0][:, 1]  # the range bar of AR: min .. max
+    assert (lo, hi) == pytest.approx((1000 * min(st.walls["ar"]), 1000 * max(st.walls["ar"])))
+    stacked = [b.get_height() for b in split_ax.patches]  # ar, method for target, drafter, rest in turn
+    assert stacked[:2] == pytest.approx([1000 * st.splits[n]["target_s"] for n in ("ar", "blockwise-overlap")])
+    assert [t.get_text() for t in split_ax.get_legend().get_texts()] == ["target", "drafter", "rest"]
+    bad = lab_state.step(state(repeats=0), models)
+    assert "repeats must be" in bad.error
+
+
+def test_the_lab_syncs_the_device_before_every_clock_read(models, monkeypatch):
+    """On a GPU a forward returns before its kernels finish: each of the lab's own clock reads comes after a
+    sync of the decode's device (counted here with a fake sync on the CPU)."""
+    calls = []
+    monkeypatch.setattr(lab_state, "sync", lambda dev: calls.append(str(dev)))
+    reads = []
+    real = lab_state.time.perf_counter  # the lab's own clock only (the loop's Clock has its own sync)
+    monkeypatch.setattr(lab_state, "time", types.SimpleNamespace(perf_counter=lambda: reads.append(len(calls)) or real()))
+    st = lab_state.run_all(state(repeats=2), models)
+    assert st.error == "" and len(reads) == 2 * 4  # two clock reads a decode, 2 pairs
+    assert all(n > 0 for n in reads) and reads == sorted(reads)
+    assert len(calls) == len(reads) and set(calls) == {"cpu"}  # one sync right before every read
 
 
 def test_widget_renders_state_and_shows_errors(models):
@@ -217,7 +258,7 @@ def test_widget_renders_state_and_shows_errors(models):
     assert "mtplab-tok" not in lab.tokens.value
     lab.set(k=2).buttons["run"].click()
     assert lab.state.error == "" and lab.state.done and lab.controls["k"].value == 2
-    assert lab.tokens.value.count("mtplab-step-row") == min(12, lab.state.total_steps)
+    assert lab.tokens.value.count("mtplab-step-row") == lab.state.total_steps  # every row, in a scroll box
     lab.controls["prompt"].value = ""
     lab.buttons["run"].click()
     assert "prompt is empty" in lab.status.value

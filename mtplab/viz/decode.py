@@ -3,6 +3,8 @@ one verify forward row by row, the acceptance lab's charts, and a token tree's s
 """
 from __future__ import annotations
 
+import statistics
+
 from matplotlib.figure import Figure
 from mtplab.decoding.trace import Trace
 from mtplab.tokenizer import token_repr
@@ -70,7 +72,7 @@ def step_kinds(trace) -> Figure:
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.36, top=0.9)
     ax = fig.subplots()
     bottom = [0] * len(recs)
-    for kind in ("predict", "accepted", "bonus-target", "bonus-correction", "rejected", "discarded"):
+    for kind in ("prefill", "predict", "accepted", "bonus-target", "bonus-correction", "rejected", "discarded"):
         vals = [sum(t.kind == kind for t in r.tokens) for r in recs]
         ax.bar(range(len(recs)), vals, bottom=bottom, color=COLORS[kind], label=LEGEND[kind],
                hatch="//" if kind in ("rejected", "discarded") else None, edgecolor="white")
@@ -186,7 +188,8 @@ def acceptance_figure(trace: Trace | None, *, title: str | None = None, max_draf
     ax1.bar(x, [len(s.drafted) for s in steps], color=COLORS["discarded"])
     ax1.bar(x, [s.accepted for s in steps], color=COLORS["accepted"])
     ax1.set(xlabel="step", ylabel="drafts", title="acceptance per step")
-    n_pos = max(max_drafts or 0, max((len(s.drafted) for s in steps), default=0), 1)
+    longest = max((len(s.drafted) for s in steps), default=0)
+    n_pos = max(min(max_drafts or 0, 16), longest, 1)  # an absurd k draws 16 positions, not k-1 bars
     ax1.set_ylim(0, n_pos + 0.8)
     ax1.set_xlim(-0.6, max(len(steps), 8) - 0.4)
     from matplotlib.patches import (
@@ -213,26 +216,54 @@ def acceptance_figure(trace: Trace | None, *, title: str | None = None, max_draf
     return fig
 
 
-def speed_figure(trace: Trace | None, baseline: Trace | None, *, device_name: str = "", scale: float = 1.0):
-    """Tokens per target forward and wall clock: this method against AR on the same model."""
-    fig, (ax1, ax2) = _fixed_figure(9, 2.6, 2, scale)
+def decode_split(trace: Trace) -> dict[str, float]:
+    """A whole decode's seconds: in target forwards, in the drafter, and the rest of the loop (accept rule, cache
+    bookkeeping, Python), as its steps measured them."""
+    target, draft = trace.target_s, trace.draft_s
+    return {"target_s": target, "draft_s": draft, "rest_s": max(0.0, trace.wall_s - target - draft)}
+
+
+SPLIT_COLORS = {"target_s": "#0072B2", "draft_s": "#E69F00", "rest_s": "#BBBBBB"}
+
+
+def speed_figure(trace: Trace | None, baseline: Trace | None, *, device_name: str = "", scale: float = 1.0,
+                 walls: dict[str, list[float]] | None = None, splits: dict[str, dict[str, float]] | None = None):
+    """This method against AR on the same model: tokens per target forward; wall clock, the median of the
+    interleaved repeats in `walls` ({name: seconds per decode}) with their range drawn from min to max; and the
+    decode's time split (`splits`, {name: decode_split}), target forwards / drafter / the rest, in ms.
+    Without `walls` and `splits`, the one decode of each trace is drawn (n = 1)."""
+    fig, (ax1, ax2, ax3) = _fixed_figure(12, 2.6, 3, scale)
     if trace is None or baseline is None:
-        for ax in (ax1, ax2):
+        for ax in (ax1, ax2, ax3):
             ax.text(0.5, 0.5, "not decoded yet", ha="center", va="center", transform=ax.transAxes)
             ax.set_axis_off()
         return fig
     names = ["ar", trace.method] if trace.method != "ar" else ["ar"]
     traces = [baseline, trace] if trace.method != "ar" else [baseline]
+    walls = walls or {n: [t.wall_s] for n, t in zip(names, traces)}
+    splits = splits or {n: decode_split(t) for n, t in zip(names, traces)}
     colors = [COLORS["discarded"], COLORS["accepted"]][:len(names)]
     tpf = [t.tokens_per_forward for t in traces]
     ax1.bar(names, tpf, color=colors)
     ax1.set(title="tokens per target forward", ylim=(0, max(tpf) * 1.3))
-    ms = [1000 * t.wall_s for t in traces]
-    ax2.bar(names, ms, color=colors)
-    ax2.set(title=f"wall clock, ms ({device_name or 'device'})", ylim=(0, max(ms) * 1.3))
-    for ax, vals, fmt in ((ax1, tpf, "{:.2f}"), (ax2, ms, "{:.0f}")):
+    ms = [[1000 * w for w in walls[n]] for n in names]
+    med = [statistics.median(m) for m in ms]
+    lo = [m - min(v) for m, v in zip(med, ms)]
+    hi = [max(v) - m for m, v in zip(med, ms)]
+    ax2.bar(names, med, color=colors, yerr=[lo, hi], capsize=4)
+    n_runs = min(len(v) for v in ms)
+    ax2.set(title=f"wall clock, ms: median of {n_runs} ({device_name or 'device'})",
+            ylim=(0, max(max(v) for v in ms) * 1.35))
+    for ax, vals, fmt in ((ax1, tpf, "{:.2f}"), (ax2, med, "{:.0f}")):
         for i, v in enumerate(vals):
-            ax.text(i, v, fmt.format(v), ha="center", va="bottom", fontsize=_font(scale))
+            ax.text(i + 0.3, v, fmt.format(v), ha="left", va="bottom", fontsize=_font(scale))
+    bottom = [0.0] * len(names)
+    for part, label in (("target_s", "target"), ("draft_s", "drafter"), ("rest_s", "rest")):
+        vals = [1000 * splits[n][part] for n in names]
+        ax3.bar(names, vals, bottom=bottom, color=SPLIT_COLORS[part], label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax3.set(title="time split of the decode, ms", ylim=(0, max(bottom + [1e-3]) * 1.3))
+    ax3.legend(fontsize=_font(scale), loc="upper left", ncol=3)
     return fig
 
 

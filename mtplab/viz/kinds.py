@@ -1,6 +1,6 @@
-"""The token kinds (predict, accepted, rejected, discarded, bonus from the target or a correction) and their one
-colour map (Okabe-Ito, colour-blind safe), shared by the figures, the tables and the widget; and `step_record`,
-one step of a trace as the lab shows it.
+"""The token kinds (the prefill's token, predict, accepted, rejected, discarded, bonus from the target or a
+correction) and their one colour map (Okabe-Ito, colour-blind safe), shared by the figures, the tables and the
+widget; and `step_record`, one step of a trace as the lab shows it.
 """
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from mtplab.tokenizer import token_repr
 from mtplab.decoding.trace import Step
 
-KINDS = ("predict", "accepted", "rejected", "discarded", "bonus-target", "bonus-correction")
-COLORS = {  # Okabe-Ito: sky blue, blue, vermillion, grey, bluish green, orange
+KINDS = ("prefill", "predict", "accepted", "rejected", "discarded", "bonus-target", "bonus-correction")
+COLORS = {  # Okabe-Ito: reddish purple, sky blue, blue, vermillion, grey, bluish green, orange
+    "prefill": "#CC79A7",
     "predict": "#56B4E9",
     "accepted": "#0072B2",
     "rejected": "#D55E00",
@@ -19,6 +20,7 @@ COLORS = {  # Okabe-Ito: sky blue, blue, vermillion, grey, bluish green, orange
 }
 TEXT_COLORS = {k: ("#ffffff" if k in ("accepted", "rejected", "bonus-target") else "#000000") for k in KINDS}
 LEGEND = {
+    "prefill": "prefill: the target's first token, from the prompt's forward",
     "predict": "predict token (plain schedule)",
     "accepted": "draft accepted",
     "rejected": "draft rejected",
@@ -33,7 +35,7 @@ STRUCK = ("rejected", "discarded")
 class TokenView:
     token: int
     label: str                       # printable byte label (tokenizer.token_repr)
-    kind: str                        # one of viz_tokens.KINDS
+    kind: str                        # one of KINDS
     draw: tuple[float, float, float] | None = None  # sampled drafts: (p(d), q(d), u); kept when u < p/q
 
 
@@ -50,6 +52,9 @@ class StepRecord:
     emitted: tuple[int, ...]
     forwards: int
     tokens: tuple[TokenView, ...]    # predict token, drafts, bonus, in that order
+    wall_s: float = 0.0              # the step's wall time, and of it: the target's forwards, the drafter
+    target_s: float = 0.0
+    draft_s: float = 0.0
 
     @property
     def kinds(self) -> list[str]:
@@ -69,6 +74,9 @@ def step_record(index: int, step: Step, label=token_repr) -> StepRecord:
         views.append(TokenView(d, token_repr(d), kind, draws[i] if i < len(draws) else None))
     if step.bonus is not None:
         kind = "bonus-correction" if step.bonus_source == "correction" else "bonus-target"
+        if index == 0 and not step.drafted and step.predict_token is None:
+            kind = "prefill"  # step 0: the prompt in one forward gives the first token; no draft was checked
         views.append(TokenView(step.bonus, token_repr(step.bonus), kind))
     return StepRecord(index, tuple(step.drafted), step.accepted, len(step.drafted) - step.accepted, step.bonus,
-                      step.bonus_source, step.predict_token, tuple(step.emitted), step.forwards, tuple(views))
+                      step.bonus_source, step.predict_token, tuple(step.emitted), step.forwards, tuple(views),
+                      step.wall_s, step.target_s, step.draft_s)

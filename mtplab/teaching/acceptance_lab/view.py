@@ -1,29 +1,37 @@
 """The acceptance lab's view: step through a speculative decode and watch which drafts the target keeps.
 
-Three modules, read in this order:
+Read in this order:
 
-* `mtplab.widget_state`: the pure state (`LabState`) and the functions that advance it, tested without a browser;
-* `mtplab.viz_tokens`: the token-kind colour map (colour-blind safe, shared with notebook 02) and the figures;
-* this module: HTML text views of a state, and `AcceptanceLab`, which renders a state with ipywidgets and calls
-  the pure functions on clicks. ipywidgets is imported only inside `AcceptanceLab`, lazily: importing mtplab
-  never imports it.
+* `state`: the pure state (`LabState`) and the functions that advance it, tested without a browser;
+* `mtplab.viz.kinds` and `mtplab.viz.decode`: the token-kind colour map (colour-blind safe, shared with notebook
+  02) and the figures;
+* this module: HTML text views of a state (also used by the offline report, tools/report.py), and
+  `AcceptanceLab`, which renders a state with ipywidgets and calls the pure functions on clicks. ipywidgets is
+  imported only inside `AcceptanceLab`, lazily: importing mtplab never imports it.
 
-Projector mode (`AcceptanceLab(projector=True)` or its toggle) draws larger chips and larger, sharper charts.
+For a lecture hall: a seed control and a **New sample** button (Reset replays the same sample); a step slider
+(its number can be typed: jump to step n); keys (click the lab first) → step, ← back, Home reset, End run all;
+every row reachable by scrolling; p(d), q(d) and u printed large under each sampled step, with the residual
+norm(max(0, p - q)) drawn at a correction, and the target's top-2 and their logit gap at a rejected greedy
+draft; per-step wall time (target, drafter) in each row, and the decode's time split, median of `repeats`
+interleaved runs with its range, in the speed chart. Projector mode (`projector=True` or its toggle) draws
+larger chips and larger, sharper charts.
 """
 from __future__ import annotations
 
-from mtplab.decoding.drafters import METHODS
-from mtplab.errors import MtplabError
 import html
 from dataclasses import replace
-from mtplab.model import checkpoint as ckpt
-from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS
-from mtplab.viz.decode import acceptance_figure, speed_figure
-from mtplab.viz.style import png
-from mtplab.teaching.acceptance_lab.state import (DEFAULT_CHECKPOINT, LabState, ModelCache, back, configure, reset,
-                                                  run_all, step)
-from mtplab.viz.kinds import StepRecord, TokenView
+
+from mtplab.decoding.drafters import METHODS
+from mtplab.errors import MtplabError
 from mtplab.measuring.acceptance import KINDS as CONVENTIONS, convert
+from mtplab.model import checkpoint as ckpt
+from mtplab.teaching.acceptance_lab.state import (DEFAULT_CHECKPOINT, Inside, LabState, ModelCache, back, change,
+                                                  check_k_fits, configure, inside, jump, new_sample, reset,
+                                                  resolve_auto, run_all, step)
+from mtplab.viz.decode import acceptance_figure, speed_figure
+from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, StepRecord, TokenView
+from mtplab.viz.style import png
 from mtplab.viz.text import table
 
 
@@ -47,14 +55,26 @@ def converter_widget(rates=(0.8, 0.6, 0.45), kind: str = "unconditional"):
     show()
     return w.VBox([box, which, out])
 
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
+KEYS = {"ArrowRight": "step", "ArrowLeft": "back", "Home": "reset", "End": "run"}  # key -> button class suffix
+# One window-level listener (capture phase: before JupyterLab's own shortcuts) clicks the lab's buttons when
+# the focus is inside a lab and not in a text box. An HTML widget cannot hold a <script>, but its innerHTML
+# runs an image's onerror: that is how it gets into JupyterLab and into the offline report alike.
+KEYS_JS = ("if(!window.mtplabKeys){window.mtplabKeys=1;window.addEventListener('keydown',function(e){"
+           "var t=e.target;if(!t||!t.closest)return;var lab=t.closest('.mtplab-lab,.mtplab-offline');"
+           "if(!lab||/^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))return;"
+           "var m={" + ",".join(f"{k}:'.mtplab-{v}'" for k, v in KEYS.items()) + "}[e.key];if(!m)return;"
+           "var b=lab.querySelector(m);if(b){b.click();e.preventDefault();e.stopPropagation();}},true);}")
+KEYS_HTML = (f"<img src='' alt='' style='display:none' onerror=\"{KEYS_JS}\">"
+             "<span style='color:#555'>keys (click the lab first): → step · ← back · Home reset · End run all</span>")
 
 
 # ---------------------------------------------------------------------------------- text views
 def _chip(t: TokenView, projector: bool) -> str:
     size = "24px" if projector else "13px"
     extra = "text-decoration:line-through;" if t.kind in STRUCK else ""
-    title = f"{t.kind}: byte {t.token}"
+    title = f"{t.kind}: token {t.token}"
     if t.draw is not None:
         p, q, u = t.draw
         title += f"; p(d)={p:.3f}, q(d)={q:.3f}, u={u:.3f}"
@@ -77,28 +97,94 @@ def draws_text(r: StepRecord) -> str:
     return "; ".join(parts)
 
 
-def tokens_html(state: LabState, last: int = 12, *, projector: bool = False) -> str:
-    """The revealed steps as rows of coloured token chips (the last `last` steps), plus the text so far."""
+def _ms(s: float) -> str:
+    return f"{1000 * s:.1f}"
+
+
+def step_time_text(r: StepRecord) -> str:
+    """A step's wall time and its parts, as measured (ms)."""
+    return f"{_ms(r.wall_s)} ms (target {_ms(r.target_s)}, drafter {_ms(r.draft_s)})"
+
+
+def draws_html(r: StepRecord, projector: bool) -> str:
+    """p(d), q(d) and u of every examined draft, large and dark (no hovering), with the rule's verdict."""
+    size = "22px" if projector else "15px"
+    items = []
+    for t in r.tokens:
+        if t.draw is None:
+            continue
+        p, q, u = t.draw
+        ratio = p / q if q > 0 else float("inf")
+        kept = u < min(1.0, ratio)
+        items.append(f"<span class='mtplab-draw' style='margin-right:1.2em'><b>{html.escape(t.label)}</b>: "
+                     f"p(d)=<b>{p:.3f}</b> q(d)=<b>{q:.3f}</b> u=<b>{u:.3f}</b> "
+                     f"{'&lt;' if kept else '≥'} min(1, p/q)={min(1.0, ratio):.3f} → "
+                     f"<b style='color:{COLORS['accepted' if kept else 'rejected']}'>{'kept' if kept else 'rejected'}"
+                     "</b></span>")
+    if not items:
+        return ""
+    return f"<div class='mtplab-draws' style='font-size:{size};color:#111;margin:2px 0 2px 1em'>{''.join(items)}</div>"
+
+
+def inside_html(ins: Inside | None, label, projector: bool) -> str:
+    """Greedy: the target's top-2 and their logit gap at the rejected draft. Sampled: p, q and the residual
+    norm(max(0, p - q)) drawn as bars, for the tokens that matter; the correction was drawn from the residual."""
+    if ins is None:
+        return ""
+    size = "20px" if projector else "14px"
+    if ins.greedy:
+        (t1, l1), (t2, l2) = ins.top2
+        return (f"<div class='mtplab-top2' style='font-size:{size};color:#111;margin:2px 0 2px 1em'>at draft "
+                f"{ins.position + 1} the target's top-2: <b>{html.escape(label(t1))}</b> {l1:.2f} · "
+                f"<b>{html.escape(label(t2))}</b> {l2:.2f}, logit gap <b>{ins.gap:.2f}</b>; the draft "
+                f"<b>{html.escape(label(ins.draft))}</b> was its #{ins.draft_rank}</div>")
+    width = 160 if projector else 110
+
+    def bar(v, color):
+        return (f"<span style='display:inline-block;width:{width}px;background:#eee;vertical-align:middle'>"
+                f"<span style='display:block;height:0.9em;width:{max(0.0, min(1.0, v)) * 100:.1f}%;background:{color}'>"
+                f"</span></span> {v:.3f}")
+
+    head = ("residual norm(max(0, p − q)) at the rejected draft: the correction is drawn from it"
+            if ins.residual else "p and q at the rejected draft")
+    rows = []
+    for t, p, q, r in ins.rows:
+        mark = " ← draft" if t == ins.draft else (" ← correction" if t == ins.committed else "")
+        rows.append(f"<tr><td style='font-family:monospace'><b>{html.escape(label(t))}</b>{mark}</td>"
+                    f"<td>{bar(p, COLORS['bonus-target'])}</td><td>{bar(q, COLORS['discarded'])}</td>"
+                    f"<td>{bar(r, COLORS['bonus-correction'])}</td></tr>")
+    return (f"<div class='mtplab-residual' style='font-size:{size};margin:2px 0 4px 1em'>{head}<table>"
+            "<tr><th></th><th>p (target)</th><th>q (drafter)</th><th>residual</th></tr>" + "".join(rows) + "</table></div>")
+
+
+def legend_html(projector: bool = False) -> str:
+    font = "150%" if projector else "90%"
+    return f"<div style='font-size:{font}'>" + " ".join(
+        f"<span style='background:{COLORS[k]};color:{TEXT_COLORS[k]};padding:1px 4px;border-radius:3px;"
+        f"{'text-decoration:line-through;' if k in STRUCK else ''}'>{LEGEND[k]}</span>" for k in KINDS) + "</div>"
+
+
+def tokens_html(state: LabState, *, projector: bool = False, height: str = "26em") -> str:
+    """The revealed steps as rows of coloured token chips, every one reachable by scrolling (the box starts at
+    the newest row), with each step's time, its draws and what decided a rejection; then the text so far."""
     if state.trace is None:
         return "<div class='mtplab-empty'>Press <b>Step</b> to decode.</div>"
     rows = []
-    for r in state.records[-last:]:
+    for r in state.records:
         chips = "".join(_chip(t, projector) for t in r.tokens)
         what = "prefill" if r.index == 0 else (f"kept {r.accepted}/{len(r.drafted)} drafts" if r.drafted
                                                else "no drafts")
-        head = f"step {r.index} · {r.forwards} fwd · {what}"
-        why = draws_text(r)
-        why_html = f"<div class='mtplab-draws' style='color:#555;margin-left:19em'>{html.escape(why)}</div>" if why else ""
-        rows.append(f"<div class='mtplab-step-row' data-step='{r.index}'><span style='display:inline-block;"
-                    f"width:19em;white-space:nowrap;color:#555'>{head}</span>{chips}{why_html}</div>")
-    hidden = max(0, len(state.records) - last)
-    more = f"<div style='color:#777'>… {hidden} earlier steps</div>" if hidden else ""
+        head = f"step {r.index} · {r.forwards} fwd · {what} · {step_time_text(r)}"
+        below = draws_html(r, projector) + inside_html(inside(state, r.index), state.label, projector)
+        rows.append(f"<div class='mtplab-step-row' data-step='{r.index}' style='border-bottom:1px solid #eee'>"
+                    f"<span class='mtplab-step-head' style='display:inline-block;min-width:26em;white-space:nowrap;"
+                    f"color:#333'>{html.escape(head)}</span>{chips}{below}</div>")
     text = html.escape(state.prompt) + "<b>" + html.escape(state.detok(state.trace_so_far.tokens)) + "</b>"
-    legend = " ".join(f"<span style='background:{COLORS[k]};color:{TEXT_COLORS[k]};padding:1px 4px;border-radius:3px;"
-                      f"{'text-decoration:line-through;' if k in STRUCK else ''}'>{LEGEND[k]}</span>" for k in KINDS)
     font = "150%" if projector else "90%"
-    return (f"<div style='font-size:{font}'>{legend}</div><div style='font-size:{font}'>{more}{''.join(rows)}</div>"
-            f"<pre class='mtplab-text' style='white-space:pre-wrap;border:1px solid #ddd;padding:4px;"
+    # column-reverse around one inner box: the scroll position starts at the bottom, the rows keep their order
+    return (legend_html(projector) + f"<div class='mtplab-rows' tabindex='0' style='font-size:{font};max-height:{height};"
+            f"overflow-y:auto;display:flex;flex-direction:column-reverse;border:1px solid #ddd'><div>{''.join(rows)}"
+            f"</div></div><pre class='mtplab-text' style='white-space:pre-wrap;border:1px solid #ddd;padding:4px;"
             f"font-size:{font}'>{text}</pre>")
 
 
@@ -106,28 +192,33 @@ def status_text(state: LabState) -> str:
     if state.error:
         return f"⚠ {state.error}"
     if state.trace is None:
-        return f"{state.method}, k={state.k}: not decoded yet"
+        return f"{state.method}, k={state.k}, seed {state.seed}: not decoded yet"
     t = state.trace_so_far
     limit = "no limit" if state.model_k is None else f"k ≤ {state.model_k}"
-    return (f"{state.method} on {state.checkpoint_name} ({limit}), device {state.device_name}: "
-            f"step {state.shown}/{state.total_steps}, {len(t.tokens)} tokens in {t.forwards} target forwards, "
-            f"{t.num_accepted_tokens}/{t.num_draft_tokens} drafts accepted")
+    return (f"{state.method} k={state.k} on {state.checkpoint_name} ({limit}), device {state.device_name}, "
+            f"seed {state.seed}: step {state.shown}/{state.total_steps}, {len(t.tokens)} tokens in {t.forwards} "
+            f"target forwards, {t.num_accepted_tokens}/{t.num_draft_tokens} drafts accepted")
 
 
 # ---------------------------------------------------------------------------------- the view
 class AcceptanceLab:
-    """The ipywidgets front end. `lab.widget` is the box to display; `lab.state` the current LabState."""
+    """The ipywidgets front end. `lab.widget` is the box to display; `lab.state` the current LabState.
+    `method='auto'` (the default) takes method, k and checkpoint from the shipped decode benchmark."""
 
     def __init__(self, state: LabState | None = None, *, models: ModelCache | None = None, projector: bool = False,
                  **settings):
         import ipywidgets as w  # lazy: only the lab needs ipywidgets
 
-        try:
-            self.state = configure(state or LabState(), **settings)
-        except MtplabError as e:  # an unknown setting: keep the defaults and show the message
-            self.state = replace(state or LabState(), error=str(e))
         self.models = models or ModelCache()
+        base = state or LabState(repeats=5)  # the widget times 5 interleaved (AR, method) pairs
+        try:
+            self.state = configure(base, **settings)
+        except MtplabError as e:  # an unknown setting: keep the defaults and show the message
+            self.state = replace(base, error=str(e))
+        if not self.state.error:
+            self.state = check_k_fits(resolve_auto(self.state), self.models)  # before anything is drawn
         self.projector = projector
+        self._syncing = False
         self.controls = _controls(w, self.state)
         for name, c in self.controls.items():
             c.style.description_width = "90px"
@@ -135,20 +226,27 @@ class AcceptanceLab:
             c.observe(lambda ch, name=name: self._set(name, ch["new"]), names="value")
         self.buttons = {
             # no icons: Font Awesome would be one more thing for the offline report to serve
-            "back": w.Button(description="◂ Back", tooltip="hide the last step"),
-            "step": w.Button(description="Step ▸", tooltip="reveal one decoding step", button_style="primary"),
-            "run": w.Button(description="Run all ▸▸", tooltip="reveal every step"),
-            "reset": w.Button(description="Reset", tooltip="back to step 0, decode afresh"),
+            "back": w.Button(description="◂ Back", tooltip="hide the last step (key ←)"),
+            "step": w.Button(description="Step ▸", tooltip="reveal one decoding step (key →)", button_style="primary"),
+            "run": w.Button(description="Run all ▸▸", tooltip="reveal every step (key End)"),
+            "reset": w.Button(description="Reset", tooltip="back to step 0; the same seed decodes again (key Home)"),
+            "new_sample": w.Button(description="New sample", tooltip="the next seed: a new sample at temperature > 0"),
         }
         for name, b in self.buttons.items():
-            b.add_class(f"mtplab-{name}")
+            b.add_class(f"mtplab-{name.replace('_', '-')}")
         self.buttons["back"].on_click(lambda _: self._do(back))
         self.buttons["step"].on_click(lambda _: self._do(lambda st: step(st, self.models)))
         self.buttons["run"].on_click(lambda _: self._do(lambda st: run_all(st, self.models)))
         self.buttons["reset"].on_click(lambda _: self._do(reset))
+        self.buttons["new_sample"].on_click(lambda _: self._do(lambda st: new_sample(st, self.models)))
+        self.slider = w.IntSlider(value=0, min=0, max=1, description="step", continuous_update=False,
+                                  layout=w.Layout(width="60%")).add_class("mtplab-slider")
+        self.slider.observe(self._slid, names="value")
+        self.keys = w.HTML(KEYS_HTML).add_class("mtplab-keys")
         self.projector_toggle = w.ToggleButton(value=projector, description="projector").add_class("mtplab-projector")
         self.projector_toggle.observe(lambda ch: self.set_projector(ch["new"]), names="value")
         self.status = w.HTML().add_class("mtplab-status")
+        self.note = w.HTML().add_class("mtplab-note")
         self.tokens = w.HTML().add_class("mtplab-tokens")
         self.accept_chart = w.Image(format="png").add_class("mtplab-acceptance")
         self.speed_chart = w.Image(format="png").add_class("mtplab-speed")
@@ -156,16 +254,23 @@ class AcceptanceLab:
         self.widget = w.VBox([
             w.HBox([c["method"], c["checkpoint"], c["device"]]),
             w.HBox([c["k"], c["temperature"], c["max_new_tokens"]]),
+            w.HBox([c["seed"], c["repeats"]]),
             c["prompt"],
             w.HBox([*self.buttons.values(), self.projector_toggle]),
-            self.status, self.tokens, self.accept_chart, self.speed_chart,
+            w.HBox([self.slider, self.keys]),
+            self.status, self.note, self.tokens, self.accept_chart, self.speed_chart,
         ]).add_class("mtplab-lab")
         self._speed_for = None
         self.render()
 
     # each handler replaces the state with a pure function of it, then redraws
     def _set(self, name, value):
-        self._do(lambda st: configure(st, **{name: value}))
+        if not self._syncing:
+            self._do(lambda st: change(st, self.models, **{name: value}))
+
+    def _slid(self, ch):
+        if not self._syncing:
+            self._do(lambda st: jump(st, self.models, ch["new"]))
 
     def _do(self, fn):
         try:
@@ -186,6 +291,14 @@ class AcceptanceLab:
         self._do(lambda st: back(st, n))
         return self
 
+    def jump(self, n: int) -> AcceptanceLab:
+        self._do(lambda st: jump(st, self.models, n))
+        return self
+
+    def new_sample(self) -> AcceptanceLab:
+        self._do(lambda st: new_sample(st, self.models))
+        return self
+
     def set_projector(self, on: bool = True) -> AcceptanceLab:
         """Larger chips and larger, sharper charts, for a classroom projector."""
         self.projector = bool(on)
@@ -198,33 +311,66 @@ class AcceptanceLab:
         return self
 
     def set(self, **settings) -> AcceptanceLab:
-        """Change settings from code; the controls follow (and their observers re-apply the same values)."""
-        self._do(lambda st: configure(st, **settings))
-        for name, value in settings.items():
-            if name in self.controls:
-                try:
-                    self.controls[name].value = value
-                except Exception:  # noqa: BLE001 - a value the control cannot hold: the state keeps the message
-                    pass
+        """Change settings from code; the controls follow."""
+        self._do(lambda st: change(st, self.models, **settings))
         return self
+
+    def _sync_controls(self):
+        """The controls and the slider show the state (a clamped k, the default demo, the steps shown)."""
+        s = self.state
+        self._syncing = True
+        try:
+            for name, c in self.controls.items():
+                value = getattr(s, name)
+                if name == "method" and value not in c.options:
+                    continue
+                if name == "checkpoint" and str(value) not in c.options:
+                    c.options = [*c.options, str(value)]
+                if c.value != value and _holds(c, value):
+                    try:
+                        c.value = value
+                    except Exception:  # noqa: BLE001 - a value the control cannot hold: the state keeps it
+                        pass
+            top = max(1, s.total_steps)
+            if top >= self.slider.max:
+                self.slider.max, self.slider.value = top, s.shown
+            else:
+                self.slider.value, self.slider.max = s.shown, top
+        finally:
+            self._syncing = False
 
     def render(self):
         s = self.state
+        self._sync_controls()
         color = "#b30000" if s.error else "#333"
         self.status.value = f"<div style='color:{color}'>{html.escape(status_text(s))}</div>"
+        self.note.value = f"<div style='color:#555'>ⓘ {html.escape(s.note)}</div>" if s.note else ""
         self.tokens.value = tokens_html(s, projector=self.projector)
         scale, dpi = (1.5, 110) if self.projector else (1.0, 80)
-        limit = (s.model_k - 1) if s.model_k else (max(1, s.k - 1) if isinstance(s.k, int) else 1)
+        k = s.k if isinstance(s.k, int) and not isinstance(s.k, bool) else 2
+        limit = (s.model_k - 1) if s.model_k else max(1, min(k - 1, 16))
         self.accept_chart.value = png(acceptance_figure(s.trace_so_far, max_drafts=limit, scale=scale), dpi=dpi)
         drawn = self._speed_for
         if drawn is None or drawn[0] is not s.trace or drawn[1] is not s.baseline:
             self._speed_for = (s.trace, s.baseline)  # the speed chart covers the whole decode: redraw on change
-            self.speed_chart.value = png(speed_figure(s.trace, s.baseline, device_name=s.device_name, scale=scale),
-                                         dpi=dpi)
+            self.speed_chart.value = png(speed_figure(s.trace, s.baseline, device_name=s.device_name, scale=scale,
+                                                      walls=s.walls, splits=s.splits), dpi=dpi)
 
     def _ipython_display_(self):
         from IPython.display import display
         display(self.widget)
+
+
+def _holds(control, value) -> bool:
+    """Whether a control of this kind can show `value` (a bad setting stays in the state, with its message)."""
+    kind = type(control).__name__
+    if kind == "IntText":
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 53
+    if kind == "FloatText":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if kind in ("Text", "Textarea"):
+        return isinstance(value, str)
+    return True
 
 
 def _controls(w, s: LabState) -> dict:
@@ -234,7 +380,7 @@ def _controls(w, s: LabState) -> dict:
     checkpoints = list(dict.fromkeys([DEFAULT_CHECKPOINT, *names, str(s.checkpoint)]))
     return {
         "method": w.Dropdown(options=list(METHODS), description="method",
-                             value=_fits(s.method, list(METHODS), LabState.method)),
+                             value=_fits(s.method, list(METHODS), "blockwise-overlap")),
         "checkpoint": w.Dropdown(options=checkpoints, value=str(s.checkpoint), description="checkpoint"),
         "k": w.IntText(value=_fits(s.k, int, LabState.k), description="k"),
         "temperature": w.FloatText(value=_fits(s.temperature, float, LabState.temperature), description="temperature"),
@@ -242,6 +388,8 @@ def _controls(w, s: LabState) -> dict:
                              description="device"),
         "max_new_tokens": w.IntText(value=_fits(s.max_new_tokens, int, LabState.max_new_tokens),
                                     description="new tokens"),
+        "seed": w.IntText(value=_fits(s.seed, int, LabState.seed), description="seed"),
+        "repeats": w.IntText(value=_fits(s.repeats, int, 5), description="timed runs"),
         "prompt": w.Textarea(value=str(s.prompt), description="prompt", continuous_update=False,
                              layout=w.Layout(width="60%")),
     }
