@@ -28,7 +28,7 @@ def events(monkeypatch):
         log.append("clock")
         return real()
 
-    for mod in (loop, timing, regime):
+    for mod in (loop, timing):
         monkeypatch.setattr(mod, "sync", fake_sync)
     monkeypatch.setattr(time, "perf_counter", clock)
     return log

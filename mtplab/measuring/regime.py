@@ -16,14 +16,11 @@ both down 30-200x.
 """
 from __future__ import annotations
 
-import statistics
-import time
 import torch
 
-from mtplab.decoding.generate import decode_with, max_k
-from mtplab.device import machine, sync
+from mtplab.device import machine
 from mtplab.errors import MtplabError
-from mtplab.measuring.timing import measure_cost_curve
+from mtplab.measuring.timing import interleaved_race, measure_cost_curve
 from mtplab.model.config import ModelConfig
 from mtplab.model.gpt import GPT, deepen
 
@@ -66,15 +63,6 @@ def cost_by_size(shapes, *, qs=(1, 2, 4, 8), context: int = 128, repeats: int = 
     return rows
 
 
-def _timed(dev, *args, **kw):
-    """decode_with(*args, **kw) and its wall time, the device synced before each clock read."""
-    sync(dev)
-    t0 = time.perf_counter()
-    out = decode_with(*args, **kw)
-    sync(dev)
-    return out, time.perf_counter() - t0
-
-
 @torch.inference_mode()
 def speedup_by_depth(models: dict, prompts, depths, *, max_new_tokens: int = 128, repeats: int = 3,
                      progress: bool = False) -> list[dict]:
@@ -83,39 +71,18 @@ def speedup_by_depth(models: dict, prompts, depths, *, max_new_tokens: int = 128
     model: AR and the method interleaved per prompt, `repeats` rounds, medians. Greedy output must equal AR's
     (in fp32 it does; a mismatch is counted, not hidden)."""
     rows = []
-    total = len(depths) * len(models) * repeats * len(prompts)
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=total, desc="speedup by depth", unit="decode pair")
+        bar = tqdm(total=len(depths) * len(models) * repeats * len(prompts), desc="speedup by depth", unit="pair")
     for depth in depths:
         for label, (method, base) in models.items():
-            model = base if depth == base.config.n_layer else deepen(base, depth)
-            model.eval()
-            dev = model.wte.weight.device
-            k = max_k(method, model) or 4
-            decode_with(method, model, prompts[0], max_new_tokens=8, k=k)  # warm-up
-            decode_with("ar", model, prompts[0], max_new_tokens=8)
-            ar_s, sp_s, tpf, same = [], [], [], 0
-            for r in range(repeats):
-                for p in prompts:
-                    ar, t_ar = _timed(dev, "ar", model, p, max_new_tokens=max_new_tokens)
-                    tr, t_sp = _timed(dev, method, model, p, max_new_tokens=max_new_tokens, k=k)
-                    ar_s.append(t_ar)
-                    sp_s.append(t_sp)
-                    if r == 0:
-                        same += tr.tokens == ar.tokens
-                        tpf.append(tr.tokens_per_forward)
-                    if bar is not None:
-                        bar.update(1)
-            n = len(prompts)
-            per_round = [sum(ar_s[i * n:(i + 1) * n]) / sum(sp_s[i * n:(i + 1) * n]) for i in range(repeats)]
-            rows.append({"method": label, "n_layer": depth, "k": k, "tokens_per_forward": statistics.mean(tpf),
-                         "ar_ms_per_token": 1e3 * statistics.median(ar_s) / max_new_tokens,
-                         "speedup": statistics.median(per_round), "speedup_min": min(per_round),
-                         "speedup_max": max(per_round), "identical": same, "prompts": n})
-            if model is not base:
-                del model
+            model = base if depth == base.config.n_layer else deepen(base, depth).eval()
+            r = interleaved_race(method, model, prompts, max_new_tokens=max_new_tokens, repeats=repeats, bar=bar)
+            rows.append({"method": label, "n_layer": depth, "k": r["k"], "tokens_per_forward": r["tokens_per_forward"],
+                         "ar_ms_per_token": r["ar_ms_per_token"], "speedup": r["speedup"],
+                         "speedup_min": r["speedup_min"], "speedup_max": r["speedup_max"], "identical": r["identical"],
+                         "prompts": len(prompts)})
     if bar is not None:
         bar.close()
     return rows
