@@ -25,8 +25,9 @@ def test_every_planted_bug_is_caught_at_the_default_sample_size(name):
 
 @pytest.mark.parametrize("name", CORRECT)
 def test_the_correct_rules_pass(name):
-    runs = [bugs.judge(bugs.RULES[name], s) for s in range(3)]
-    assert not any(r["broken"] for r in runs), [r["pvalue"] for r in runs]
+    """At ALPHA = 0.05 a correct rule is rejected on about 1 seed in 20: over 10 seeds, at most 2 (P(> 2) ~ 1%)."""
+    runs = [bugs.judge(bugs.RULES[name], s) for s in range(10)]
+    assert sum(r["broken"] for r in runs) <= 2, [r["pvalue"] for r in runs]
     assert all(r["counts"].sum() == bugs.N_DRAWS for r in runs)
 
 

@@ -193,7 +193,7 @@ PAPERS = [
             "hardware or baseline for the 1.8x"},
     {"paper": "Leviathan et al. 2023, abstract; Chen et al. 2023, abstract", "quantity": "two-model speculative speedup",
      "paper_value": "2-3x (T5-XXL); 2-2.5x (Chinchilla 70B)", "lab": "draft-model k=4: wall-clock speedup",
-     "why": "the lab's draft model is about 1/8 of the target's size, but both are tiny: the target's forward is not "
+     "why": "the lab's draft model is much smaller than the target, but both are tiny: the target's forward is not "
             "memory-bound enough for the extra verify width to come free"},
 ]
 

@@ -31,7 +31,7 @@ from mtplab.teaching.sampling import accept_counts, chi_square
 # The toy (one draft per step, V tokens, p and q far apart); the settings a bug forgets are named here.
 V = 8
 N_DRAWS = 3000          # draws per chi-square test: every planted bug is caught at this size (tests/test_bugs.py)
-ALPHA = 0.01            # a test rejects when its p-value is below ALPHA: a correct rule fails at rate ALPHA
+ALPHA = 0.05            # the lab's one test level (as notebook 06): a correct rule fails at rate ALPHA
 DRAFT_TEMPERATURE = 0.5  # the drafter samples at this temperature
 TOP_K = 3               # a top-k left over from another request, applied to p only
 LOGIT_LEVEL = 200.0     # raw target logits sit near here (logits of 40 at T = 0.2): bf16 steps by 1.0 there
@@ -196,7 +196,7 @@ def check_verdicts(verdicts: dict) -> Check:
     name = "find the bug"
     if not isinstance(verdicts, dict):
         return Check(name, False, "give a dict such as {'rule_a': True, 'rule_b': False, ...} (True = broken)")
-    missing = [r for r in ANSWERS if r not in verdicts]
+    missing = [r for r in ANSWERS if verdicts.get(r) is None]
     if missing:
         return Check(name, False, f"no verdict yet for {', '.join(missing)}")
     unknown = [r for r in verdicts if r not in ANSWERS]

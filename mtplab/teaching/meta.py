@@ -23,6 +23,16 @@ from mtplab.training.steps import meta_step
 
 
 # ---------------------------------------------------------------------------------- notebook 03
+def _pooled_mean(logits, x, K) -> float:
+    """The tempting wrong reduction: one mean over every valid (position, head) pair."""
+    import torch.nn.functional as F
+    T = logits.shape[1]
+    ces = [F.cross_entropy(logits[:, :T - j, j].reshape(-1, logits.shape[-1]), x[:, 1 + j:T + 1].reshape(-1),
+                           reduction="sum") for j in range(K)]
+    n = sum(logits.shape[0] * (T - j) for j in range(K))
+    return float(sum(ces) / n)
+
+
 def check_shift(fn) -> Check:
     """fn(logits, x, K) -> the multi-token loss.
 
@@ -45,6 +55,10 @@ def check_shift(fn) -> Check:
         if not math.isclose(gv, want, rel_tol=1e-4, abs_tol=1e-5):
             copy = float(multi_token_loss(logits.reshape(B, T, K * V), x[:, :-1], K))
             hint = ""
+            flat = _pooled_mean(logits, x, K)
+            if math.isclose(gv, flat, rel_tol=1e-4):
+                hint = (" The shift is right, but you took one mean over all valid (position, head) pairs; take each "
+                        "head's mean cross-entropy, then the mean over the K heads.")
             if math.isclose(gv, copy, rel_tol=1e-4):
                 hint = (" You scored head k against x[i+k]: the inputs themselves. Head 0 would learn to copy "
                         "the token it reads; targets must be the next-token shift x[i+1+k].")
