@@ -365,3 +365,149 @@ def test_steps_table_and_step_kinds_number_steps_as_the_trace(models):
         totals = [t + b.get_height() for t, b in zip(totals, bars)]
     assert totals == [len(s.emitted) + len(s.drafted) - s.accepted for s in tr.steps]  # nothing clipped or lost
     assert ax.get_ylim()[1] > max(totals)
+
+
+# ---------------------------------------------------------------------------------- issue 20: a lecture hall
+def test_a_new_sample_changes_a_sampled_decode_and_reset_replays_it(models):
+    st = lab_state.step(state(method="draft-model", temperature=1.0, seed=3), models, 5)
+    again = lab_state.step(lab_state.reset(st), models, 5)
+    assert again.trace.tokens == st.trace.tokens and again.seed == 3  # Reset: the same seed, the same sample
+    new = lab_state.new_sample(st, models)
+    assert new.seed == 4 and new.shown == 5 and new.error == ""
+    assert new.trace.tokens != st.trace.tokens  # another sample
+    greedy = lab_state.step(state(), models, 3)
+    assert lab_state.new_sample(greedy, models).trace.tokens == greedy.trace.tokens  # T = 0: the same tokens
+
+
+def test_jump_shows_exactly_n_steps(models):
+    st = lab_state.jump(state(), models, 3)
+    assert st.shown == 3 and st.trace is not None
+    assert lab_state.jump(st, models, 10**6).shown == st.total_steps
+    assert lab_state.jump(st, models, -4).shown == 0
+
+
+def test_k_is_clamped_with_a_note_when_the_method_changes(models):
+    st = lab_state.change(state(method="meta", k=4), models, method="deepseek")
+    assert st.k == 2 and "k set to 2" in st.note and "deepseek-d1" in st.note and st.error == ""
+    st = lab_state.run_all(st, models)
+    assert st.error == "" and st.trace.k == 2 and st.note  # the note stays with the decode it explains
+    same = lab_state.change(state(method="meta", k=3), models, method="blockwise-overlap")
+    assert same.k == 3 and same.note == ""  # k fits: nothing to say
+    assert "not found" in lab_state.step(lab_state.change(state(), models, checkpoint="nope"), models).error
+
+
+def test_an_absurd_k_is_refused_before_anything_is_drawn_or_allocated(models):
+    pytest.importorskip("ipywidgets")
+    import tracemalloc
+    tracemalloc.start()
+    for method in ("meta", "ngram"):  # a head limit, and no limit but the context window
+        lab = lab_view.AcceptanceLab(models=models, method=method, k=10**9, prompt=PROMPT, device="cpu",
+                                     max_new_tokens=24)
+        assert "k=1000000000 is larger than" in lab.state.error and lab.state.trace is None
+        lab.step()
+        assert "k=1000000000" in lab.state.error and "⚠" in lab.status.value
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 200 * 2**20  # it used to ask for 24 GB (a chart with k-1 bars)
+    fig = viz.acceptance_figure(None, max_drafts=10**9)
+    assert len(fig.axes[1].patches) <= 16
+
+
+def test_the_default_demo_is_read_from_the_benchmark_record():
+    record = {"device": "cpu", "threads": 1, "rows": [
+        {"method": "meta", "k": 4, "speedup_wall": 0.85, "tokens_per_forward": 2.1},
+        {"method": "deepseek D=3", "k": 4, "speedup_wall": 1.4, "tokens_per_forward": 2.0},
+        {"method": "oracle alpha=0.8", "k": 4, "speedup_wall": 3.0, "tokens_per_forward": 3.0},
+        {"method": "blockwise-overlap", "k": 4, "speedup_wall": 1.3, "tokens_per_forward": 2.6}]}
+    d = lab_state.choose_demo(record, "cpu")
+    assert (d["method"], d["k"], d["checkpoint"]) == ("deepseek", 4, "deepseek-d3")  # the oracle is no demo
+    assert "1.40x" in d["note"] and "cpu, 1 threads" in d["note"]
+    d = lab_state.choose_demo(record, "cuda (NVIDIA H200)")  # measured elsewhere: wall clock says nothing here
+    assert d["method"] == "blockwise-overlap" and "not on cuda" in d["note"]
+    record["machine"] = {"cpu": "Some CPU", "device": "cuda (NVIDIA H200)", "threads": 16}
+    assert lab_state.choose_demo(record, "cuda (NVIDIA H200)")["method"] == "deepseek"
+    assert "Some CPU" in lab_state.choose_demo(record, "cuda (NVIDIA H200)")["note"]
+    # the shipped record, read at start-up: its fastest row on its own device
+    shipped = lab_state.read_decode_bench(lab_state.DECODE_JSON)
+    d = lab_state.default_demo("cpu")
+    if shipped.get("device", "cpu").startswith("cpu"):
+        best = max((r for r in shipped["rows"] if not r["method"].startswith(("oracle", "ar"))),
+                   key=lambda r: r["speedup_wall"])
+        assert d["method"] == best["method"].split(" ")[0] and d["k"] == best["k"]
+    st = lab_state.resolve_auto(lab_state.LabState(device="cpu"))
+    assert st.method == d["method"] and st.k == d["k"] and st.note == d["note"]
+    broken = lab_state.default_demo("cpu", path="/no/such/decode.json")
+    assert broken["method"] == "blockwise-overlap" and "not found" in broken["note"]
+
+
+def test_the_recorded_decode_is_the_decode_and_explains_each_rejection(models):
+    st = lab_state.run_all(state(), models)
+    direct = generate.decode_with("blockwise-overlap", models.get("stern-k4", "cpu"), list(PROMPT.encode()),
+                                  max_new_tokens=24, k=4)
+    assert st.trace.tokens == direct.tokens and len(st.probes) == st.total_steps
+    seen = 0
+    model = models.get("stern-k4", "cpu")
+    for i, s in enumerate(st.trace.steps):
+        ins = lab_state.inside(st, i)
+        if i == 0 or s.accepted == len(s.drafted):
+            assert ins is None
+            continue
+        seen += 1
+        (t1, l1), (t2, l2) = ins.top2
+        assert t1 == s.bonus and ins.gap == pytest.approx(l1 - l2) and ins.gap >= 0  # the correction is the argmax
+        assert ins.draft == s.drafted[s.accepted] and ins.draft_rank >= 2
+        # the recorded row is what a fresh forward over the same tokens gives
+        before = st.trace.prompt + [t for x in st.trace.steps[:i] for t in x.emitted] + s.drafted[:s.accepted]
+        with torch.no_grad():
+            fresh = model(torch.tensor([before])).logits[0, -1]
+        assert torch.allclose(fresh, lab_state.Probe(**vars(st.probes[i])).logits, atol=1e-4)
+    assert seen >= 2
+    row = lab_view.tokens_html(st)
+    assert row.count("mtplab-top2") == seen and "logit gap" in row
+
+
+def test_a_sampled_correction_shows_p_q_u_large_and_the_residual(models):
+    st = lab_state.run_all(state(method="draft-model", temperature=1.0, seed=1, max_new_tokens=40), models)
+    corrections = [i for i, s in enumerate(st.trace.steps) if s.bonus_source == "correction"]
+    assert corrections
+    for i in corrections:
+        ins = lab_state.inside(st, i)
+        assert ins is not None and not ins.greedy and ins.residual
+        rows = {t: (p, q, r) for t, p, q, r in ins.rows}
+        s = st.trace.steps[i]
+        assert s.bonus in rows and rows[s.bonus][2] > 0  # the correction lies in the residual's support
+        assert all(r >= 0 and (r == 0) == (p <= q) for p, q, r in rows.values())  # norm(max(0, p - q))
+        p_d, q_d = rows[ins.draft][:2]
+        assert (p_d, q_d) == pytest.approx(s.draws[s.accepted][:2], abs=1e-5)  # the same p(d), q(d) the rule used
+    page = lab_view.tokens_html(st, projector=True)
+    assert page.count("mtplab-residual") == len(corrections) and "font-size:22px" in page
+    assert "u=<b>" in page and "p(d)=<b>" in page  # large and bold, not a hover title
+
+
+def test_the_view_has_seed_slider_keys_and_per_step_time(models):
+    pytest.importorskip("ipywidgets")
+    lab = lab_view.AcceptanceLab(models=models, method="draft-model", k=4, prompt=PROMPT, device="cpu",
+                                 max_new_tokens=24, temperature=1.0, repeats=2)
+    lab.buttons["step"].click()
+    assert lab.slider.value == 1 and lab.slider.max == lab.state.total_steps
+    lab.slider.value = 4  # the slider (or its typed readout) jumps
+    assert lab.state.shown == 4 and "step 4/" in lab.status.value
+    first = lab.state.trace.tokens
+    lab.buttons["new_sample"].click()
+    assert lab.state.seed == 1 and lab.controls["seed"].value == 1 and lab.state.trace.tokens != first
+    assert lab.state.shown == 4 and lab.slider.value == 4
+    lab.controls["seed"].value = 0
+    lab.step(4)
+    assert lab.state.trace.tokens == first
+    assert "ms (target" in lab.tokens.value and "mtplab-prefill" in lab.tokens.value
+    assert "overflow-y:auto" in lab.tokens.value and "onerror" in lab.keys.value and "ArrowRight" in lab.keys.value
+    assert {"mtplab-step", "mtplab-back", "mtplab-reset", "mtplab-new-sample"} <= {
+        c for b in lab.buttons.values() for c in b._dom_classes}
+    lab.set(method="deepseek")  # k=4 > deepseek-d1's 2: clamped, the control follows, a note says so
+    assert lab.state.k == 2 and lab.controls["k"].value == 2 and "k set to 2" in lab.note.value
+
+
+def test_prefill_has_its_own_colour():
+    assert viz.COLORS["prefill"] not in {v for k, v in viz.COLORS.items() if k != "prefill"}
+    r = viz.step_record(0, Step(drafted=[], accepted=0, emitted=[65], bonus=65, bonus_source="target", forwards=1))
+    assert r.kinds == ["prefill"]
