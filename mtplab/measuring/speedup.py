@@ -146,6 +146,80 @@ def live_speedup(model, method: str, prompts, *, max_new_tokens: int, k: int | N
             "traces": traces, "machine": machine_line(dev)}
 
 
+def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar") -> dict:
+    """Time several zero-argument callables interleaved: one warm-up call each, then `repeats` rounds calling
+    every one in turn. Returns {name: {"seconds": [...], "ratios": [...], "median", "min", "max"}}, where the
+    ratios are baseline time / this one's time within the same round (the speedup over the baseline)."""
+    if baseline not in fns:
+        raise MtplabError(f"the baseline {baseline!r} is not among {list(fns)}")
+    if repeats < 1:
+        raise MtplabError(f"repeats must be >= 1 (got {repeats})")
+    for fn in fns.values():
+        fn()
+    secs = {n: [] for n in fns}
+    for _ in range(repeats):
+        for n, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            secs[n].append(time.perf_counter() - t0)
+    out = {}
+    for n in fns:
+        ratios = [a / b for a, b in zip(secs[baseline], secs[n])]
+        out[n] = {"seconds": secs[n], "ratios": ratios, "median": statistics.median(ratios), "min": min(ratios),
+                  "max": max(ratios), "repeats": repeats}
+    return out
+
+
+def range_text(r: dict) -> str:
+    """'1.21x (median of 5, range 1.10-1.30)' for one entry of `interleaved`."""
+    return f"{r['median']:.2f}x (median of {r['repeats']}, range {r['min']:.2f}-{r['max']:.2f})"
+
+
+def _batch_calls(model, make_drafter, ps, max_new_tokens, k, last) -> dict:
+    from mtplab.decoding.batch import batched_autoregressive, batched_speculative
+
+    def ar():
+        last["ar"] = batched_autoregressive(model, ps, max_new_tokens=max_new_tokens)
+
+    def spec():
+        last["spec"] = batched_speculative(model, make_drafter, ps, max_new_tokens=max_new_tokens, k=k)
+    return {"ar": ar, "spec": spec}
+
+
+def batch_sweep(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: int, k: int, repeats: int = 5) -> list[dict]:
+    """For each B: batched AR and batched speculation on the first B prompts, interleaved over `repeats` rounds
+    after a warm-up (`interleaved`). Rows as `timing.measure_batch` gives them (the median), plus the speedup's
+    min and max over the rounds. Checks that both give the same tokens."""
+    rows = []
+    for B in batch_sizes:
+        ps = [prompts[i % len(prompts)] for i in range(B)]
+        last: dict = {}
+        t = interleaved(_batch_calls(model, make_drafter, ps, max_new_tokens, k, last), repeats=repeats)
+        if last["spec"].tokens != last["ar"].tokens:
+            raise MtplabError(f"batch {B}: batched speculative output differs from batched AR")
+        for name in ("ar", "spec"):
+            wall = statistics.median(t[name]["seconds"])
+            res = last[name]
+            rows.append({"kind": name, "batch_size": B, "tokens_per_s": res.new_tokens / wall,
+                         "latency_ms_per_token": 1e3 * wall / max_new_tokens,
+                         "tokens_per_forward": res.new_tokens / sum(res.batch_sizes),
+                         "speedup_vs_ar": t[name]["median"], "speedup_min": t[name]["min"],
+                         "speedup_max": t[name]["max"], "repeats": repeats})
+    return rows
+
+
+def shipped_row(name: str, **match) -> dict | None:
+    """The first row of a shipped bench record (docs/bench/<name>.json) whose fields equal `match`, or None."""
+    path = BENCH_DECODE.parent / f"{name}.json"
+    if not path.exists():
+        return None
+    try:
+        rows = json.loads(path.read_text()).get("rows", [])
+    except ValueError:
+        return None
+    return next((r for r in rows if all(r.get(k) == v for k, v in match.items())), None)
+
+
 def live_text(live: dict) -> str:
     """'1.05x live (median of 5 interleaved repeats, range 0.98-1.10)'."""
     return (f"{live['median']:.2f}x live (median of {live['repeats']} interleaved repeats over {live['prompts']} "
