@@ -5,12 +5,18 @@ Bad input ends with a one-line error that names the fix (exit status 2), never a
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
+import os
+import stat
 import sys
+import tempfile
+from pathlib import Path
 
 from mtplab.errors import MtplabError
 from mtplab import bench
+from mtplab.device import pick
 from mtplab.decoding.generate import run_generate
 from mtplab.training.fit import fit
 
@@ -62,20 +68,27 @@ def _train_hf(a):
         raise MtplabError("--hf trains heads on the model at that path with its trunk frozen; drop --from")
     labels = "self" if a.labels == "corpus" else a.labels  # --hf heads always learn the model's own predictions
     res = run_hf_train(hf=a.hf, heads=a.heads, n_depths=a.depths, n_modules=a.modules, out=a.out, name=a.name,
-                       device=a.device, corpus=a.corpus, steps=a.steps, batch_size=a.batch_size,
+                       device=a.device, resume=a.resume, overwrite=a.overwrite, save_every=a.save_every,
+                       corpus=a.corpus, steps=a.steps, batch_size=a.batch_size,
                        seq_len=a.seq_len, lr=a.lr, warmup=a.warmup, lam=a.lam, labels=labels, seed=a.seed,
                        max_seconds=a.max_seconds, log=None if a.no_progress or a.json else print)
-    last = res["history"][-1]
     if a.json:
-        print(json.dumps(res))
-    else:
-        print(f"done: {last['step']} steps; heads saved to {res['checkpoint']}; agreement with the target by "
-              "depth " + " ".join(f"{x:.3f}" for x in last["val_agree_depth"]))
+        _print_json(res)
+        return
+    if not res["history"]:
+        print(f"done: nothing left to train (the run had already reached --steps); heads in {res['checkpoint']}")
+        return
+    last = res["history"][-1]
+    print(f"done: {last['step']} steps; heads saved to {res['checkpoint']}; agreement with the target by "
+          "depth " + " ".join(f"{x:.3f}" for x in last["val_agree_depth"]))
 
 
 def _read_prompt(a) -> str:
     if a.prompt_file:
         try:
+            if stat.S_ISFIFO(os.stat(a.prompt_file).st_mode):  # open() of a FIFO waits for a writer forever
+                raise MtplabError(f"prompt file {a.prompt_file} is a pipe (FIFO); give a regular file, or pass the "
+                                  "text with --prompt")
             with open(a.prompt_file, "rb") as f:
                 raw = f.read(MAX_PROMPT_BYTES + 1)  # never more: /dev/zero would fill the memory
         except OSError as e:
@@ -98,7 +111,14 @@ def _read_prompt(a) -> str:
     return a.prompt
 
 
+def _check_seed(seed) -> None:
+    if not -(2 ** 63) <= seed < 2 ** 64:
+        raise MtplabError(f"--seed must be an integer in [-2**63, 2**64) (got {seed}); any seed in range gives a "
+                          "reproducible run")
+
+
 def _generate(a):
+    _check_seed(a.seed)
 
     if a.k is not None and a.method == "ar":
         raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
@@ -129,8 +149,24 @@ def _generate(a):
                   f"{res['num_accepted_tokens']}; acceptance by position: {acc}]")
 
 
-def _bench(a):
+def _check_bench_out(out: str) -> None:
+    """bench --out must take the results: checked before the benchmark runs, not after."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise MtplabError(f"--out {out} is a file, not a directory; choose a directory for the results")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=p, prefix=".bench.probe.")  # exclusive: never through a symlink
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+        raise MtplabError(f"cannot write to --out {out} ({why}); choose a writable directory for the results") from None
 
+
+def _bench(a):
+    pick(a.device)  # an unknown or absent device is named here, not in a child process's traceback
+    _check_bench_out(a.out)
     bench.main(a)
 
 
@@ -159,7 +195,9 @@ def _train_parser(sub) -> None:
     t.add_argument("--batch-size", type=int, default=16)
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--eval-every", type=int, default=None)
-    t.add_argument("--save-every", type=int, default=None, help="steps between saves (default: --eval-every)")
+    t.add_argument("--save-every", type=int, default=None,
+                   help="steps between saves (default: --eval-every); a run also saves every 5 minutes and at "
+                        "Ctrl-C or SIGTERM")
     t.add_argument("--dropout", type=float, default=None)
     t.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: steps/20, at most 200)")
     t.add_argument("--labels", default="corpus", help="corpus | self | self-argmax (self-distilled heads; needs --freeze-trunk)")

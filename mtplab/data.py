@@ -28,21 +28,38 @@ def corpus_path(name: str, split: str) -> Path:
 def load_corpus(name: str, split: str = "train") -> torch.Tensor:
     """The corpus as a uint8 tensor of UTF-8 bytes (token ids)."""
     path = corpus_path(name, split)
-    if not path.exists():
-        raise MtplabError(f"corpus file {path} is missing; the repository ships it under data/corpora/")
-    return torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise MtplabError(f"cannot read corpus file {path} ({e.strerror or e}); restore it (data/corpora/ ships "
+                          "with the source) or point MTPLAB_DATA at a data folder") from None
+    if not raw:
+        raise MtplabError(f"corpus file {path} is empty; restore it (data/corpora/ ships with the source) or point "
+                          "MTPLAB_DATA at a data folder whose corpora hold text")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+
+def need_tokens(data: torch.Tensor, n: int, where) -> torch.Tensor:
+    """`data` itself, once it holds at least n tokens (one window of n - 1 inputs and their targets, plus one
+    more for a random start when n is block_size + 2)."""
+    if len(data) < n:
+        raise MtplabError(f"the corpus {where} has {len(data)} tokens, fewer than the {n} one training window of "
+                          "this model needs; give a longer text or a model with a shorter context window")
+    return data
 
 
 def get_batch(data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator) -> torch.Tensor:
     """(B, block_size + 1) windows: inputs are [:, :-1], next-token targets [:, 1:]."""
+    need_tokens(data, block_size + 2, "given")
     ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)
     return torch.stack([data[i:i + block_size + 1] for i in ix.tolist()]).long()
 
 
 def val_windows(data: torch.Tensor, block_size: int, n: int) -> torch.Tensor:
     """n evenly spaced (block_size + 1) windows: the same every time, for comparable validation."""
+    need_tokens(data, block_size + 1, "given")
     step = max(1, (len(data) - block_size - 1) // n)
-    starts = [i * step for i in range(n)]
+    starts = [min(i * step, len(data) - block_size - 1) for i in range(n)]  # a short text repeats its last window
     return torch.stack([data[s:s + block_size + 1] for s in starts]).long()
 
 

@@ -111,9 +111,8 @@ def test_messages_say_what_was_asked(ckdir, args, msg):
 
 def test_json_writes_null_not_nan(monkeypatch, capsys):
     from mtplab import cli
-    from mtplab.decoding import generate
 
-    monkeypatch.setattr(generate, "run_generate", lambda **kw: {"text": "x", "acceptance": [float("nan"), 1.0],
+    monkeypatch.setattr(cli, "run_generate", lambda **kw: {"text": "x", "acceptance": [float("nan"), 1.0],
                                                                  "rate": float("inf")})
     assert cli.main(["generate", "--prompt", "x", "--json"]) == 0
 

@@ -161,7 +161,7 @@ def test_failed_write_leaves_old_checkpoint_intact(saved, monkeypatch):
     monkeypatch.setattr(ckpt, "save_file", dies_half_way)
     with torch.no_grad():
         m.wte.weight.add_(1.0)
-    with pytest.raises(OSError):
+    with pytest.raises(MtplabError, match="cannot write the checkpoint .*disk full"):
         ckpt.save(m, path)
     assert path.read_bytes() == before
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]

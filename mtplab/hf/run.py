@@ -10,8 +10,9 @@ through the same loss here (the lab's `meta_step` runs the lab's own blocks, whi
 """
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 import torch
@@ -25,9 +26,10 @@ from mtplab.training.config import TrainConfig
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
 from mtplab.device import describe, pick
-from mtplab.hf.target import load_hf, load_target
-from mtplab.hf.target import save_heads
-from mtplab.training.config import default_name
+from mtplab.hf.target import base_record, load_hf, load_target, save_heads
+from mtplab.model.heads import build_heads
+from mtplab.training import runs
+from mtplab.training.config import check_memory, check_name, default_name, need_int, need_number
 
 HF_LABELS = ("self", "self-argmax")
 
@@ -37,7 +39,10 @@ def corpus_ids(target, corpus: str, split: str = "train") -> torch.Tensor:
     path = corpus_path(corpus, split) if corpus in CORPORA else Path(corpus)
     if not path.is_file():
         raise MtplabError(f"corpus {corpus!r} is neither one of {', '.join(CORPORA)} nor a text file")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise MtplabError(f"cannot read corpus {path} ({e.strerror or e}); give a readable text file") from None
     return torch.tensor(target.encode(text), dtype=torch.long)
 
 
@@ -56,26 +61,83 @@ def hf_train_step(target, x: torch.Tensor, *, lam: float = 0.3, labels: str = "s
     return loss.item()
 
 
-def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: int | None = None,
-                corpus: str = "code", steps: int = 100, batch_size: int = 8, seq_len: int = 128, lr: float = 1e-3,
-                warmup: int | None = None, lam: float = 0.3, labels: str = "self", seed: int = 0,
-                eval_windows: int = 8, max_seconds: float | None = None, log=None) -> list[dict]:
-    """Attach a fresh head family to `target` and train it (the trunk stays frozen). Returns the history:
-    one record at the end (and every steps/10 with `log`), with `evaluate`'s per-depth agreement."""
+def check_train_options(*, heads: str, n_depths=None, n_modules=None, corpus="code", steps=100, batch_size=8,
+                        seq_len=128, lr=1e-3, warmup=None, lam=0.3, labels="self", seed=0, eval_windows=8,
+                        max_seconds=None) -> int:
+    """Every option of `train_heads`, checked before a model is loaded; returns the depths K."""
     if heads not in ("stern", "meta", "deepseek"):
         raise MtplabError(f"--hf trains heads on a frozen model: choose --heads stern, meta or deepseek (got {heads!r})")
     if labels not in HF_LABELS:
         raise MtplabError(f"--hf heads learn the model's own predictions: --labels self or self-argmax (got {labels!r})")
-    if steps is None or steps < 1:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise MtplabError(f"steps must be a positive integer (got {steps})")
+    need_int("--batch-size", batch_size, 1)
+    need_int("--seq-len", seq_len, 1)
+    need_number("--lr", lr, low=0, strict=True)
+    need_int("--warmup", warmup, 0, optional=True)
+    if not (isinstance(lam, (int, float)) and not isinstance(lam, bool) and math.isfinite(lam) and lam >= 0):
+        raise MtplabError(f"lambda must be >= 0 (got {lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
+    need_int("--seed", seed, 0, 2 ** 63)
+    need_int("eval_windows", eval_windows, 1)
+    need_number("--max-seconds", max_seconds, low=0, strict=True, optional=True)
+    if not isinstance(corpus, str) or not (corpus in CORPORA or Path(corpus).is_file()):
+        raise MtplabError(f"corpus {corpus!r} is neither one of {', '.join(CORPORA)} nor a text file")
+    return TrainConfig(heads=heads, n_depths=n_depths, n_modules=n_modules).depths()
+
+
+@dataclass
+class HFRun:
+    """Where `train_heads` saves (one save set of `mtplab.training.runs` in OUT under NAME) and, on --resume,
+    the manifest it continues from."""
+    out: Path
+    name: str
+    settings: dict
+    meta: dict
+    save_every: int
+    save_seconds: float = runs.SAVE_SECONDS
+    manifest: dict | None = None
+    last_save: int | None = None
+    saved_at: float = field(default_factory=time.perf_counter)
+
+    def save(self, target, opt, gen, done: int, history: list) -> None:
+        meta = {**self.meta, "step": done, "history": history}
+        runs.save(self.out, self.name, model=target.mtp, opt=opt, gen=gen, step=done, history=history,
+                  settings=self.settings, live=target.mtp.state_dict(),
+                  write_weights=lambda path: save_heads(target, path, meta=meta))
+        self.last_save, self.saved_at = done, time.perf_counter()
+
+    def interrupted(self, step: int) -> MtplabError:
+        if self.last_save is None:
+            return MtplabError(f"interrupted at step {step}, before the first save; start again with --overwrite")
+        return MtplabError(f"interrupted at step {step}; the last complete save is step {self.last_save} in "
+                           f"{self.out}: continue it with the same command plus --resume")
+
+
+def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: int | None = None,
+                corpus: str = "code", steps: int = 100, batch_size: int = 8, seq_len: int = 128, lr: float = 1e-3,
+                warmup: int | None = None, lam: float = 0.3, labels: str = "self", seed: int = 0,
+                eval_windows: int = 8, max_seconds: float | None = None, log=None, run: HFRun | None = None,
+                stop: runs.Stop | None = None) -> list[dict]:
+    """Attach a fresh head family to `target` and train it (the trunk stays frozen). Returns the history:
+    one record at the end (and every steps/10 with `log`), with `evaluate`'s per-depth agreement.
+    With `run`, it saves a save set by steps and by time, continues `run.manifest` (--resume), and stops
+    after saving at SIGINT or SIGTERM (`stop`)."""
+    depths = check_train_options(heads=heads, n_depths=n_depths, n_modules=n_modules, corpus=corpus, steps=steps,
+                                 batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup, lam=lam, labels=labels,
+                                 seed=seed, eval_windows=eval_windows, max_seconds=max_seconds)
     seq_len = min(seq_len, target.config.block_size - 1)
+    cfg = target.config.with_heads(heads, depths)
+    with torch.device("meta"):
+        n_heads = sum(p.numel() for p in build_heads(cfg).parameters())
+    check_memory(cfg, batch_size=batch_size, seq_len=seq_len, trainable=n_heads, frozen=0,
+                 dev=target.wte.weight.device, hint="use fewer --depths / --modules or a smaller --seq-len")
     data, val = corpus_ids(target, corpus, "train"), corpus_ids(target, corpus, "val") if corpus in CORPORA else None
     if len(data) < seq_len + 2:
         raise MtplabError(f"the corpus has {len(data)} tokens, fewer than one window of {seq_len + 1}; "
                           "give a longer text or a smaller --seq-len")
     val = val if val is not None and len(val) > seq_len + 1 else data
     torch.manual_seed(seed)
-    target.attach(heads, TrainConfig(heads=heads, n_depths=n_depths, n_modules=n_modules).depths())
+    target.attach(heads, depths)
     target.train()
     params = [p for p in target.mtp.parameters()]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -83,41 +145,87 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
     warmup = warmup if warmup is not None else max(1, min(100, steps // 20))
     windows = val_windows(val, seq_len, eval_windows)
     dev = target.wte.weight.device
-    history, t0 = [], time.perf_counter()
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, warmup)
-        loss = hf_train_step(target, get_batch(data, batch_size, seq_len, gen).to(dev), lam=lam, labels=labels)
-        if loss != loss:
-            raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr")
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        done = step + 1
-        out_of_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
-        if done == steps or out_of_time or (log is not None and done % max(1, steps // 10) == 0):
-            rec = {"step": done, "loss": loss, "elapsed_s": time.perf_counter() - t0}
-            rec.update(evaluate(target, windows, batch_size=batch_size))
-            history.append(rec)
-            if log is not None:
-                log(f"step {done}: loss {loss:.3f}, agreement with the target by depth "
-                    + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
-        if out_of_time:
-            break
+    history: list = []
+    start, t0 = 0, time.perf_counter()
+    if run is not None and run.manifest is not None:
+        runs.check_settings(run.manifest["settings"], run.settings, run.out)
+        runs.restore(runs.load_state(run.out, run.name, run.manifest), run.manifest, model=target.mtp, opt=opt,
+                     gen=gen, out=run.out, tied=False)
+        start = run.last_save = run.manifest["step"]
+        history = run.manifest["history"]
+    step = start
+    try:
+        for step in range(start, steps):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, steps, lr, warmup)
+            loss = hf_train_step(target, get_batch(data, batch_size, seq_len, gen).to(dev), lam=lam, labels=labels)
+            if not math.isfinite(loss):
+                raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr")
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            done = step + 1
+            out_of_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
+            signalled = stop is not None and stop.signal is not None
+            if done == steps or out_of_time or signalled or (log is not None and done % max(1, steps // 10) == 0):
+                rec = {"step": done, "loss": loss, "elapsed_s": time.perf_counter() - t0}
+                rec.update(evaluate(target, windows, batch_size=batch_size))
+                history.append(rec)
+                if log is not None:
+                    log(f"step {done}: loss {loss:.3f}, agreement with the target by depth "
+                        + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
+            if run is not None and (done % run.save_every == 0 or done == steps or out_of_time or signalled
+                                    or time.perf_counter() - run.saved_at >= run.save_seconds):
+                run.save(target, opt, gen, done, history)
+            if signalled:
+                raise MtplabError(runs.stopped_message(stop.signal or "signal", done, run.out if run else None))
+            if out_of_time:
+                break
+    except KeyboardInterrupt:
+        if run is None:
+            raise MtplabError(f"interrupted at step {step}; nothing was saved (no --out)") from None
+        raise run.interrupted(step) from None
     target.eval()
     return history
 
 
 def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str, name: str | None = None,
-                 device="cpu", **kw) -> dict:
-    """Load the model, train the heads, save them: OUT/NAME.safetensors (heads only, naming their base)."""
-
-    target = load_hf(hf, device=pick(device))
-    hist = train_heads(target, heads=heads, n_depths=n_depths, n_modules=n_modules, **kw)
-    name = name or default_name(heads, target.config.n_depths)
-    path = save_heads(target, Path(out) / name, meta={"history": hist, **{k: v for k, v in kw.items()
-                                                                         if k != "log"}})
-    return {"checkpoint": str(path), "history": hist}
+                 device="cpu", resume: bool = False, overwrite: bool = False, save_every: int | None = None,
+                 save_seconds: float | None = None, **kw) -> dict:
+    """`train --hf`: the lab's run directory for heads on a Hugging Face trunk. --out and --name are checked, the
+    run is locked, saved as one save set (OUT/NAME.safetensors: heads only, naming their base) by steps, by time
+    and at SIGINT/SIGTERM, and continued with --resume or replaced with --overwrite."""
+    depths = check_train_options(heads=heads, n_depths=n_depths, n_modules=n_modules,
+                                 **{k: v for k, v in kw.items() if k != "log"})
+    check_name(name)
+    if resume and overwrite:
+        raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+    if out is None:
+        raise MtplabError("train --hf needs --out DIR")
+    need_int("--save-every", save_every, 1, optional=True)
+    need_number("save_seconds", save_seconds, low=0, strict=True, optional=True)
+    name = name or default_name(heads, depths)
+    outp = Path(out)
+    runs.check_out(outp, name, resume=resume, overwrite=overwrite)
+    manifest = runs.read_manifest(outp, name) if resume else None
+    steps = kw.get("steps", 100)
+    with runs.lock(outp, name), runs.Stop() as stop:
+        if resume or overwrite:
+            runs.remove_orphans(outp, name)
+        target = load_hf(hf, device=pick(device))
+        opts = {k: v for k, v in kw.items() if k not in ("log", "steps", "max_seconds")}
+        settings = {"hf": {k: v for k, v in base_record(target).items() if k not in ("path", "name")},
+                    "heads": heads, "n_depths": depths, **opts}
+        saved = manifest["settings"] if manifest else {}
+        if manifest and kw.get("warmup") is None:  # the saved run's warm-up, as fit does
+            kw["warmup"] = settings["warmup"] = saved.get("warmup")
+        elif kw.get("warmup") is None:
+            kw["warmup"] = settings["warmup"] = max(1, min(100, steps // 20))
+        run = HFRun(outp, name, settings, {"hf": str(hf), **{k: v for k, v in kw.items() if k != "log"}},
+                    save_every=save_every or max(1, steps // 10),
+                    save_seconds=save_seconds if save_seconds is not None else runs.SAVE_SECONDS, manifest=manifest)
+        hist = train_heads(target, heads=heads, n_depths=n_depths, n_modules=n_modules, run=run, stop=stop, **kw)
+    return {"checkpoint": str(runs.paths(outp, name)["weights"]), "history": hist}
 
 
 @torch.inference_mode()

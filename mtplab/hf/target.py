@@ -16,17 +16,21 @@ The head families of `mtplab.heads` then sit on its hidden states unchanged:
 Heads are saved alone (`save_heads`), in one safetensors file whose metadata names the base model, the sha256 of
 its config and a fingerprint of its output weights; `load_heads` refuses heads trained on another base.
 This is the only module that imports `transformers` (an optional extra: pip install -e ".[hf]").
+
+Nothing in a model folder is ever run: every transformers call passes `trust_remote_code=False`, and a folder
+whose config.json names its own code (`auto_map`) is refused before transformers reads it.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
 import json
+import pickle
 from pathlib import Path
 import torch
 import torch.nn as nn
 from mtplab.model.checkpoint import atomic_write
-from mtplab.model.config import ModelConfig
+from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
 from mtplab.model.layers import rotary_table
@@ -39,6 +43,7 @@ except ImportError:  # the core runs without it; only this module needs it
 
 HEADS_FORMAT = "mtplab-hf-heads"
 MAX_CONTEXT = 2048  # the heads' rotary table and the DeepSeek drafter's buffers are this long at most
+MAX_CONFIG = 1 << 20  # bytes of config.json we are willing to read
 FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
 LAYER_LISTS = ("layers", "h", "blocks", "layer")
 
@@ -178,17 +183,47 @@ class HFTarget(nn.Module):
 
 
 # ---------------------------------------------------------------------------------- loading
+def _read_config(p: Path) -> dict:
+    """config.json read by mtplab first (bounded, plain JSON), so that a folder that asks to run its own code
+    is refused before transformers sees it."""
+    cj = p / "config.json"
+    if cj.is_dir():
+        raise MtplabError(f"{cj} is a directory, not a file; the model folder needs the config.json that "
+                          "save_pretrained writes")
+    try:
+        if cj.stat().st_size > MAX_CONFIG:
+            raise MtplabError(f"{cj} is larger than {MAX_CONFIG} bytes, not a model config; restore it")
+        raw = json.loads(cj.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MtplabError(f"{cj} is not valid JSON ({str(e)[:120]}); restore the config.json saved with the model") from None
+    except RecursionError:
+        raise MtplabError(f"{cj} is not a model config (JSON nested too deeply); restore it") from None
+    except OSError as e:
+        raise MtplabError(f"cannot read {cj} ({e.strerror or e})") from None
+    if not isinstance(raw, dict):
+        raise MtplabError(f"{cj} is not a JSON object; restore the config.json saved with the model")
+    if "auto_map" in raw:
+        raise MtplabError(f"{cj} names custom code (auto_map): loading it would run Python from the model folder, "
+                          "which mtplab never does; use a model whose architecture transformers ships, saved "
+                          "without auto_map")
+    return raw
+
+
 def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT) -> HFTarget:
-    """A local model directory (config.json, weights, tokenizer) as an `HFTarget`. Nothing is downloaded."""
+    """A local model directory (config.json, weights, tokenizer) as an `HFTarget`. Nothing is downloaded and
+    nothing in the folder is run (trust_remote_code=False; an auto_map config is refused)."""
     _need_transformers()
+    if isinstance(path, bool) or not isinstance(path, (str, Path)) or str(path) == "":
+        raise MtplabError(f"a Hugging Face model is a local folder path (got {path!r})")
     p = Path(path)
     if not p.is_dir() or not (p / "config.json").exists():
         raise MtplabError(f"{path} is not a Hugging Face model directory (no config.json); give the folder "
                           "that holds config.json, the weights and the tokenizer (save_pretrained writes one)")
+    _read_config(p)
     try:
-        hc = AutoConfig.from_pretrained(p, local_files_only=True)
-    except (ValueError, OSError, KeyError) as e:
-        raise MtplabError(f"cannot read {p / 'config.json'}: {str(e).splitlines()[0]}") from None
+        hc = AutoConfig.from_pretrained(p, local_files_only=True, trust_remote_code=False)
+    except (ValueError, OSError, KeyError, TypeError, AttributeError) as e:
+        raise MtplabError(f"cannot read {p / 'config.json'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     arch = list(getattr(hc, "architectures", None) or [])
     if arch and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch):
         raise MtplabError(f"{path} holds a {', '.join(arch)}, which has no causal LM head; save the model with its "
@@ -197,11 +232,20 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     transformers.utils.logging.disable_progress_bar()  # a local load is quick; keep stderr for errors
     try:
         hf, info = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
-                                                        output_loading_info=True)
+                                                        output_loading_info=True, trust_remote_code=False)
+    except pickle.UnpicklingError:
+        raise MtplabError(f"{path} holds pickled weights (pytorch_model.bin) that torch refuses to load safely "
+                          "(weights_only); nothing was run: convert them to model.safetensors on a machine you trust "
+                          "(save_pretrained(..., safe_serialization=True)) or use another copy of the model") from None
     except ValueError as e:  # a config class with no causal-LM model
         raise MtplabError(f"{path} is not a causal language model ({str(e).splitlines()[0][:160]})") from None
     except OSError as e:
         raise MtplabError(f"cannot load the weights in {path}: {str(e).splitlines()[0][:200]}") from None
+    except RuntimeError as e:  # sizes in config.json that differ from the weights (ignore_mismatched_sizes)
+        if "mismatch" in str(e) or "size" in str(e):
+            raise MtplabError(f"the weights in {path} do not match its config.json (the sizes differ); restore the "
+                              "config.json saved with these weights") from None
+        raise MtplabError(f"cannot load the weights in {path} ({str(e).splitlines()[0][:160]})") from None
     finally:
         if bar:
             transformers.utils.logging.enable_progress_bar()
@@ -210,10 +254,13 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
         raise MtplabError(f"the weights in {path} lack {missing[:3]}{'...' if len(missing) > 3 else ''}; "
                           "they are not this causal LM's weights (a base model without its head?)")
     try:
-        tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    except (ValueError, OSError) as e:
+        tok = AutoTokenizer.from_pretrained(p, local_files_only=True, trust_remote_code=False)
+    except (ValueError, OSError, TypeError, KeyError, AttributeError) as e:
         raise MtplabError(f"{path} has no usable tokenizer ({str(e).splitlines()[0][:160]}); save the model's "
                           "tokenizer beside it (tokenizer.save_pretrained)") from None
+    if len(tok) <= 1 or not tok.encode("def main(x):", add_special_tokens=False):
+        raise MtplabError(f"{path} has no usable tokenizer (it encodes text to no tokens: tokenizer files missing?); "
+                          "save the model's tokenizer beside it (tokenizer.save_pretrained)")
     target = HFTarget(hf, tok, path=str(p), max_context=max_context)
     V = target.config.vocab_size
     if len(tok) > V:
@@ -249,7 +296,9 @@ def save_heads(target: HFTarget, path, *, meta: dict | None = None) -> Path:
     from safetensors.torch import save_file
     if target.mtp is None:
         raise MtplabError("this model has no heads to save; attach and train some first")
-    path = Path(path).with_suffix(".safetensors")
+    path = Path(path)
+    if path.suffix != ".safetensors":  # a dotted name (my-run.v2) keeps its dots
+        path = path.with_name(path.name + ".safetensors")
     state = {f"mtp.{n}": t.detach().float().contiguous().cpu() for n, t in target.mtp.state_dict().items()}
     info = {"format": HEADS_FORMAT, "heads": target.config.heads, "n_depths": target.config.n_depths,
             "base": base_record(target), "meta": meta or {}}
@@ -257,30 +306,57 @@ def save_heads(target: HFTarget, path, *, meta: dict | None = None) -> Path:
     return path
 
 
-def read_heads_info(path) -> dict:
+def read_heads_info(path, *, tensors: bool = True) -> dict:
+    """The metadata of a heads file written by `save_heads`, checked (types, family, depths) and with the
+    tensors' shapes from the header; `tensors=True` also loads the weights (after the checks)."""
     from safetensors import safe_open
+    if isinstance(path, bool) or not isinstance(path, (str, Path)) or str(path) == "":
+        raise MtplabError(f"a heads checkpoint is a path to a .safetensors file (got {path!r})")
     p = Path(path)
     if p.suffix != ".safetensors" and not p.exists():
-        p = p.with_suffix(".safetensors")
+        p = p.with_name(p.name + ".safetensors")
+    if p.is_dir():
+        raise MtplabError(f"{path} is a directory; give the heads file that train --hf wrote (OUT/NAME.safetensors)")
     if not p.exists():
         raise MtplabError(f"heads checkpoint {path} not found; train one with python -m mtplab train --hf ...")
     try:
         with safe_open(str(p), "pt") as f:
             meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise MtplabError(f"{p} is corrupt or truncated ({e}); retrain the heads") from None
-    info = json.loads(meta.get("mtplab", "{}"))
-    if info.get("format") != HEADS_FORMAT:
+    bad = f"{p} has heads metadata mtplab does not understand"
+    try:
+        info = json.loads(meta.get("mtplab", "{}"))
+    except (ValueError, RecursionError):
+        raise MtplabError(f"{bad} (not JSON); retrain the heads with python -m mtplab train --hf ...") from None
+    if not isinstance(info, dict) or info.get("format") != HEADS_FORMAT:
         raise MtplabError(f"{p} is not an mtplab heads checkpoint for a Hugging Face model "
                           "(lab checkpoints go to --checkpoint)")
-    info["tensors"] = tensors
+    base = info.get("base")
+    if not isinstance(base, dict) or not all(isinstance(base.get(k), str) for k in
+                                             ("name", "model_type", "config_sha256", "weights_fingerprint")):
+        raise MtplabError(f"{bad} (its base record is missing or malformed); retrain the heads")
+    n = info.get("n_depths")
+    if info.get("heads") not in HEAD_FAMILIES[1:] or isinstance(n, bool) or not isinstance(n, int) \
+            or not 2 <= n <= MAX_DEPTHS:
+        raise MtplabError(f"{bad} (heads {info.get('heads')!r} with n_depths {n!r}; want stern, meta or deepseek "
+                          f"with 2..{MAX_DEPTHS} depths); retrain the heads")
+    info["shapes"] = shapes
+    info["path"] = p
+    if tensors:
+        try:
+            with safe_open(str(p), "pt") as f:
+                info["tensors"] = {k: f.get_tensor(k) for k in f.keys()}
+        except Exception as e:
+            raise MtplabError(f"{p} is corrupt or truncated ({e}); retrain the heads") from None
     return info
 
 
 def load_heads(target: HFTarget, path) -> HFTarget:
-    """Attach the heads saved in `path` to `target` (in place), after checking they were trained on it."""
-    info = read_heads_info(path)
+    """Attach the heads saved in `path` to `target` (in place), after checking they were trained on it and,
+    from the header alone, that their shapes are those its config builds."""
+    info = read_heads_info(path, tensors=False)
     base, here = info["base"], base_record(target)
     if base["config_sha256"] != here["config_sha256"]:
         raise MtplabError(f"{Path(path).name} was trained on another base model ({base['name']}, a "
@@ -289,8 +365,16 @@ def load_heads(target: HFTarget, path) -> HFTarget:
     if base["weights_fingerprint"] != here["weights_fingerprint"]:
         raise MtplabError(f"{Path(path).name} was trained on another base model ({base['name']}: same config, "
                           f"other weights); train heads on {target.path} with python -m mtplab train --hf ...")
+    cfg = target.config.with_heads(info["heads"], info["n_depths"])
+    with torch.device("meta"):  # the shapes this config builds, compared with the header before allocating
+        want = {f"mtp.{n}": tuple(t.shape) for n, t in build_heads(cfg).state_dict().items()}
+    if want != info["shapes"]:
+        odd = sorted(set(want) ^ set(info["shapes"])) or sorted(n for n in want if want[n] != info["shapes"][n])
+        raise MtplabError(f"{Path(path).name} does not match its own head config ({info['heads']}, {info['n_depths']} "
+                          f"depths: {odd[0]} differs); retrain the heads")
+    tensors = read_heads_info(path)["tensors"]
     target.attach(info["heads"], info["n_depths"])
-    state = {n[len("mtp."):]: t for n, t in info["tensors"].items()}
+    state = {n[len("mtp."):]: t for n, t in tensors.items()}
     try:
         target.mtp.load_state_dict(state)
     except RuntimeError as e:

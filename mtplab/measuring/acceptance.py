@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Trace
@@ -102,12 +103,22 @@ def from_trace(trace: Trace) -> Acceptance:
                       conditional=list(trace.conditional_acceptance))
 
 
+def _geometric(a: float, n: int) -> float:
+    """a + a^2 + ... + a^n: term by term for a few drafts, in closed form a (1 - a^n) / (1 - a) beyond, so that
+    the time does not grow with n."""
+    if n <= 64:
+        return sum(a ** (j + 1) for j in range(n))
+    return float(n) if a >= 1.0 else a * (1.0 - a ** n) / (1.0 - a)
+
+
 def alpha_from_length(length: float, n_drafts: int, *, bonus: bool = True) -> float:
     """The constant conditional rate alpha that gives this mean accepted length with n drafts a step:
     solves alpha + ... + alpha^n = length (- 1 with the bonus), by bisection. Only the mean is known,
     so this is the one-parameter reading (Leviathan et al. 2023, eq. 1: (1 - alpha^(n+1)) / (1 - alpha))."""
-    if not isinstance(n_drafts, int) or n_drafts < 1:
+    if isinstance(n_drafts, bool) or not isinstance(n_drafts, int) or n_drafts < 1:
         raise MtplabError(f"n_drafts must be an integer >= 1 (got {n_drafts!r})")
+    if isinstance(length, bool) or not isinstance(length, numbers.Real):
+        raise MtplabError(f"length must be a number: the mean accepted length a step (got {length!r})")
     target = float(length) - (1.0 if bonus else 0.0)
     if not 0.0 <= target <= n_drafts:
         lo, hi = (1, n_drafts + 1) if bonus else (0, n_drafts)
@@ -116,7 +127,7 @@ def alpha_from_length(length: float, n_drafts: int, *, bonus: bool = True) -> fl
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if sum(mid ** (j + 1) for j in range(n_drafts)) < target:
+        if _geometric(mid, n_drafts) < target:
             lo = mid
         else:
             hi = mid

@@ -4,7 +4,13 @@ A checkpoint whose trunk was frozen during training stores only its head weights
 its base checkpoint (file name, the directory it was trained from, sha256); loading it finds the base
 by that sha256 among regular files of that name beside it, where it was trained from, or in
 data/checkpoints. A config is checked (types, ranges) and against the weights file's header before
-anything is allocated.
+anything is allocated: vocabulary, width, layers, prediction depths, and (where the weights file records its
+config, as every save since 2026-12 does) n_head and block_size. NAME.json records the sha256 of its weights
+(`weights_sha256`): a file whose bytes changed, a relabelled dtype included, is refused; a JSON without the
+field (the shipped checkpoints) is "not recorded" and checked by its header alone.
+
+A bare name ('ntp') is a shipped checkpoint (data/checkpoints, or MTPLAB_CHECKPOINTS / MTPLAB_DATA) before
+anything in the current directory; give a path ('./ntp', 'runs/x/ntp') to load a file of your own.
 """
 from __future__ import annotations
 
@@ -17,8 +23,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from mtplab.model.config import ModelConfig
+from mtplab.model.config import MAX_BLOCK, MAX_DEPTHS, ModelConfig
 from mtplab import paths
+from mtplab.device import pick
 from mtplab.errors import MtplabError
 from mtplab.model.gpt import GPT
 
@@ -26,7 +33,10 @@ from mtplab.model.gpt import GPT
 SHIPPED_DIR = paths.SHIPPED_DIR
 CHECKPOINT_DIR = paths.CHECKPOINT_DIR
 MAX_HEADER = 100 << 20  # bytes of safetensors header we are willing to read
-MAX_BLOCK = 1 << 16     # the longest context window a config may ask for
+MAX_JSON = 16 << 20     # bytes of NAME.json (or a run's state.json) we are willing to read
+WEIGHT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+SAVE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
+_ = MAX_BLOCK  # re-exported: callers read checkpoint.MAX_BLOCK
 
 
 def atomic_write(path: Path, write) -> None:
@@ -81,25 +91,72 @@ def _stem(p: Path) -> str:
     return p.name[:-len(p.suffix)] if p.suffix in (".json", ".safetensors") else p.name
 
 
+def _is_bare(raw: str) -> bool:
+    """'ntp', 'stern-k4', 'ntp.json': a name, looked up among the shipped checkpoints first. Anything with a
+    directory in it ('./ntp', 'runs/x/ntp', '/abs/ntp') is a path."""
+    return "/" not in raw and os.sep not in raw and not raw.startswith(".")
+
+
+def _shipped_where() -> str:
+    if os.environ.get("MTPLAB_CHECKPOINTS"):
+        return f"{CHECKPOINT_DIR} (MTPLAB_CHECKPOINTS)"
+    if os.environ.get("MTPLAB_DATA"):
+        return f"{CHECKPOINT_DIR} (MTPLAB_DATA)"
+    return str(CHECKPOINT_DIR)
+
+
 def resolve(name_or_path) -> Path:
-    """A file stem in data/checkpoints/ ('ntp') or a path to NAME.safetensors / NAME.json / NAME."""
-    p = Path(name_or_path)
+    """A shipped checkpoint's name ('ntp'), then a path to NAME.safetensors / NAME.json / NAME."""
+    if isinstance(name_or_path, bool) or not isinstance(name_or_path, (str, os.PathLike)) or str(name_or_path) == "":
+        raise MtplabError(f"a checkpoint is a name such as 'ntp' or a path to a .safetensors file (got "
+                          f"{name_or_path!r})")
+    raw = os.fspath(name_or_path)
+    raw = raw if isinstance(raw, str) else os.fsdecode(raw)
+    if "\0" in raw:
+        raise MtplabError(f"checkpoint {raw!r} has a NUL character in its name; give a plain name or path")
+    p = Path(raw)
     stem = _stem(p)
-    candidates = [p, p.with_name(stem + ".safetensors")]
-    if not p.is_absolute() and len(p.parts) == 1:
-        candidates.append(CHECKPOINT_DIR / f"{stem}.safetensors")
-    for c in candidates:
+    local = [p, p.with_name(stem + ".safetensors")] if stem else []
+    shipped = [CHECKPOINT_DIR / f"{stem}.safetensors"] if _is_bare(raw) and stem else []
+    for c in shipped + local:  # a bare name is the shipped one: a local ntp.safetensors never shadows it
         if c.suffix == ".safetensors" and c.is_file():
             return c
-    known = sorted(q.stem for q in CHECKPOINT_DIR.glob("*.safetensors"))
-    raise MtplabError(f"checkpoint {str(name_or_path)!r} not found; shipped ones are {', '.join(known) or 'none'}, "
+    known = sorted(q.stem for q in CHECKPOINT_DIR.glob("*.safetensors")) if CHECKPOINT_DIR.is_dir() else []
+    if p.is_dir() and (p / "config.json").is_file():
+        raise MtplabError(f"{raw} is a Hugging Face model folder, not an mtplab checkpoint; pass it as --hf {raw} "
+                          "(API: mtplab.hf.target.load_hf)")
+    if not known:
+        raise MtplabError(f"checkpoint {raw!r} not found, and there are no shipped checkpoints in {_shipped_where()}; "
+                          "point MTPLAB_DATA at mtplab's data folder (or MTPLAB_CHECKPOINTS at a checkpoint folder), "
+                          "or give a path to a .safetensors file")
+    raise MtplabError(f"checkpoint {raw!r} not found; shipped ones are {', '.join(known)}, "
                       "or give a path to a .safetensors file")
 
 
 def save(model: GPT, path, *, meta: dict | None = None, base: str | Path | None = None, dtype=None) -> Path:
-    """Write PATH.safetensors and PATH.json. With `base`, store only the head weights (mtp.*)."""
+    """Write PATH.safetensors and PATH.json. With `base`, store only the head weights (mtp.*).
+    The weights file records the config in its metadata, and the JSON the weights' sha256."""
+    try:
+        return write_files(model, path, meta=meta, base=base, dtype=dtype)
+    except OSError as e:
+        why = "the disk is full" if e.errno == 28 else (e.strerror or str(e))
+        raise MtplabError(f"cannot write the checkpoint {path} ({why}); choose a writable directory") from None
+
+
+def write_files(model: GPT, path, *, meta: dict | None = None, base: str | Path | None = None, dtype=None) -> Path:
+    """`save` without turning a failed write (OSError) into MtplabError: a training run names its own fix."""
+    if not isinstance(model, GPT):
+        raise MtplabError(f"checkpoint.save takes an mtplab GPT (got {type(model).__name__}); Hugging Face heads are "
+                          "saved with mtplab.hf.target.save_heads")
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)) or str(path) in ("", "."):
+        raise MtplabError(f"checkpoint.save needs a path such as runs/x/ntp (got {path!r})")
+    if dtype not in SAVE_DTYPES:
+        raise MtplabError(f"save dtype must be torch.float32, torch.float16 or torch.bfloat16 (got {dtype}); "
+                          "integer weights would be rounded to whole numbers")
     path = Path(path)
     path = path.with_name(_stem(path) + ".safetensors")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise MtplabError(f"cannot write the checkpoint {path}: {path.parent} is a file, not a directory")
     state = {n: t.detach() for n, t in model.state_dict().items()}
     state.pop("lm_head.weight", None)  # tied to wte.weight
     info = {"config": model.config.to_dict(), "meta": meta or {}}
@@ -109,7 +166,15 @@ def save(model: GPT, path, *, meta: dict | None = None, base: str | Path | None 
         info["base"] = {"file": base_path.name, "dir": str(base_path.resolve().parent), "sha256": sha256(base_path)}
     state = {n: (t.to(dtype) if dtype is not None and t.is_floating_point() else t).contiguous().cpu()
              for n, t in state.items()}
-    atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"format": "mtplab"}))
+    header = {"format": "mtplab", "config": json.dumps(model.config.to_dict(), sort_keys=True)}
+    digest: dict = {}
+
+    def write(tmp):
+        save_file(state, tmp, metadata=header)
+        digest["sha256"] = sha256(Path(tmp))
+
+    atomic_write(path, write)
+    info["weights_sha256"] = digest["sha256"]
     atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=2) + "\n")
     return path
 
@@ -117,12 +182,21 @@ def save(model: GPT, path, *, meta: dict | None = None, base: str | Path | None 
 def read_info(path) -> dict:
     path = resolve(path)
     jpath = path.with_suffix(".json")
-    if not jpath.exists():
+    if not jpath.is_file():
         raise MtplabError(f"{jpath} is missing: a checkpoint is NAME.safetensors plus NAME.json")
     try:
-        return json.loads(jpath.read_text(encoding="utf-8"))
+        if jpath.stat().st_size > MAX_JSON:
+            raise MtplabError(f"{jpath} is larger than {MAX_JSON} bytes, not a checkpoint config; restore it or retrain")
+        info = json.loads(jpath.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise MtplabError(f"{jpath} is not valid JSON ({e}); restore it or retrain the checkpoint") from None
+    except RecursionError:
+        raise MtplabError(f"{jpath} is not a checkpoint config (JSON nested too deeply); restore it or retrain") from None
+    except OSError as e:
+        raise MtplabError(f"cannot read {jpath} ({e.strerror or e}); restore it or retrain") from None
+    if not isinstance(info, dict):
+        raise MtplabError(f"{jpath} has no 'config' object; it is not an mtplab checkpoint (retrain or restore it)")
+    return info
 
 
 def _read_tensors(path: Path) -> dict:
@@ -132,17 +206,29 @@ def _read_tensors(path: Path) -> dict:
         raise MtplabError(f"{path} is corrupt or truncated ({e}); restore it from git or retrain") from None
 
 
-def _header(path: Path) -> dict:
-    """name -> shape from the safetensors header, read without loading (or trusting) the tensors."""
+def _header(path: Path, *, with_meta: bool = False):
+    """name -> shape from the safetensors header, read without loading (or trusting) the tensors; with_meta:
+    also the header's metadata. Tensors that are not F32, F16 or BF16 are refused (weights are floats)."""
     try:
         with open(path, "rb") as f:  # the header's length first: a crafted length must not be read into memory
             n = int.from_bytes(f.read(8), "little")
         if not 0 < n <= min(MAX_HEADER, path.stat().st_size - 8):
             raise ValueError(f"header length {n}")
         with safe_open(str(path), framework="pt") as f:  # safetensors parses and validates the header itself
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            shapes, dtypes = {}, {}
+            for k in f.keys():
+                sl = f.get_slice(k)
+                shapes[k], dtypes[k] = tuple(sl.get_shape()), str(sl.get_dtype())
+            meta = f.metadata() or {}
+    except RecursionError:
+        raise MtplabError(f"{path} is corrupt (its header is nested too deeply); restore it from git or retrain") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError, SafetensorError) as e:
         raise MtplabError(f"{path} is corrupt or truncated ({e}); restore it from git or retrain") from None
+    odd = sorted(k for k, d in dtypes.items() if d not in WEIGHT_DTYPES)
+    if odd:
+        raise MtplabError(f"{path} holds {dtypes[odd[0]]} tensors ({odd[0]}{', ...' if len(odd) > 1 else ''}); weights "
+                          "are F32, F16 or BF16: restore the file from git or retrain")
+    return (shapes, meta) if with_meta else shapes
 
 
 def _config(info, jpath: Path) -> ModelConfig:
@@ -151,6 +237,9 @@ def _config(info, jpath: Path) -> ModelConfig:
     if not isinstance(raw, dict):
         raise MtplabError(f"{jpath} has no 'config' object; it is not an mtplab checkpoint (retrain or restore it)")
     fields = ModelConfig.__dataclass_fields__
+    unknown = sorted(set(raw) - set(fields) - {"k"})
+    if unknown:
+        raise MtplabError(f"{jpath}: unknown config keys {unknown}; is this an mtplab checkpoint config? Restore it or retrain")
     for key, v in raw.items():
         want = fields[key].type if key in fields else None
         bad = (want == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 1)
@@ -160,7 +249,31 @@ def _config(info, jpath: Path) -> ModelConfig:
             raise MtplabError(f"{jpath}: config field {key}={v!r} is not a valid {want}; restore the file or retrain")
     if raw.get("block_size", 1) > MAX_BLOCK:
         raise MtplabError(f"{jpath}: block_size {raw['block_size']} is over {MAX_BLOCK}; restore the file or retrain")
-    return ModelConfig.from_dict(raw)
+    if raw.get("n_depths", raw.get("k", 1)) > MAX_DEPTHS:
+        raise MtplabError(f"{jpath}: n_depths {raw.get('n_depths', raw.get('k'))} is over {MAX_DEPTHS}; restore the "
+                          "file or retrain")
+    try:
+        return ModelConfig.from_dict(raw)
+    except MtplabError as e:
+        raise MtplabError(f"{jpath}: {e}; restore the file or retrain") from None
+
+
+def config_of(name_or_path) -> ModelConfig:
+    """The config saved beside a checkpoint, checked, without reading its weights."""
+    path = resolve(name_or_path)
+    return _config(read_info(path), path.with_suffix(".json"))
+
+
+def _depths_in(cfg: ModelConfig, shapes: dict) -> int | None:
+    """Prediction depths K that the weights hold for the config's head family (None: no head weights)."""
+    if cfg.heads == "stern":
+        w = shapes.get("mtp.down_w")
+        return w[0] + 1 if w else None
+    prefix = {"meta": "mtp.blocks.", "deepseek": "mtp.layers."}.get(cfg.heads)
+    if prefix is None:
+        return 1
+    idx = {n[len(prefix):].split(".")[0] for n in shapes if n.startswith(prefix)}
+    return len(idx) + 1 if idx else None
 
 
 def _check_header(cfg: ModelConfig, shapes: dict, path: Path) -> None:
@@ -171,6 +284,33 @@ def _check_header(cfg: ModelConfig, shapes: dict, path: Path) -> None:
         raise MtplabError(f"config does not match the weights in {path.name}: the config says vocab_size "
                           f"{cfg.vocab_size}, n_embd {cfg.n_embd}, n_layer {cfg.n_layer}; the weights have "
                           f"wte {wte} and {len(layers)} layers. Restore the config saved with them or retrain.")
+    have = _depths_in(cfg, shapes)
+    if have is not None and have != cfg.n_depths:
+        raise MtplabError(f"config does not match the weights in {path.name}: the config says {cfg.heads} heads with "
+                          f"n_depths {cfg.n_depths}; the weights hold {have} depths. Restore the config saved with "
+                          "them or retrain.")
+
+
+def _check_recorded(cfg: ModelConfig | None, meta: dict, info: dict, path: Path) -> None:
+    """What the weights file recorded of its config (n_head, block_size, ...) and what the JSON recorded of the
+    weights (sha256). Files written before these records ("not recorded") pass on their header alone."""
+    rec = meta.get("config")
+    if isinstance(rec, str) and cfg is not None:
+        try:
+            saved = json.loads(rec)
+        except (ValueError, RecursionError):
+            saved = None
+        if not isinstance(saved, dict):
+            raise MtplabError(f"{path} is corrupt (its recorded config is not JSON); restore it from git or retrain")
+        diff = [f"{k} {saved[k]!r} -> {v!r}" for k, v in cfg.to_dict().items()
+                if k in saved and saved[k] != v and k != "dropout"]
+        if diff:
+            raise MtplabError(f"config does not match the weights in {path.name}: they were saved with another config "
+                              f"({'; '.join(diff)}). Restore the config saved with them or retrain.")
+    want = info.get("weights_sha256")
+    if want is not None and (not isinstance(want, str) or sha256(path) != want):
+        raise MtplabError(f"{path.name} is not the file {path.with_suffix('.json').name} was saved with (its sha256 "
+                          "differs: changed, relabelled or truncated); restore both files from the same save or retrain")
 
 
 def _find_base(path: Path, base) -> Path:
@@ -193,14 +333,30 @@ def _find_base(path: Path, base) -> Path:
                       f"{', '.join(str(d) for d in dirs)}; put it beside the heads")
 
 
+def _device(device) -> torch.device:
+    if isinstance(device, torch.device):
+        return pick(str(device)) if device.type in ("cuda", "mps") else device
+    if not isinstance(device, str):
+        raise MtplabError(f"device must be a name such as 'cpu', 'cuda' or 'auto' (got {device!r})")
+    return pick(device)
+
+
 def load(name_or_path, *, device="cpu", dtype=torch.float32, config: ModelConfig | None = None) -> GPT:
     """Load a checkpoint into a GPT (eval mode). `config`, if given, must match the weights."""
+    dev = _device(device)
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise MtplabError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16 (got {dtype!r})")
+    if config is not None and not isinstance(config, ModelConfig):
+        raise MtplabError(f"config must be a ModelConfig (got {type(config).__name__}); omit it to use the one saved "
+                          "beside the weights")
     path = resolve(name_or_path)
     info = read_info(path)
     cfg = config or _config(info, path.with_suffix(".json"))
-    bpath = _find_base(path, info["base"]) if isinstance(info, dict) and "base" in info else None
-    shapes = {**(_header(bpath) if bpath else {}), **_header(path)}
+    bpath = _find_base(path, info["base"]) if "base" in info else None
+    own, meta = _header(path, with_meta=True)
+    shapes = {**(_header(bpath) if bpath else {}), **own}
     _check_header(cfg, shapes, path)
+    _check_recorded(cfg if config is None else None, meta, info, path)
     state = {}
     if bpath is not None:
         state.update(_read_tensors(bpath))
@@ -223,4 +379,4 @@ def load(name_or_path, *, device="cpu", dtype=torch.float32, config: ModelConfig
                           ". Load it with the config saved beside it (omit config=) or retrain.")
     model.load_state_dict({n: t.float() for n, t in state.items()}, strict=False)
     model.lm_head.weight = model.wte.weight
-    return model.to(device=device, dtype=dtype).eval()
+    return model.to(device=dev, dtype=dtype).eval()

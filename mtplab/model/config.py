@@ -5,6 +5,8 @@ from dataclasses import asdict, dataclass, replace
 from mtplab.errors import MtplabError
 
 HEAD_FAMILIES = ("none", "stern", "meta", "deepseek")
+MAX_DEPTHS = 64       # prediction depths K a config may ask for (k tokens per step is at most K)
+MAX_BLOCK = 1 << 16   # the longest context window a config may ask for
 
 
 @dataclass(frozen=True)
@@ -23,12 +25,20 @@ class ModelConfig:
             raise MtplabError(f"unknown head family {self.heads!r}; choose one of {', '.join(HEAD_FAMILIES)}")
         if self.n_depths < 1:
             raise MtplabError(f"n_depths must be >= 1 (got {self.n_depths})")
+        if self.n_depths > MAX_DEPTHS:
+            raise MtplabError(f"n_depths {self.n_depths} is more than {MAX_DEPTHS} prediction depths; use at most "
+                              f"{MAX_DEPTHS} (acceptance falls off long before that)")
+        if not 1 <= self.block_size <= MAX_BLOCK:
+            raise MtplabError(f"block_size must lie in 1..{MAX_BLOCK} (got {self.block_size})")
         if self.heads == "none" and self.n_depths != 1:
             raise MtplabError("heads='none' predicts one token per position: use n_depths=1 or pick a head family")
         if self.heads != "none" and self.n_depths < 2:
             raise MtplabError(f"heads={self.heads!r} needs n_depths >= 2 (got {self.n_depths})")
         if self.n_embd % self.n_head:
             raise MtplabError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if (self.n_embd // self.n_head) % 2:
+            raise MtplabError(f"n_embd / n_head = {self.n_embd // self.n_head} is odd; rotary positions turn channel "
+                              f"pairs, so the head size must be even: choose n_head so that n_embd / n_head is even")
         if self.heads == "meta" and self.n_layer < 2:
             raise MtplabError("meta heads need n_layer >= 2: the last layer is head 1, the rest is the trunk")
 

@@ -6,7 +6,7 @@ B batch, T time (new tokens in this call), P cached positions, C channels, H hea
 
 The decode step is what the lab times, so these are written to issue few small ops: the norm is one fused
 kernel, rotary rotates q and k together as complex numbers, and the causal mask of a cached forward is a
-view of one table built once.
+view of one table built once (for windows up to MASK_CACHE positions; a longer one gets a mask of its own size).
 """
 from __future__ import annotations
 
@@ -130,14 +130,17 @@ class CausalSelfAttention(nn.Module):
 
 
 _MASKS: dict = {}
+MASK_CACHE = 1024  # positions of the shared table (1 MB of bools); a longer window gets a mask of its own size
 
 
 def causal_mask(p: int, T: int, device) -> torch.Tensor:
-    """(T, p+T) bool: query t (at absolute position p+t) may see keys 0..p+t. A view of one cached table."""
+    """(T, p+T) bool: query t (at absolute position p+t) may see keys 0..p+t. Within MASK_CACHE positions, a
+    view of one cached table; beyond, built for this window alone (T * (p+T) bools, never the square)."""
+    if p + T > MASK_CACHE:
+        return torch.ones(T, p + T, dtype=torch.bool, device=device).tril(diagonal=p)
     full = _MASKS.get(device)
-    if full is None or full.shape[0] < p + T:
-        n = max(512, 2 * (p + T))
-        full = _MASKS[device] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    if full is None:
+        full = _MASKS[device] = torch.ones(MASK_CACHE, MASK_CACHE, dtype=torch.bool, device=device).tril()
     return full[p:p + T, :p + T]
 
 
@@ -206,8 +209,8 @@ class StackedBlocks:
         cache.k[:, 0, :, p:end] = k
         cache.v[:, 0, :, p:end] = v
         keys, values = cache.k[:, 0, :, :end], cache.v[:, 0, :, :end]  # (G, H, P+T, D)
-        mask = None if T == 1 else causal_mask(p, T, z.device)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        mask = None if T == 1 or p == 0 else causal_mask(p, T, z.device)  # p == 0: is_causal, no table
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=p == 0 and T > 1)
         x = x + torch.bmm(y.transpose(1, 2).reshape(G, T, C), self.proj)
         h = F.rms_norm(x, (C,), None, self.eps) * self.norm2
         x = x + torch.bmm(F.gelu(torch.bmm(h, self.fc), approximate="tanh"), self.down)

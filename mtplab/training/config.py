@@ -3,18 +3,22 @@ check, run before anything is loaded or written."""
 from __future__ import annotations
 
 import math
+import os
 import re
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 import torch
 from mtplab.model import checkpoint as ckpt
-from mtplab.model.config import HEAD_FAMILIES, preset as get_preset
+from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig, preset as get_preset
 from mtplab.data import corpus_path
 from mtplab.errors import MtplabError
+from mtplab.model.gpt import GPT
 from mtplab.training.steps import AUTOCAST, LABELS
 
 SAVE_DTYPES = {None: None, "fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+MAX_NAME = 200  # characters: NAME.state.next.safetensors and its temp file must stay under 255 bytes
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class TrainConfig:
     labels: str = "corpus"
     autocast: str = "auto"
     deepen: int | None = None  # grow the --from trunk to this many layers first (mtplab.model.gpt.deepen)
+    save_seconds: float | None = None  # also save when this much wall time passed since the last save (300)
     heads_from: str | Path | None = None  # start the heads from this heads checkpoint (same family and depths)
 
     def depths(self) -> int:
@@ -67,8 +72,11 @@ class TrainConfig:
             if n_depths is not None and n_depths != n_modules + 1:
                 raise MtplabError(f"D={n_modules} modules means K={n_modules + 1} depths, not {n_depths}; "
                                   "give one of them")
-            if n_modules < 1:
-                raise MtplabError(f"--modules must be >= 1 (got {n_modules})")
+            if isinstance(n_modules, bool) or not isinstance(n_modules, int) or n_modules < 1:
+                raise MtplabError(f"--modules must be >= 1 (got {n_modules!r})")
+            if n_modules >= MAX_DEPTHS:
+                raise MtplabError(f"--modules {n_modules} is more than {MAX_DEPTHS - 1} sequential modules; use at "
+                                  f"most --modules {MAX_DEPTHS - 1} (DeepSeek-V3 trains one)")
             return n_modules + 1
         if heads == "none":
             if n_depths not in (None, 1):
@@ -76,6 +84,11 @@ class TrainConfig:
                                   "a head family")
             return 1
         depths = n_depths if n_depths is not None else (2 if heads == "deepseek" else 4)
+        if isinstance(depths, bool) or not isinstance(depths, int):
+            raise MtplabError(f"--depths must be an integer >= 2 (got {depths!r})")
+        if depths > MAX_DEPTHS:
+            raise MtplabError(f"--depths {depths} is more than {MAX_DEPTHS} prediction depths; use at most --depths "
+                              f"{MAX_DEPTHS} (acceptance falls off long before: the papers use 2 to 8)")
         if depths < 2:
             raise MtplabError(f"--heads {heads} needs --depths >= 2 (got {depths}); depth 1 is the trunk's own head")
         return depths
@@ -94,7 +107,7 @@ def default_name(heads: str, n_depths: int) -> str:
     return TrainConfig(heads=heads, n_depths=n_depths).run_name()
 
 
-def _need_int(flag: str, v, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
+def need_int(flag: str, v, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
     if v is None and optional:
         return
     if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v >= hi):
@@ -102,7 +115,7 @@ def _need_int(flag: str, v, lo: int, hi: int | None = None, *, optional: bool = 
         raise MtplabError(f"{flag} must be an integer {span} (got {v!r})")
 
 
-def _need_number(flag: str, v, *, low: float, strict: bool, optional: bool = False, high: float | None = None):
+def need_number(flag: str, v, *, low: float, strict: bool, optional: bool = False, high: float | None = None):
     if v is None and optional:
         return
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -123,18 +136,19 @@ def check(c: TrainConfig) -> None:
     get_preset(c.preset) if c.from_checkpoint is None else ckpt.resolve(c.from_checkpoint)
     if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
         raise MtplabError(f"lambda must be >= 0 (got {c.lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
-    _need_int("--batch-size", c.batch_size, 1)
-    _need_number("--lr", c.lr, low=0, strict=True)
-    _need_number("--dropout", c.dropout, low=0, strict=False, high=1, optional=True)
-    _need_int("--seed", c.seed, 0, 2 ** 63)
-    _need_int("--warmup", c.warmup, 0, optional=True)
-    _need_number("weight_decay", c.weight_decay, low=0, strict=False)
-    _need_number("grad_clip", c.grad_clip, low=0, strict=True)
-    _need_int("--eval-every", c.eval_every, 1, optional=True)
-    _need_int("eval_windows", c.eval_windows, 1)
-    _need_int("save_every", c.save_every, 1, optional=True)
-    _need_int("stop_after", c.stop_after, 1, optional=True)
-    _need_number("--max-seconds", c.max_seconds, low=0, strict=True, optional=True)
+    need_int("--batch-size", c.batch_size, 1)
+    need_number("--lr", c.lr, low=0, strict=True)
+    need_number("--dropout", c.dropout, low=0, strict=False, high=1, optional=True)
+    need_int("--seed", c.seed, 0, 2 ** 63)
+    need_int("--warmup", c.warmup, 0, optional=True)
+    need_number("weight_decay", c.weight_decay, low=0, strict=False)
+    need_number("grad_clip", c.grad_clip, low=0, strict=True)
+    need_int("--eval-every", c.eval_every, 1, optional=True)
+    need_int("eval_windows", c.eval_windows, 1)
+    need_int("save_every", c.save_every, 1, optional=True)
+    need_int("stop_after", c.stop_after, 1, optional=True)
+    need_number("--max-seconds", c.max_seconds, low=0, strict=True, optional=True)
+    need_number("save_seconds", c.save_seconds, low=0, strict=True, optional=True)
     if c.save_dtype not in SAVE_DTYPES:
         raise MtplabError(f"unknown save dtype {c.save_dtype!r}; choose fp32, fp16 or bf16")
     if c.freeze_trunk and c.from_checkpoint is None:
@@ -148,11 +162,8 @@ def check(c: TrainConfig) -> None:
         raise MtplabError(f"unknown autocast {c.autocast!r}; choose one of {', '.join(AUTOCAST)}")
     if c.freeze_trunk and c.heads == "none":
         raise MtplabError("--freeze-trunk with --heads none has nothing to train; choose stern, meta or deepseek")
-    if c.name is not None and (not isinstance(c.name, str) or not NAME.fullmatch(c.name)
-                               or c.name.endswith((".state", ".json", ".safetensors", ".next"))):
-        raise MtplabError(f"--name {c.name!r} must be a plain file stem (letters, digits, '.', '_', '-'; no '/' "
-                          "and no leading '.'), such as ntp or my-run.v2")
-    _need_int("--deepen", c.deepen, 1, 257, optional=True)
+    check_name(c.name)
+    need_int("--deepen", c.deepen, 1, 257, optional=True)
     if c.deepen is not None and (c.from_checkpoint is None or c.freeze_trunk):
         raise MtplabError("--deepen N grows a trained trunk and trains it on: give --from CHECKPOINT, without "
                           "--freeze-trunk")
@@ -164,3 +175,55 @@ def check(c: TrainConfig) -> None:
         raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
     if (c.resume or c.overwrite) and c.out is None:
         raise MtplabError("--resume and --overwrite need --out DIR")
+
+
+def check_name(name) -> None:
+    """--name: a plain file stem that cannot leave --out (None: the default name)."""
+    if name is not None and (not isinstance(name, str) or not NAME.fullmatch(name)
+                             or name.endswith((".state", ".json", ".safetensors", ".next", ".probe"))):
+        raise MtplabError(f"--name {name!r} must be a plain file stem (letters, digits, '.', '_', '-'; no '/' "
+                          "and no leading '.'), such as ntp or my-run.v2")
+    if name is not None and len(name) > MAX_NAME:
+        raise MtplabError(f"--name is {len(name)} characters long; file names must stay under 255 bytes: use at "
+                          f"most {MAX_NAME} characters")
+
+
+def memory_here(dev: torch.device) -> int:
+    """Bytes a run may use: the accelerator's memory, else the RAM (or the address-space limit, if lower)."""
+    if dev.type == "cuda":
+        return torch.cuda.get_device_properties(dev).total_memory
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return min(total, soft) if soft not in (resource.RLIM_INFINITY, -1) and soft > 0 else total
+
+
+def _size(n: float) -> str:
+    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n / 1e3:.0f} KB"
+
+
+def check_memory(cfg: ModelConfig, *, batch_size: int, seq_len: int, trainable: int, frozen: int, dev: torch.device,
+                 hint: str) -> None:
+    """Refuse a run whose one training step cannot fit in memory, before anything is built: weights (4 bytes
+    a parameter), with gradients and AdamW's two moments for the trainable ones (16 bytes), and activations
+    (about 24 floats a channel per layer and token, plus 3 floats a vocabulary entry per depth and token)."""
+    layers = cfg.n_layer + (cfg.n_depths - 1 if cfg.heads in ("meta", "deepseek") else 0)
+    per_sample = seq_len * 4 * (layers * (24 * cfg.n_embd + cfg.n_head * seq_len) + 3 * cfg.n_depths * cfg.vocab_size)
+    fixed = 16 * trainable + 4 * frozen
+    need, have = fixed + batch_size * per_sample, memory_here(dev)
+    if need <= have:
+        return
+    fits = max(0, (have - fixed) // per_sample)
+    more = f"lower --batch-size (at most about {fits} fits)" if fits >= 1 else hint
+    raise MtplabError(f"one training step needs about {_size(need)} of memory (--batch-size {batch_size}, "
+                      f"{cfg.n_depths} depths, {trainable + frozen:,} parameters), more than the {_size(have)} here; "
+                      f"{more}")
+
+
+def count_parameters(cfg: ModelConfig) -> int:
+    """Parameters of a GPT of this config, counted on the meta device (nothing is allocated)."""
+    with torch.device("meta"):
+        model = GPT(cfg)
+    return sum(p.numel() for p in model.parameters())

@@ -5,6 +5,7 @@ A single process (no WORLD_SIZE, or WORLD_SIZE=1) never imports torch.distribute
 """
 from __future__ import annotations
 
+import datetime
 import os
 import torch
 from mtplab.device import pick
@@ -31,12 +32,27 @@ def setup(device: str) -> tuple[int, int, torch.device]:
     if world <= 1:
         return 0, 1, pick(device)
     import torch.distributed as dist
+    missing = [v for v in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+    if missing:
+        raise MtplabError(f"WORLD_SIZE={world} but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; "
+                          f"launch with torchrun --nproc_per_node {world} -m mtplab train ..., which sets them (or "
+                          "unset WORLD_SIZE for one process)")
+    rank = _env_int("RANK", 0)
+    if rank >= world:
+        raise MtplabError(f"RANK={rank} must be below WORLD_SIZE={world}; launch with torchrun, which sets both")
     dev = pick(device)
     if dev.type == "cuda":
         dev = torch.device("cuda", _env_int("LOCAL_RANK", 0))
         torch.cuda.set_device(dev)
+    wait = _env_int("MTPLAB_DIST_TIMEOUT", 300)  # seconds to wait for every rank (torch's default is 30 minutes)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        try:
+            dist.init_process_group("nccl" if dev.type == "cuda" else "gloo",
+                                    timeout=datetime.timedelta(seconds=max(1, wait)))
+        except (RuntimeError, ValueError) as e:  # torch's DistStoreError is a RuntimeError
+            raise MtplabError(f"could not start {world} processes at {os.environ['MASTER_ADDR']}:"
+                              f"{os.environ['MASTER_PORT']} ({str(e).splitlines()[0][:120] if str(e) else type(e).__name__}); "
+                              "launch every rank with torchrun, or unset WORLD_SIZE for one process") from None
     return dist.get_rank(), world, dev
 
 

@@ -1,8 +1,9 @@
 """Training runs: next-token and multi-token, from scratch or with a frozen trunk.
 
 `fit(TrainConfig(...))` or `fit(**keywords)` is deterministic for a seed (batches come from a seeded
-generator, dropout from the seeded global one) and resumable bit for bit: every `save_every` steps it
-writes one save set (`mtplab.runs`). The step itself, the loss and the validation are `mtplab.steps`;
+generator, dropout from the seeded global one) and resumable bit for bit: every `save_every` steps, every
+`save_seconds` of wall time (5 minutes) and at SIGINT or SIGTERM (after the step in flight) it writes one save
+set (`mtplab.training.runs`). The step itself, the loss and the validation are `mtplab.steps`;
 averaging over torchrun processes is `mtplab.distributed`.
 """
 from __future__ import annotations
@@ -17,11 +18,11 @@ from mtplab.model import checkpoint as ckpt
 from mtplab.training import distributed
 from mtplab.training import runs
 from mtplab.model.config import preset as get_preset
-from mtplab.data import get_batch, load_corpus, val_windows
+from mtplab.data import corpus_path, get_batch, load_corpus, need_tokens, val_windows
 from mtplab.errors import MtplabError
 from mtplab.model.gpt import GPT, attach_heads, deepen
 from mtplab.training.steps import autocast_context, autocast_kind, evaluate, lr_at, train_step
-from mtplab.training.config import SAVE_DTYPES, TrainConfig, check
+from mtplab.training.config import SAVE_DTYPES, TrainConfig, check, check_memory, count_parameters
 
 
 def _build_model(c: TrainConfig, depths: int) -> GPT:
@@ -52,6 +53,21 @@ def _build_model(c: TrainConfig, depths: int) -> GPT:
                               f"width {base.config.n_embd}: give heads of the same family, depths and width")
         model.mtp.load_state_dict(old.mtp.state_dict())
     return model
+
+
+def _check_size(c: TrainConfig, depths: int, dev: torch.device) -> None:
+    """Memory for one step, from the config alone: before a module is built or a batch drawn."""
+    if c.from_checkpoint is None:
+        cfg = get_preset(c.preset).with_heads(c.heads, depths)
+    else:
+        base = ckpt.config_of(c.from_checkpoint)
+        if c.deepen is not None:
+            base = replace(base, n_layer=max(base.n_layer, c.deepen))
+        cfg = base.with_heads(c.heads, depths) if c.heads != "none" else base
+    n = count_parameters(cfg)
+    frozen = count_parameters(replace(cfg, heads="none", n_depths=1)) if c.freeze_trunk else 0
+    check_memory(cfg, batch_size=c.batch_size, seq_len=cfg.block_size, trainable=n - frozen, frozen=frozen, dev=dev,
+                 hint="train a smaller model or with fewer --depths / --modules")
 
 
 def _optimizer(model: GPT, c: TrainConfig, dev: torch.device):
@@ -92,6 +108,8 @@ class _Run:
     start: int = 0
     last_save: int | None = None
     t0: float = field(default_factory=time.perf_counter)
+    saved_at: float = field(default_factory=time.perf_counter)  # wall clock of the last save (or the start)
+    stop: runs.Stop | None = None
     tokens: int = 0
     window: list = field(default_factory=lambda: [0, time.perf_counter()])  # tokens since the last log, since when
     bar: object = None
@@ -111,7 +129,7 @@ def _begin(c: TrainConfig, rank: int, world: int, dev: torch.device) -> _Run:
                _settings(c, depths, warmup, dev, world))
     if manifest:
         runs.check_settings(saved, run.settings, out)
-        runs.restore(runs.load_state(out, name, manifest), manifest, model=model, opt=opt, gen=run.gen)
+        runs.restore(runs.load_state(out, name, manifest), manifest, model=model, opt=opt, gen=run.gen, out=out)
         run.start = run.last_save = manifest["step"]
         run.history = manifest["history"]
     run.tokens = run.start * c.batch_size * model.config.block_size
@@ -132,7 +150,8 @@ def _step(run: _Run, step: int, train_data) -> float:
                           labels=c.labels)
     distributed.average_gradients(run.params, run.world)
     if not math.isfinite(loss):
-        raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr")
+        also = f" or --lambda (now {c.lam})" if c.heads != "none" and c.lam > 1 else ""
+        raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr{also}")
     torch.nn.utils.clip_grad_norm_(run.params, c.grad_clip)
     run.opt.step()
     run.opt.zero_grad(set_to_none=True)
@@ -167,7 +186,7 @@ def _save(run: _Run, done: int, stopped_early: bool) -> None:
     base = Path(c.from_checkpoint) if c.freeze_trunk else None
     runs.save(run.out, run.name, model=run.model, opt=run.opt, gen=run.gen, step=done, history=run.history,
               settings=run.settings, meta=meta, base=base, dtype=SAVE_DTYPES[c.save_dtype])
-    run.last_save = done
+    run.last_save, run.saved_at = done, time.perf_counter()
 
 
 def _interrupted(run: _Run, step: int) -> MtplabError:
@@ -181,8 +200,10 @@ def _interrupted(run: _Run, step: int) -> MtplabError:
 
 def _loop(run: _Run) -> None:
     c = run.c
-    train_data = load_corpus(c.corpus, "train")
-    windows = val_windows(load_corpus(c.corpus, "val"), run.model.config.block_size, c.eval_windows)
+    block = run.model.config.block_size
+    train_data = need_tokens(load_corpus(c.corpus, "train"), block + 2, corpus_path(c.corpus, "train"))
+    windows = val_windows(need_tokens(load_corpus(c.corpus, "val"), block + 1, corpus_path(c.corpus, "val")), block,
+                          c.eval_windows)
     eval_every = c.eval_every or max(1, c.steps // 10)
     save_every = c.save_every or eval_every
     end = c.steps if c.stop_after is None else min(c.steps, c.stop_after)
@@ -208,8 +229,14 @@ def _one(run: _Run, step: int, train_data, windows, eval_every: int, save_every:
         run.bar.update(1)
     if run.rank == 0 and (done % eval_every == 0 or done == c.steps or late):
         _validate(run, done, loss, windows)
-    if run.rank == 0 and run.out is not None and (done % save_every == 0 or done == end or late):
-        _save(run, done, late)
+    signalled = distributed.any_rank(run.stop is not None and run.stop.signal is not None, run.dev, run.world)
+    every = c.save_seconds if c.save_seconds is not None else runs.SAVE_SECONDS
+    due = done % save_every == 0 or done == end or late or signalled or time.perf_counter() - run.saved_at >= every
+    if run.rank == 0 and run.out is not None and due:
+        _save(run, done, late or signalled)
+    if signalled:
+        raise MtplabError(runs.stopped_message(run.stop.signal if run.stop and run.stop.signal else "signal", done,
+                                               run.out))
     if late and run.bar is not None:
         run.bar.write(f"stopping at step {done}: max_seconds={c.max_seconds} reached")
     return late
@@ -223,11 +250,15 @@ def fit(config: TrainConfig | None = None, /, **kwargs) -> list[dict]:
     rank, world, dev = distributed.setup(c.device)
     if c.batch_size % world:
         raise MtplabError(f"--batch-size {c.batch_size} is the global batch: make it a multiple of the {world} processes")
+    _check_size(c, c.depths(), dev)
     if c.out is not None:
         runs.check_out(Path(c.out), c.run_name(), resume=c.resume, overwrite=c.overwrite)
     held = runs.lock(Path(c.out), c.run_name()) if c.out is not None and rank == 0 else nullcontext()
-    with held:
+    with held, runs.Stop() as stop:
+        if c.out is not None and rank == 0 and (c.resume or c.overwrite):
+            runs.remove_orphans(Path(c.out), c.run_name())
         run = _begin(c, rank, world, dev)
+        run.stop = stop
         try:
             _loop(run)
         finally:

@@ -7,6 +7,11 @@ A save writes, in order:
   4. rename NAME.state.next.safetensors -> NAME.state.safetensors
 The manifest is the commit point: resume loads whichever state file has the sha256 it names, so a run
 killed at any point resumes from the last complete save and reaches the uninterrupted run's weights.
+The temp files a kill inside a save leaves behind are removed by the next --resume or --overwrite.
+
+The lab's own runs (`mtplab.training.fit`) and heads on a Hugging Face trunk (`mtplab.hf.run`) share all of
+it: the checks of --out, the lock, the save set, the save cadence (steps, and every SAVE_SECONDS of wall time)
+and the signals (SIGINT and SIGTERM finish the step, save it and stop with one line).
 """
 from __future__ import annotations
 
@@ -14,6 +19,10 @@ import errno
 import fcntl
 import json
 import os
+import signal
+import stat
+import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 import torch
@@ -24,7 +33,9 @@ from mtplab.errors import MtplabError
 
 # settings that may differ between a run and its --resume; every other saved setting must match
 MAY_CHANGE = ("steps", "max_seconds", "eval_every", "eval_windows", "save_every", "progress", "device",
-              "save_dtype", "stop_after", "overwrite", "resume", "out")
+              "save_dtype", "stop_after", "overwrite", "resume", "out", "save_seconds")
+SAVE_SECONDS = 300.0  # a save at least this often (wall time), whatever --steps and --save-every say
+TEMP_KINDS = ("safetensors", "json", "state.next.safetensors", "state.safetensors", "state.json")
 
 
 def paths(out: Path, name: str) -> dict[str, Path]:
@@ -42,11 +53,13 @@ def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
         raise MtplabError(f"--out {out} is a file, not a directory; choose a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".{name}.probe.{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        # created exclusively under a random name (O_EXCL: never through a symlink someone planted there)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=f".{name}.probe.")
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
-        raise MtplabError(f"cannot write to --out {out} ({e.strerror or e}); choose a writable directory") from None
+        why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+        raise MtplabError(f"cannot write to --out {out} ({why}); choose a writable directory") from None
     p = paths(out, name)
     held = [p[k].name for k in ("weights", "manifest") if p[k].exists()]
     if held and not (resume or overwrite):
@@ -56,24 +69,54 @@ def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
 
 @contextmanager
 def lock(out: Path, name: str):
-    """Hold OUT/.NAME.lock for the run's lifetime (released by the OS if the process dies)."""
+    """Hold OUT/.NAME.lock for the run's lifetime (released by the OS if the process dies). The lock file is
+    opened with O_NOFOLLOW and must be a regular file: a symlink planted there is refused, never written through."""
     path = paths(out, name)["lock"]
-    f = open(path, "a+")
     try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise MtplabError(f"{path} is a symlink; a run never writes through one: remove it (rm {path}) "
+                              "and start again") from None
+        why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+        raise MtplabError(f"cannot create the lock file {path} ({why}); choose a writable --out") from None
+    f = os.fdopen(fd, "r+")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise MtplabError(f"{path} is not a regular file; remove it and start again")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             f.seek(0)
-            who = f.read().strip() or "another process"
+            who = f.read(64).strip() or "another process"
             raise MtplabError(f"run {name!r} in {out} is locked by {who}; wait for it to finish or choose "
                               "another --out or --name") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()}")
-        f.flush()
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()}")
+            f.flush()
+        except OSError as e:
+            why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+            raise MtplabError(f"cannot write the lock file {path} ({why}); free space or choose another --out") from None
         yield
     finally:
         f.close()
+
+
+def remove_orphans(out: Path, name: str) -> list[Path]:
+    """Delete the temp files of a save that was killed part way (`.NAME.safetensors.XXXX.tmp`, ...); call it
+    with the lock held, on --resume or --overwrite. Returns what was removed."""
+    gone = []
+    for kind in TEMP_KINDS:
+        for tmp in out.glob(f".{name}.{kind}.*.tmp"):
+            if tmp.name[len(name) + len(kind) + 3:-len(".tmp")].count(".") == 0 and not tmp.is_dir():
+                try:
+                    tmp.unlink()
+                    gone.append(tmp)
+                except OSError:
+                    pass
+    return gone
 
 
 def _opt_tensors(opt) -> tuple[dict, dict]:
@@ -112,27 +155,35 @@ def _load_opt(opt, tensors: dict, scalars: dict) -> None:
     opt.load_state_dict({"state": state, "param_groups": scalars["param_groups"]})
 
 
-def save(out: Path, name: str, *, model, opt, gen, step: int, history: list, settings: dict, meta: dict,
-         base, dtype) -> None:
-    """One save set (see the module docstring). A failed write raises MtplabError; the last set survives."""
+def save(out: Path, name: str, *, model, opt, gen, step: int, history: list, settings: dict, meta: dict | None = None,
+         base=None, dtype=None, write_weights=None, live: dict | None = None) -> None:
+    """One save set (see the module docstring). A failed write raises MtplabError; the last set survives.
+    `write_weights(path)` writes NAME.safetensors (default: `checkpoint.save` of the model), `live` the
+    tensors a resume restores (default: the model's weights, the tied lm_head left out)."""
     p = paths(out, name)
     tensors, scalars = _opt_tensors(opt)
     tensors = {n: t.detach().cpu().contiguous() for n, t in tensors.items()}
     tensors["__batch_rng__"] = gen.get_state()
     tensors["__torch_rng__"] = torch.get_rng_state()
-    for n, t in model.state_dict().items():  # the live fp32 weights, so that a resumed run continues bit for bit
-        if n != "lm_head.weight":
-            tensors[f"__w__.{n}"] = t.detach().cpu().contiguous()
+    if live is None:  # the live fp32 weights, so that a resumed run continues bit for bit
+        live = {n: t for n, t in model.state_dict().items() if n != "lm_head.weight"}
+    for n, t in live.items():
+        tensors[f"__w__.{n}"] = t.detach().cpu().contiguous()
     try:
-        ckpt.save(model, p["weights"], meta=meta, base=base, dtype=dtype)
+        if write_weights is not None:
+            write_weights(p["weights"])
+        else:
+            ckpt.write_files(model, p["weights"], meta=meta, base=base, dtype=dtype)
         ckpt.atomic_write(p["next"], lambda tmp: save_file(tensors, tmp))
         manifest = {"step": step, "state_sha256": ckpt.sha256(p["next"]), "scalars": scalars,
                     "settings": settings, "history": history}
         ckpt.atomic_write_text(p["manifest"], json.dumps(manifest) + "\n")
         _promote(p["next"], p["state"])
     except (OSError, SafetensorError) as e:
-        full = isinstance(e, OSError) and e.errno == errno.ENOSPC
-        why = "the disk is full" if full else (getattr(e, "strerror", None) or str(e))
+        text = str(e)
+        full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or "os error 28" in text \
+            or "No space left" in text
+        why = "the disk is full" if full else (getattr(e, "strerror", None) or text)
         raise MtplabError(f"could not save step {step} to {out} ({why}); the last complete save is still there: "
                           "free space or fix --out, then continue with --resume") from None
 
@@ -148,12 +199,25 @@ def read_manifest(out: Path, name: str) -> dict:
         raise MtplabError(f"nothing to resume in {out}: {p['manifest'].name} is missing; run without --resume "
                           "first (or with --overwrite)")
     try:
+        if p["manifest"].stat().st_size > ckpt.MAX_JSON:
+            raise ValueError(f"larger than {ckpt.MAX_JSON} bytes")
         m = json.loads(p["manifest"].read_text(encoding="utf-8"))
         if not isinstance(m, dict):
             raise ValueError("not an object")
-        m["step"], m["history"], m["scalars"], m["settings"]  # noqa: B018 (all four are needed)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise MtplabError(f"{p['manifest']} is not a resumable training state ({e}); start again with "
+        step, history, scalars, settings = m["step"], m["history"], m["scalars"], m["settings"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2 ** 53:
+            raise ValueError(f"step {step!r} is not an integer >= 0")
+        if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
+            raise ValueError("history is not a list of records")
+        if any(not isinstance(r.get("step"), int) or r["step"] > step for r in history):
+            raise ValueError(f"history runs past step {step}")
+        if not isinstance(scalars, dict) or not isinstance(settings, dict):
+            raise ValueError("scalars and settings must be objects")
+        if not isinstance(m.get("state_sha256"), str):
+            raise ValueError("state_sha256 is missing")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError, OSError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise MtplabError(f"{p['manifest']} is not a resumable training state ({why}); start again with "
                           "--overwrite") from None
     return m
 
@@ -182,11 +246,56 @@ def load_state(out: Path, name: str, manifest: dict) -> dict:
                       f"{p['manifest'].name} names; start again with --overwrite")
 
 
-def restore(tensors: dict, manifest: dict, *, model, opt, gen) -> None:
-    model.load_state_dict({n[len("__w__."):]: t for n, t in tensors.items() if n.startswith("__w__.")},
-                          strict=False)
-    model.lm_head.weight = model.wte.weight
-    _load_opt(opt, {n: t for n, t in tensors.items() if n.startswith("__opt__.") or not n.startswith("__")},
-              manifest["scalars"])
-    gen.set_state(tensors["__batch_rng__"])
-    torch.set_rng_state(tensors["__torch_rng__"])
+def restore(tensors: dict, manifest: dict, *, model, opt, gen, out: Path | None = None, tied: bool = True) -> None:
+    """Put the saved weights, optimizer state and generators back. A state whose parts do not fit this run
+    (a hand-edited manifest, another optimizer) is refused in one line."""
+    try:
+        model.load_state_dict({n[len("__w__."):]: t for n, t in tensors.items() if n.startswith("__w__.")},
+                              strict=False)
+        if tied:
+            model.lm_head.weight = model.wte.weight
+        _load_opt(opt, {n: t for n, t in tensors.items() if n.startswith("__opt__.") or not n.startswith("__")},
+                  manifest["scalars"])
+        gen.set_state(tensors["__batch_rng__"])
+        torch.set_rng_state(tensors["__torch_rng__"])
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, IndexError) as e:
+        where = f" in {out}" if out is not None else ""
+        raise MtplabError(f"the saved training state{where} does not fit this run ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:120] if str(e) else 'bad field'}); start again with --overwrite") from None
+
+
+class Stop:
+    """SIGINT and SIGTERM while a run trains: the first one sets `signal` (the loop finishes its step, saves it
+    and stops), a second one interrupts at once. Installed only in the main thread; the old handlers come back
+    on exit."""
+
+    def __init__(self):
+        self.signal: str | None = None
+        self._old: dict = {}
+
+    def _handler(self, signum, frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self._old[sig] = signal.signal(sig, self._handler)
+                except (ValueError, OSError):
+                    pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def stopped_message(sig: str, step: int, out: Path | None) -> str:
+    """The one line a signal ends a run with, after the step it arrived in was saved."""
+    if out is None:
+        return f"interrupted ({sig}) at step {step}; nothing was saved (no --out)"
+    return (f"interrupted at step {step} ({sig}); the last complete save is step {step} in {out}: continue it "
+            "with the same command plus --resume")
