@@ -421,7 +421,7 @@ def test_the_default_demo_is_read_from_the_benchmark_record():
         {"method": "blockwise-overlap", "k": 4, "speedup_wall": 1.3, "tokens_per_forward": 2.6}]}
     d = lab_state.choose_demo(record, "cpu")
     assert (d["method"], d["k"], d["checkpoint"]) == ("deepseek", 4, "deepseek-d3")  # the oracle is no demo
-    assert "1.40x" in d["note"] and "cpu, 1 threads" in d["note"]
+    assert "1.40x" in d["note"] and "cpu, 1 thread" in d["note"]
     d = lab_state.choose_demo(record, "cuda (NVIDIA H200)")  # measured elsewhere: wall clock says nothing here
     assert d["method"] == "blockwise-overlap" and "not on cuda" in d["note"]
     record["machine"] = {"cpu": "Some CPU", "device": "cuda (NVIDIA H200)", "threads": 16}

@@ -171,7 +171,8 @@ def record_machine(record: dict) -> str:
             f", {m['threads']} threads" if m.get("threads") else "")
     if isinstance(m, str) and m:
         return m
-    return f"{record.get('device', 'unknown device')}, {record.get('threads', '?')} threads"
+    threads = record.get("threads", "?")
+    return f"{record.get('device', 'unknown device')}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 def _record_device(record: dict) -> str:
