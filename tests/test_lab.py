@@ -151,9 +151,12 @@ def test_quantize_int8_keeps_greedy_output_close():
 
 def test_timed_decodes_and_ms_per_token():
     model = random_model(seed=2)
-    runs = bottleneck.timed_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=6)
+    runs, ms = bottleneck.timed_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=6,
+                                        repeats=3)
     assert runs["c"].tokens == runs["n"].tokens
     assert all(bottleneck.ms_per_token(t) > 0 for t in runs.values())
+    assert [len(v) for v in ms.values()] == [3, 3] and bottleneck.ms_per_token(runs["c"]) in ms["c"]
+    assert bottleneck.spread([3.0, 1.0, 2.0]) == "2.00 (range 1.00-3.00, n = 3)"
 
 
 def test_accept_rule_is_the_one_the_loop_uses():

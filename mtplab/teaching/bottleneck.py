@@ -13,6 +13,8 @@ from mtplab.decoding.trace import Trace
 from mtplab.teaching.check import Check
 from mtplab.teaching.check import _call
 from mtplab.teaching.check import _number
+from mtplab.errors import MtplabError
+from mtplab.measuring.speedup import read_decode_bench
 
 
 # ---------------------------------------------------------------------------------- notebook 01
@@ -66,17 +68,51 @@ def check_latency_cut(fn) -> Check:
     return Check(name, True, f"a speedup s removes 1 - 1/s of the latency; the sources' 4x gives {k4:.0%}")
 
 
-def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, progress: bool = False) -> dict[str, Trace]:
-    """Greedy autoregressive decoding of the same prompt by several (model, use_cache) variants.
+def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: int = 5,
+                  progress: bool = False) -> tuple[dict[str, Trace], dict[str, list[float]]]:
+    """Greedy autoregressive decoding of the same prompt by several (model, use_cache) variants, raced as a
+    benchmark races them: one short warm-up decode each, then `repeats` rounds, the variants interleaved (their
+    order reversed every other round).
 
-    Returns {label: Trace}; each Trace's steps carry their wall time (`Step.wall_s`).
-    """
-    it = variants.items()
+    Returns ({label: the Trace of its median round}, {label: ms per token of every round}); each Trace's steps
+    carry their wall time (`Step.wall_s`)."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise MtplabError(f"repeats must be an integer >= 1 (got {repeats!r})")
+    labels = list(variants)
+    for label in labels:  # warm-up: the first decode pays one-off costs
+        model, use_cache = variants[label]
+        autoregressive(model, prompt_ids, max_new_tokens=4, use_cache=use_cache)
+    traces: dict[str, list[Trace]] = {label: [] for label in labels}
+    rounds = range(repeats)
     if progress:
         from tqdm.auto import tqdm
-        it = tqdm(list(it), desc="decoding", unit="variant")
-    return {label: autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, use_cache=use_cache)
-            for label, (model, use_cache) in it}
+        rounds = tqdm(rounds, desc="decoding", unit="round")
+    for r in rounds:
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            model, use_cache = variants[label]
+            traces[label].append(autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, use_cache=use_cache))
+    ms = {label: [ms_per_token(t) for t in ts] for label, ts in traces.items()}
+    median = {label: sorted(ts, key=ms_per_token)[len(ts) // 2] for label, ts in traces.items()}
+    return median, ms
+
+
+def spread(values) -> str:
+    """'median (min-max), n = N' of a list of numbers: how a live timing is printed."""
+    v = sorted(values)
+    return f"{statistics.median(v):.2f} (range {v[0]:.2f}-{v[-1]:.2f}, n = {len(v)})"
+
+
+def benchmark_row(label: str, path=None) -> tuple[dict | None, str]:
+    """The shipped decode benchmark's row for `label` and the machine it was measured on (a line), or
+    (None, why) when the record has no such row."""
+    data = read_decode_bench(path) if path is not None else read_decode_bench()
+    row = next((r for r in data["rows"] if r.get("method") == label), None)
+    m = data.get("machine")
+    where = (f"{m['cpu']}, {m['threads']} threads, last-level cache {m['llc']}, torch {m['torch']}" if m else
+             f"{data.get('device', 'unknown device')}, {data.get('threads', '?')} threads (machine not recorded)")
+    if row is None:
+        return None, f"docs/bench/decode.json has no row {label!r}"
+    return row, where
 
 
 def ms_per_token(trace: Trace) -> float:
