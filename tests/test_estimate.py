@@ -87,3 +87,29 @@ def test_estimate_vs_live_figure_has_one_line_per_estimate():
     fig = viz_metrics.estimate_vs_live(results, title="x")
     assert len(fig.axes) == 2 and all(len(ax.lines) == 3 for ax in fig.axes)
     assert list(fig.axes[0].lines[2].get_ydata()) == [0.2, 0.1]
+
+
+def test_verdict_rows_count_what_the_live_loop_counts_and_the_shuffle_keeps_marginals():
+    """Full verdict rows at the live step starts give the live loop's conditional counts (where every step drafted
+    k-1 tokens); shuffling across steps keeps each position's marginal and breaks the within-step link."""
+    model = random_model("stern", 4, seed=5, vocab_size=10, noise=0.3)
+    paths = estimate.greedy_paths(model, PROMPTS, max_new_tokens=30, k=4)
+    rows = estimate.verdict_rows(model, paths, 4)
+    assert rows and all(len(r) == 3 for r in rows)
+    obs = estimate.within_step_rates(rows)
+    full = [(ids, n) for ids, n in paths]
+    counts = [estimate.match_counts(model, ids, n, 3) for ids, n in full]
+    assert obs["steps"] <= sum(c["steps"] for c in counts)
+    shu = estimate.within_step_rates(estimate.shuffled_across_steps(rows, seed=1))
+    assert shu["marginal"] == obs["marginal"] and shu["steps"] == obs["steps"]
+    assert shu["accepted"][0] == obs["accepted"][0]
+
+
+def test_within_step_rates_on_hand_made_rows():
+    rows = [[True, True, True], [True, True, False], [False, True, True], [False, False, False]]
+    r = estimate.within_step_rates(rows)
+    assert r["reached"] == [4, 2, 2] and r["accepted"] == [2, 2, 1] and r["marginal"] == [2, 3, 2]
+    assert r["conditional"] == [0.5, 1.0, 0.5] and r["unconditional"] == [0.5, 0.5, 0.25]
+    pair = estimate.kept_given_previous(rows)
+    assert pair == {"after_kept": (2, 2), "after_rejected": (1, 2)}
+    assert estimate.within_step_rates([])["steps"] == 0

@@ -186,3 +186,10 @@ def test_nb05_checkers_survive_broken_code():
 def test_nb05_verdict_checker_asks_for_a_bool_when_given_none():
     c = ex5.check_sampled_verdict(lambda p, q, u: None)
     assert not c and "returned None" in c.why
+
+
+def test_the_shift_checker_names_the_pooled_mean():
+    """03 exercise 1 states its reduction; the one tempting wrong reduction gets its own hint."""
+    from mtplab.teaching.meta import _pooled_mean, check_shift
+    verdict = check_shift(_pooled_mean)
+    assert not verdict and "mean over the K heads" in verdict.why

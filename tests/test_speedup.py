@@ -72,3 +72,49 @@ def test_paper_table_names_where_each_number_is_stated_and_fills_the_lab_column(
     papers = " ".join(r["paper"] for r in rows)
     for name in ("Stern", "Gloeckle", "DeepSeek-V3", "Leviathan", "Chen"):
         assert name in papers
+
+
+def test_interleaved_warms_up_and_repeats_every_callable():
+    calls = {"ar": 0, "x": 0}
+
+    def bump(name):
+        def f():
+            calls[name] += 1
+        return f
+    out = speedup.interleaved({"ar": bump("ar"), "x": bump("x")}, repeats=5)
+    assert calls == {"ar": 6, "x": 6}  # one warm-up each, then 5 rounds
+    assert len(out["x"]["seconds"]) == 5 and out["ar"]["median"] == pytest.approx(1.0)
+    assert out["x"]["min"] <= out["x"]["median"] <= out["x"]["max"]
+    assert "median of 5" in speedup.range_text(out["x"])
+    with pytest.raises(MtplabError, match="baseline"):
+        speedup.interleaved({"x": bump("x")})
+
+
+def test_bench_rows_are_matched_by_method_and_checkpoint():
+    row = speedup.bench_row("deepseek", "deepseek-d1")
+    assert row is not None and row["method"] == "deepseek D=1"
+    assert speedup.bench_row("deepseek", "deepseek-d3")["method"] == "deepseek D=3"
+    assert speedup.bench_row("meta", "no-such-checkpoint") is None
+    assert speedup.bench_speedup_text(None) == "not in the benchmark"
+    assert "prompts" in speedup.bench_source()
+
+
+def test_the_papers_table_names_the_setting_of_each_number():
+    stern = speedup.PAPERS[0]
+    assert "1.73" in stern["paper_value"] and "1.85" in stern["paper_value"] and "Both" in stern["paper_value"]
+    assert "transformer_base" in stern["why"]
+    assert "super-resolution" in speedup.PAPERS[1]["paper_value"]
+    assert "§3.2" in speedup.PAPERS[2]["paper"]
+    assert "D = 1" in speedup.PAPERS[3]["paper"] and "D=1" in speedup.PAPERS[3]["lab"]
+
+
+def test_the_oracle_gets_one_stream_per_prompt_and_repeat():
+    from mtplab.bench.decode import oracle_seed
+    seeds = {oracle_seed(r, i) for r in range(3) for i in range(20)}
+    assert len(seeds) == 60
+
+
+def test_per_position_tokens_per_step_is_eq_1_for_a_constant_rate():
+    from mtplab.measuring import theory
+    assert theory.per_position_tokens_per_step([0.7] * 3) == pytest.approx(theory.expected_tokens_per_step(0.7, 3))
+    assert theory.per_position_tokens_per_step([0.6, 0.7, 0.8]) == pytest.approx(1 + 0.6 + 0.42 + 0.336)
