@@ -10,6 +10,7 @@ through the same loss here (the lab's `meta_step` runs the lab's own blocks, whi
 """
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -189,6 +190,10 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
     return history
 
 
+TRAIN_DEFAULTS = {n: p.default for n, p in inspect.signature(train_heads).parameters.items()
+                  if p.kind is p.KEYWORD_ONLY and n not in ("heads", "n_depths", "n_modules", "run", "stop")}
+
+
 def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str, name: str | None = None,
                  device="cpu", resume: bool = False, overwrite: bool = False, save_every: int | None = None,
                  save_seconds: float | None = None, **kw) -> dict:
@@ -213,7 +218,7 @@ def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str
         if resume or overwrite:
             runs.remove_orphans(outp, name)
         target = load_hf(hf, device=pick(device))
-        opts = {k: v for k, v in kw.items() if k not in ("log", "steps", "max_seconds")}
+        opts = {k: v for k, v in {**TRAIN_DEFAULTS, **kw}.items() if k not in ("log", "steps", "max_seconds")}
         settings = {"hf": {k: v for k, v in base_record(target).items() if k not in ("path", "name")},
                     "heads": heads, "n_depths": depths, **opts}
         saved = manifest["settings"] if manifest else {}

@@ -118,9 +118,12 @@ def resolve(name_or_path) -> Path:
     stem = _stem(p)
     local = [p, p.with_name(stem + ".safetensors")] if stem else []
     shipped = [CHECKPOINT_DIR / f"{stem}.safetensors"] if _is_bare(raw) and stem else []
-    for c in shipped + local:  # a bare name is the shipped one: a local ntp.safetensors never shadows it
-        if c.suffix == ".safetensors" and c.is_file():
+    for c in shipped:  # a bare name is the shipped one: a local ntp.safetensors never shadows it
+        if c.is_file():
             return c
+    for c in local:  # a path; one in the cwd comes back absolute, so that resolving it again finds it again
+        if c.suffix == ".safetensors" and c.is_file():
+            return c.absolute() if _is_bare(str(c)) else c
     known = sorted(q.stem for q in CHECKPOINT_DIR.glob("*.safetensors")) if CHECKPOINT_DIR.is_dir() else []
     if p.is_dir() and (p / "config.json").is_file():
         raise MtplabError(f"{raw} is a Hugging Face model folder, not an mtplab checkpoint; pass it as --hf {raw} "
@@ -180,7 +183,12 @@ def write_files(model: GPT, path, *, meta: dict | None = None, base: str | Path 
 
 
 def read_info(path) -> dict:
-    path = resolve(path)
+    """NAME.json of a checkpoint (a name or a path, as `resolve` takes it), checked to be a JSON object."""
+    return _info_at(resolve(path))
+
+
+def _info_at(path: Path) -> dict:
+    """NAME.json beside an already resolved NAME.safetensors (never looked up again by name)."""
     jpath = path.with_suffix(".json")
     if not jpath.is_file():
         raise MtplabError(f"{jpath} is missing: a checkpoint is NAME.safetensors plus NAME.json")
@@ -261,7 +269,7 @@ def _config(info, jpath: Path) -> ModelConfig:
 def config_of(name_or_path) -> ModelConfig:
     """The config saved beside a checkpoint, checked, without reading its weights."""
     path = resolve(name_or_path)
-    return _config(read_info(path), path.with_suffix(".json"))
+    return _config(_info_at(path), path.with_suffix(".json"))
 
 
 def _depths_in(cfg: ModelConfig, shapes: dict) -> int | None:
@@ -350,7 +358,7 @@ def load(name_or_path, *, device="cpu", dtype=torch.float32, config: ModelConfig
         raise MtplabError(f"config must be a ModelConfig (got {type(config).__name__}); omit it to use the one saved "
                           "beside the weights")
     path = resolve(name_or_path)
-    info = read_info(path)
+    info = _info_at(path)
     cfg = config or _config(info, path.with_suffix(".json"))
     bpath = _find_base(path, info["base"]) if "base" in info else None
     own, meta = _header(path, with_meta=True)
