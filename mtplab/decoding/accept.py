@@ -6,6 +6,7 @@ rejection, sample from the residual norm(max(0, p - q)); after all drafts, sampl
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +74,32 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
     if p.shape[0] > n:
         return n, sample(p[n], generator), "target"
     return n, None, "none"
+
+
+def typical(drafts: list[int], p: torch.Tensor, *, generator: torch.Generator | None, epsilon: float = 0.09,
+            delta: float = 0.3) -> tuple[int, int | None, BonusSource]:
+    """Typical acceptance (Medusa-2, Cai et al. 2024, sec. 2.3.1). LOSSY: the output no longer has the target's
+    distribution; notebook 06's chi-square test shows by how much.
+
+    Keep draft d at row i while p_i(d) > min(epsilon, delta * exp(-H(p_i))), with H the entropy of the target's
+    row: a confident target demands the draft be likely, an unsure one lets more through. At the first draft that
+    fails, or after all drafts, the token is sampled from the target's row there (no residual correction: that
+    is what would have made it exact). At temperature 0 the rows are one-hot, H = 0, and the rule is greedy.
+    p: (n+1, V) target distributions (as for `accept`)."""
+    n = len(drafts)
+    for i, d in enumerate(drafts):
+        pi = p[i].float()
+        h = float(-(pi * torch.log(pi.clamp_min(1e-12))).sum())
+        if float(pi[d]) > min(epsilon, delta * math.exp(-h)):
+            continue
+        return i, sample(pi, generator), "correction"
+    if p.shape[0] > n:
+        return n, sample(p[n].float(), generator), "target"
+    return n, None, "none"
+
+
+RULES = {"exact": "speculative sampling (lossless: the target's distribution)",
+         "typical": "typical acceptance, Medusa-2 (LOSSY: changes the output distribution)"}
 
 
 def pick_token(logits_row: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:

@@ -28,6 +28,7 @@ class Draft:
     tokens: list[int]                 # the drafts, to follow tokens[-1]
     q: torch.Tensor | None = None     # (n, V) the drafter's distributions; None: one-hot on the drafts
     calls: int = 0                    # drafter forward passes it took (a head pass, module calls, ...)
+    confidence: list[float] | None = None  # the drafter's own top-1 probability of each draft (adaptive k)
 
 
 class Drafter(Protocol):
@@ -81,6 +82,11 @@ def check_same_vocabulary(draft_model, target) -> None:
                           "both must share one tokenizer")
 
 
+def _confidence(logits: torch.Tensor) -> list[float]:
+    """(n, V) logits -> each row's top-1 probability."""
+    return torch.softmax(logits.float(), -1).max(-1).values.tolist()
+
+
 def _top(logits: torch.Tensor, width: int) -> list[list[int]]:
     """(n, V) logits -> the top-`width` token ids of each row, best first."""
     return torch.topk(logits.float(), min(width, logits.shape[-1]), dim=-1).indices.tolist()
@@ -107,7 +113,8 @@ class SternDrafter(BaseDrafter):
         return self.model.unembed(self.model.mtp.hidden(self.h, n)[:, 0])[0]  # (n, V)
 
     def propose(self, n):
-        return Draft(_argmax_list(self._logits(n)), calls=1)
+        logits = self._logits(n)
+        return Draft(_argmax_list(logits), calls=1, confidence=_confidence(logits))
 
     def candidates(self, n: int, width: int) -> list[list[int]]:
         """The top-`width` tokens of depths 2..n+1, best first (token trees: one head pass gives every depth's
@@ -140,7 +147,8 @@ class MetaDrafter(BaseDrafter):
 
     def propose(self, n):
         # the K-1 head layers ran once over the newly kept positions (in feedback): one call
-        return Draft(_argmax_list(self.model.unembed(self.h_last[:, :n])[0]), calls=1)
+        logits = self.model.unembed(self.h_last[:, :n])[0]  # (n, V)
+        return Draft(_argmax_list(logits), calls=1, confidence=_confidence(logits))
 
     def candidates(self, n: int, width: int) -> list[list[int]]:
         """The top-`width` tokens of depths 2..n+1, best first (every head reads the same trunk output)."""
@@ -157,14 +165,25 @@ class DeepSeekDrafter(BaseDrafter):
     """
     name = "deepseek"
 
-    def __init__(self, model):
+    def __init__(self, model, *, reuse: int | None = None):
+        """reuse=R: apply module 1 recurrently for R drafts, each step feeding its own hidden state and its draft's
+        embedding (as engines serve DeepSeek-V3's one MTP module for more speculative tokens than modules, and as
+        EAGLE drafts over the target's hidden states); None: D separate modules, one draft each."""
         _need_heads(model, "deepseek", "deepseek self-speculative decoding")
-        self.max_drafts = model.config.n_modules
+        if reuse is not None and (isinstance(reuse, bool) or not isinstance(reuse, int) or not 1 <= reuse <= 16):
+            raise MtplabError(f"reuse must be an integer in 1..16 drafts (got {reuse!r})")
+        self.reuse = reuse
+        self.max_drafts = model.config.n_modules if reuse is None else reuse
+        if reuse is not None:
+            self.name = "deepseek-reuse"
+
+    def _module(self, k: int):
+        return self.model.mtp.layers[0 if self.reuse is not None else k - 1]
 
     def begin(self, model, tokens, out, prompt_len, **kw):
         super().begin(model, tokens, out, prompt_len, **kw)
         cfg = model.config
-        D = cfg.n_modules
+        D = int(self.max_drafts or 0)
         p = model.wte.weight
         self.caches = [KVCache.for_config(cfg, 1, like=p) for _ in range(D)]
         # hidden states by depth: H[0] the main model, H[k] module k; (1, block_size, C)
@@ -181,20 +200,23 @@ class DeepSeekDrafter(BaseDrafter):
         model, tokens = self.model, self.tokens
         L = len(tokens) - 1  # positions 0..L-1 are in the target cache; tokens[L] is the last committed
         ext = list(tokens)
-        drafts = []
+        drafts: list[int] = []
+        conf: list[float] = []
         for k in range(1, n + 1):
             cache = self.caches[k - 1]
             a = cache.length
             # module k at positions a..L-1 reads h^{k-1} there and Emb(t_{j+k}); the last k-1 of those tokens are drafts
             emb = model.wte(torch.tensor([ext[a + k:L + k]], device=self.H[0].device))  # (1, L-a, C)
-            h = model.mtp.layers[k - 1](model, self.H[k - 1][:, a:L], emb, cache)  # (1, L-a, C)
+            h = self._module(k)(model, self.H[k - 1][:, a:L], emb, cache)  # (1, L-a, C)
             self.H[k][:, a:L] = h
-            d = int(model.unembed(h[:, -1]).float().argmax(-1))
+            logits = model.unembed(h[:, -1]).float()  # (1, V)
+            d = int(logits.argmax(-1))
             drafts.append(d)
+            conf.append(float(torch.softmax(logits, -1).max()))
             ext.append(d)
         for k in range(1, n + 1):  # drop provisional entries: keep positions j with t_{j+k} committed
             self.caches[k - 1].crop(max(0, min(self.caches[k - 1].length, L - k + 1)))
-        return Draft(drafts, calls=n)
+        return Draft(drafts, calls=n, confidence=conf)
 
 
 class DraftModelDrafter(BaseDrafter):
@@ -317,6 +339,8 @@ def _modules_plus_one(cfg: ModelConfig) -> int:
     return cfg.n_modules + 1
 
 
+REUSE_DRAFTS = 7  # deepseek-reuse: module 1 applied recurrently for up to 7 drafts (k <= 8)
+
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("ar", "ntp", "ar", None),
     Method("blockwise", "stern-k4", "plain", lambda model, **_: SternDrafter(model), "stern", _depths),
@@ -324,6 +348,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("meta", "meta-k4", "overlap", lambda model, **_: MetaDrafter(model), "meta", _depths),
     Method("deepseek", "deepseek-d1", "overlap", lambda model, **_: DeepSeekDrafter(model), "deepseek",
            _modules_plus_one),
+    Method("deepseek-reuse", "deepseek-d1", "overlap", lambda model, **_: DeepSeekDrafter(model, reuse=REUSE_DRAFTS),
+           "deepseek", lambda cfg: REUSE_DRAFTS + 1),
     Method("draft-model", "ntp", "overlap", _needs_draft_model, needs_draft_model=True),
     Method("ngram", "ntp", "overlap", lambda model, **_: NgramDrafter()),
     Method("oracle", "ntp", "overlap",

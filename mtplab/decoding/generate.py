@@ -3,6 +3,7 @@ The methods themselves are one table, `mtplab.drafters.METHODS`."""
 from __future__ import annotations
 
 import torch
+from mtplab.decoding import adaptive
 from mtplab.model import checkpoint as ckpt
 from mtplab.decoding.loop import autoregressive, now, speculative
 from mtplab.decoding.checks import check_k
@@ -32,8 +33,12 @@ def load_for(method: str, checkpoint=None, *, device="auto", dtype="fp32"):
 
 def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int | None = None,
                 temperature: float = 0.0, top_k: int | None = None, seed: int = 0, alpha: float = 0.8,
-                draft_model=None, reference: list[int] | None = None):
+                draft_model=None, reference: list[int] | None = None, adapt: str | None = None,
+                threshold: float = 0.4, rule: str = "exact"):
     """Run one method on an already loaded model and return its Trace.
+
+    adapt: None (k-1 drafts every step), 'schedule' (HF's +2/-1) or 'confidence' (stop below `threshold`);
+    rule: 'exact' (lossless), or 'typical' (Medusa-2's typical acceptance, LOSSY when sampling).
 
     `reference` (oracle only): the target's greedy continuation, if already known; otherwise it is
     computed here, inside whatever the caller is timing."""
@@ -53,8 +58,10 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
         k = limit or 4
     if limit is not None and k > limit:
         raise MtplabError(f"k={k} is larger than this checkpoint supports for {method} (at most {limit})")
+    pol = adaptive.policy(adapt, **({"threshold": threshold} if adapt == "confidence" else {}))
+    name = method + (f"+{adapt}" if adapt else "") + ("+typical (lossy)" if rule == "typical" else "")
     return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=m.schedule,
-                       temperature=temperature, top_k=top_k, generator=g, method=method)
+                       temperature=temperature, top_k=top_k, generator=g, method=name, adapt=pol, rule=rule)
 
 
 def _check_draft_window(draft, model, n_prompt: int, max_new_tokens: int, k: int) -> None:

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mtplab.decoding.accept import Sampling, accept, distribution
+from mtplab.decoding.accept import RULES, Sampling, accept, distribution, typical
+from mtplab.decoding.adaptive import Fixed, Policy
 from mtplab.decoding.checks import check_finite, check_k, check_options, check_prompt
 from mtplab.decoding.trace import Step, Trace
 from mtplab.device import sync
@@ -115,6 +116,8 @@ class Decode:
     k: int
     schedule: str
     sampling: Sampling = field(default_factory=Sampling)
+    adapt: Policy = field(default_factory=Fixed)  # how many drafts a step asks for (`mtplab.decoding.adaptive`)
+    rule: str = "exact"                           # the accept rule: 'exact', or 'typical' (Medusa-2, LOSSY)
     predicted_once: bool = False  # plain schedule: the prefill served as the first predict
 
     @property
@@ -130,7 +133,7 @@ class Decode:
 
 
 def start(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str, sampling: Sampling,
-          cache=None) -> Decode:
+          cache=None, adapt=None, rule: str = "exact") -> Decode:
     """Every input check, then the decode's state: the prompt, an empty cache, the sampling options."""
     check_options(max_new_tokens=max_new_tokens, temperature=sampling.temperature, top_k=sampling.top_k)
     check_k(k)
@@ -140,11 +143,13 @@ def start(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: 
     if limit is not None and k - 1 > limit:
         raise MtplabError(f"k={k} needs {k - 1} drafts a step but {drafter.name} gives at most {limit}; "
                           f"use k <= {limit + 1}")
+    if rule not in RULES:
+        raise MtplabError(f"unknown accept rule {rule!r}; choose one of {', '.join(RULES)}")
     if not sampling.greedy and not drafter.supports_sampling:
         raise MtplabError(f"the {drafter.name} drafter is greedy-only; use temperature=0")
     prompt = check_prompt(model, prompt_ids, max_new_tokens, k)
     return Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
-                  max_new_tokens, k, schedule, sampling)
+                  max_new_tokens, k, schedule, sampling, adapt if adapt is not None else Fixed(), rule)
 
 
 def prefill(run: Decode) -> Step:
@@ -182,9 +187,9 @@ def predict(run: Decode, clock: Clock) -> int | None:
 def propose(run: Decode, clock: Clock):
     """The drafter's tokens (and their q when it samples). Overlap keeps one place free for the bonus token;
     plain commits no bonus after all drafts."""
-    n = min(run.k - 1, run.remaining - 1 if run.schedule == "overlap" else run.remaining)
+    n = min(run.adapt.drafts(run.k - 1), run.remaining - 1 if run.schedule == "overlap" else run.remaining)
     with clock("draft"):
-        return run.drafter.propose(n) if n > 0 else None
+        return run.adapt.cut(run.drafter.propose(n)) if n > 0 else None
 
 
 def verify(run: Decode, drafts: list[int], clock: Clock) -> tuple[object, torch.Tensor]:
@@ -212,15 +217,17 @@ def commit(run: Decode, new: list[int], out, base: int, clock: Clock) -> None:
 
 def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
                temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-               cache=None) -> Iterator[Step]:
+               cache=None, adapt=None, rule: str = "exact") -> Iterator[Step]:
     """Speculative decoding one step at a time: yields the prefill, then one `Step` per decoding step.
 
     Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution.
     `cache` (optional) is the target's KV cache to use, so that a caller can look at it between steps.
+    `adapt` (optional) decides how many of the k-1 drafts each step asks for (`mtplab.decoding.adaptive`).
+    rule='typical' swaps the exact accept rule for Medusa-2's typical acceptance, which is LOSSY when sampling.
     Wrap the iteration in `torch.inference_mode()` (as `speculative` does) when no gradients are wanted.
     """
     run = start(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
-                sampling=Sampling(temperature, top_k, generator), cache=cache)
+                sampling=Sampling(temperature, top_k, generator), cache=cache, adapt=adapt, rule=rule)
     yield prefill(run)                                            # the prompt in one forward
     while run.remaining > 0:
         clock = Clock(run.device)
@@ -235,9 +242,13 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
         drafts = draft.tokens if draft is not None else []
         out, p = verify(run, drafts, clock)                       # one target forward over them
         draws: list[tuple[float, float, float]] = []
-        n_ok, bonus, source = accept(drafts, p, draft.q if draft is not None else None, greedy=run.sampling.greedy,
-                                     generator=run.sampling.generator, draws=draws)  # prefix / min(1, p/q)
+        if run.rule == "typical" and not run.sampling.greedy:  # LOSSY: Medusa-2's typical acceptance
+            n_ok, bonus, source = typical(drafts, p, generator=run.sampling.generator)
+        else:
+            n_ok, bonus, source = accept(drafts, p, draft.q if draft is not None else None, greedy=run.sampling.greedy,
+                                         generator=run.sampling.generator, draws=draws)  # prefix / min(1, p/q)
         new = drafts[:n_ok] + ([bonus] if bonus is not None else [])
+        run.adapt.after(len(drafts), n_ok)
         commit(run, new, out, base, clock)                        # append, crop, tell the drafter
         yield clock.step(drafted=drafts, accepted=n_ok, emitted=([predicted] if predicted is not None else []) + new,
                          bonus=bonus, bonus_source=source, forwards=1 + (predicted is not None),
@@ -247,14 +258,15 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
 @torch.inference_mode()
 def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
                 temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-                method: str | None = None) -> Trace:
+                method: str | None = None, adapt=None, rule: str = "exact") -> Trace:
     """Speculative decoding of `model` with any drafter; at most k tokens per step (k-1 drafts + 1).
 
     Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution
     (accept with min(1, p/q), resample rejections from norm(max(0, p - q))).
     """
     steps = iter_steps(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
-                       temperature=temperature, top_k=top_k, generator=generator)
+                       temperature=temperature, top_k=top_k, generator=generator, adapt=adapt,
+                       rule=rule)
     first = next(steps)  # checks the input before the Trace is made
     trace = Trace(method=method or drafter.name, prompt=[int(t) for t in prompt_ids], k=k, schedule=schedule,
                   steps=[first])

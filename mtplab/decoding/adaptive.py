@@ -1,0 +1,98 @@
+"""How many drafts a step asks for: fixed, or adapted as engines adapt it. Every policy is exact: the verify keeps
+only what the target agrees with, so changing the number of drafts changes the speed, never the output.
+
+* `Fixed`: k-1 drafts every step (the lab's default).
+* `Schedule`: Hugging Face assisted generation's heuristic schedule: after a step that kept every draft, ask for
+  2 more next time, otherwise 1 fewer, between 1 and k-1.
+* `ConfidenceStop`: draft while the drafter's own top-1 probability stays at or above a threshold (EAGLE-2 and
+  HF's assistant confidence threshold stop drafting when the drafter is unsure); the step keeps the drafts up to
+  the first unsure one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from mtplab.errors import MtplabError
+
+
+class Policy(Protocol):
+    name: str
+
+    def drafts(self, limit: int) -> int: ...
+
+    def cut(self, draft): ...
+
+    def after(self, drafted: int, accepted: int) -> None: ...
+
+
+class Fixed:
+    name = "fixed"
+
+    def drafts(self, limit: int) -> int:
+        return limit
+
+    def cut(self, draft):
+        return draft
+
+    def after(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+@dataclass
+class Schedule:
+    """+2 drafts after a step that kept all of them, -1 otherwise, within 1..k-1; starts at `start` (or k-1)."""
+    start: int | None = None
+    n: int | None = field(default=None, init=False)
+    name = "schedule"
+
+    def drafts(self, limit: int) -> int:
+        if self.n is None:
+            self.n = limit if self.start is None else self.start
+        self.n = max(1, min(limit, self.n))
+        return self.n
+
+    def cut(self, draft):
+        return draft
+
+    def after(self, drafted: int, accepted: int) -> None:
+        if self.n is not None and drafted:
+            self.n = self.n + 2 if accepted == drafted else self.n - 1
+
+
+@dataclass
+class ConfidenceStop:
+    """Keep the drafts up to the first whose drafter probability is below `threshold`."""
+    threshold: float = 0.4
+    name = "confidence"
+
+    def __post_init__(self):
+        if not (isinstance(self.threshold, (int, float)) and 0 <= self.threshold <= 1):
+            raise MtplabError(f"the confidence threshold must be a probability in [0, 1] (got {self.threshold!r})")
+
+    def drafts(self, limit: int) -> int:
+        return limit
+
+    def cut(self, draft):
+        if draft is None or draft.confidence is None:
+            return draft
+        n = next((i for i, c in enumerate(draft.confidence) if c < self.threshold), len(draft.tokens))
+        if n == len(draft.tokens):
+            return draft
+        q = draft.q[:n] if draft.q is not None else None
+        return replace(draft, tokens=draft.tokens[:n], q=q, confidence=draft.confidence[:n])
+
+    def after(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+POLICIES = {"fixed": Fixed, "schedule": Schedule, "confidence": ConfidenceStop}
+
+
+def policy(name: str | None, **kw):
+    """A fresh policy by name (None: fixed). Each decode needs its own (a schedule has state)."""
+    if name is None:
+        return Fixed()
+    if name not in POLICIES:
+        raise MtplabError(f"unknown adaptive policy {name!r}; choose one of {', '.join(POLICIES)}")
+    return POLICIES[name](**kw)
