@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_generate)
 
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
-    b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime"])
+    b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k"])
     b.add_argument("--preset", default="classroom")
     b.add_argument("--quick", action="store_true")
     b.add_argument("--json", action="store_true")

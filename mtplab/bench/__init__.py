@@ -6,6 +6,7 @@
     python -m mtplab bench crossover   oracle drafts on random models of growing width: where MTP starts to pay
     python -m mtplab bench batch       throughput and latency against batch size (mtplab.bench.batch)
     python -m mtplab bench tree        chain vs token trees (mtplab.bench.batch)
+    python -m mtplab bench k           every family at k = 2..8, adaptive k, one module reused
     python -m mtplab bench regime      t(q)/t(1) against model size and the cache; the same heads on deeper trunks
 
 Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
@@ -15,6 +16,7 @@ OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench
 * `decode`: every method against AR of the same checkpoint
 * `batch`: batches and token trees
 * `regime`: the cost of a forward against model size, and the same heads on deeper trunks
+* `engines`: the best k, adaptive k, one DeepSeek module reused (`bench k`)
 * `report`: the records, atomically written, each naming its machine
 
 May import every layer below (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
@@ -27,11 +29,13 @@ from pathlib import Path
 from mtplab.bench.batch import run_batch, run_tree
 from mtplab.bench.costs import run_cost_curve, run_crossover, run_train
 from mtplab.bench.decode import run_decode
+from mtplab.bench.engines import run_k
 from mtplab.bench.regime import run_regime
 from mtplab.errors import MtplabError
 
 RUNS = {"train": run_train, "cost-curve": run_cost_curve, "decode": run_decode, "crossover": run_crossover,
-        "batch": run_batch, "tree": run_tree, "regime": run_regime}
+        "batch": run_batch, "tree": run_tree, "regime": run_regime,
+        "k": run_k}
 
 
 def main(a) -> None:
@@ -45,5 +49,5 @@ def main(a) -> None:
         name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
                 "crossover": f"crossover-{a.dtype}", "train": "train",
                 "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree",
-                "regime": "regime-quick" if a.quick else "regime"}[a.what]
+                "regime": "regime-quick" if a.quick else "regime", "k": "k-quick" if a.quick else "k"}[a.what]
         print(Path(a.out, f"{name}.md").read_text())

@@ -245,18 +245,19 @@ def _timed_decode(dev, *args, **kw):
 
 @torch.inference_mode()
 def interleaved_race(method: str, model, prompts, *, max_new_tokens: int, k: int | None = None, repeats: int = 5,
-                     draft_model=None, bar=None) -> dict:
+                     draft_model=None, bar=None, **options) -> dict:
     """A method against AR of the same model, as a benchmark times it: one warm-up decode each, then `repeats`
     rounds over the prompts, AR and the method back to back on each prompt. The speedup of a round is its AR time
     over its method time; the result gives the median round and the range, the traces of the first round, and
-    how many prompts gave output identical to AR's (greedy, fp32: all of them)."""
+    how many prompts gave output identical to AR's (greedy, fp32: all of them). `options` go to `decode_with`
+    (adapt, threshold, rule)."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise MtplabError(f"repeats must be an integer >= 1 (got {repeats!r})")
     if not prompts:
         raise MtplabError("give at least one prompt")
     dev = model.wte.weight.device
     k = k if k is not None else (max_k(method, model) or 4)
-    kw = {"k": k, "draft_model": draft_model} if method != "ar" else {}
+    kw = {"k": k, "draft_model": draft_model, **options} if method != "ar" else {}
     decode_with("ar", model, prompts[0], max_new_tokens=8)  # warm-up: first calls allocate and pick kernels
     decode_with(method, model, prompts[0], max_new_tokens=8, **kw)
     ar_s, sp_s, traces, ar_traces = [], [], [], []
