@@ -22,6 +22,7 @@ from tests.test_report import browser_missing, chromium_page
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "05_acceptance_lab.ipynb"
 SHOT = ROOT / "build" / "browser_05_acceptance_lab.png"
+SHOTS = ROOT / "build" / "screenshots"  # one per checked behaviour (issue 20)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "ok")]
 
@@ -120,6 +121,7 @@ def test_acceptance_lab_in_jupyterlab(lab_server):
         chart_before, tokens_before = pixels(chart), lab.locator(".mtplab-tokens").inner_html()
 
         k_box = lab.locator(".mtplab-k input")
+        cells = page.locator(".jp-Notebook .jp-Cell").count()
         step = lab.locator(".mtplab-step")
 
         def status_shows(text):
@@ -151,4 +153,81 @@ def test_acceptance_lab_in_jupyterlab(lab_server):
         SHOT.parent.mkdir(exist_ok=True)
         page.screenshot(path=str(SHOT), full_page=False)
         assert SHOT.stat().st_size > 10_000
+        SHOTS.mkdir(parents=True, exist_ok=True)
+
+        def shot(name):
+            status.get_by_text("Idle").wait_for()
+            lab.scroll_into_view_if_needed()
+            path = SHOTS / f"jupyterlab_{name}.png"
+            page.screenshot(path=str(path), full_page=False)
+            assert path.stat().st_size > 10_000
+
+        def rows_are(n):  # the status line is drawn last, but each widget's view updates on its own
+            page.wait_for_function("(n) => document.querySelectorAll('.mtplab-lab .mtplab-tokens .mtplab-step-row')"
+                                   ".length == n", arg=n)
+            return True
+
+        # step forward and back: the rows follow, the same decode
+        step.click()
+        status_shows("step 3/")
+        assert rows_are(3)
+        row_html = rows.nth(2).inner_html()
+        lab.locator(".mtplab-back").click()
+        status_shows("step 2/")
+        assert rows_are(2)
+        step.click()
+        status_shows("step 3/")
+        assert rows_are(3) and rows.nth(2).inner_html() == row_html
+        assert "ms (target" in rows.nth(2).inner_text()  # the step's own wall time, target and drafter
+        shot("step_forward_back")
+
+        # the slider: type a step into its readout (jump to step n)
+        readout = lab.locator(".mtplab-slider .widget-readout")
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type("6")
+        page.keyboard.press("Enter")
+        status_shows("step 6/")
+        assert rows_are(6)
+        shot("slider_jump")
+
+        # a keyboard shortcut: with the focus in the lab, ArrowLeft is Back and ArrowRight is Step
+        lab.locator(".mtplab-step").focus()
+        page.keyboard.press("ArrowLeft")
+        status_shows("step 5/")
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowRight")
+        status_shows("step 7/")
+        assert rows_are(7)
+        assert page.locator(".jp-Notebook .jp-Cell").count() == cells  # JupyterLab's own shortcuts did not fire
+        shot("keyboard")
+
+        # the k clamp: deepseek's default checkpoint takes k <= 2; k=4 is clamped, with a one-line note
+        k_box.fill("4")
+        k_box.press("Enter")
+        status_shows("k=4")
+        lab.locator(".mtplab-method select").select_option("deepseek")
+        page.wait_for_function("() => document.querySelector('.mtplab-note').innerText.includes('k set to 2')")
+        assert k_box.input_value() == "2" and "⚠" not in state.inner_text()
+        step.click()
+        status_shows("step 1/")
+        assert "deepseek k=2" in state.inner_text()
+        shot("k_clamp")
+
+        # a new seed changes a sampled decode (Reset replays it)
+        lab.locator(".mtplab-method select").select_option("draft-model")
+        temp = lab.locator(".mtplab-temperature input")
+        temp.fill("1")
+        temp.press("Enter")
+        status_shows("not decoded")
+        for _ in range(5):
+            step.click()
+        status_shows("step 5/")
+        before = lab.locator(".mtplab-tokens .mtplab-text").inner_text()
+        assert lab.locator(".mtplab-tokens .mtplab-draws").count() >= 1  # p(d), q(d), u printed under the rows
+        lab.locator(".mtplab-new-sample").click()
+        status_shows("seed 1: step 5/")
+        assert lab.locator(".mtplab-seed input").input_value() == "1"
+        assert lab.locator(".mtplab-tokens .mtplab-text").inner_text() != before
+        shot("new_sample")
     print(f"blocked requests: {blocked}")

@@ -342,8 +342,6 @@ class AcceptanceLab:
     def render(self):
         s = self.state
         self._sync_controls()
-        color = "#b30000" if s.error else "#333"
-        self.status.value = f"<div style='color:{color}'>{html.escape(status_text(s))}</div>"
         self.note.value = f"<div style='color:#555'>ⓘ {html.escape(s.note)}</div>" if s.note else ""
         self.tokens.value = tokens_html(s, projector=self.projector)
         scale, dpi = (1.5, 110) if self.projector else (1.0, 80)
@@ -355,6 +353,8 @@ class AcceptanceLab:
             self._speed_for = (s.trace, s.baseline)  # the speed chart covers the whole decode: redraw on change
             self.speed_chart.value = png(speed_figure(s.trace, s.baseline, device_name=s.device_name, scale=scale,
                                                       walls=s.walls, splits=s.splits), dpi=dpi)
+        color = "#b30000" if s.error else "#333"  # the status line last: when it changes, the rest has arrived
+        self.status.value = f"<div style='color:{color}'>{html.escape(status_text(s))}</div>"
 
     def _ipython_display_(self):
         from IPython.display import display
