@@ -493,7 +493,7 @@ class Inside:
     residual: bool = False           # sampled: a correction was drawn from the residual
 
 
-def inside(state: LabState, i: int, *, n_tokens: int = 6) -> Inside | None:
+def inside(state: LabState, i: int, *, n_tokens: int = 5) -> Inside | None:
     """What the accept rule saw at step i's rejected draft (None: no drafts, nothing recorded, or all kept)."""
     if state.trace is None or not 0 <= i < len(state.probes) or state.probes[i] is None:
         return None
@@ -520,6 +520,8 @@ def inside(state: LabState, i: int, *, n_tokens: int = 6) -> Inside | None:
     picks = [draft] + ([committed] if committed is not None else [])
     for t in (res, p, q):
         picks += torch.topk(t, min(n_tokens, t.shape[0])).indices.tolist()
-    tokens = list(dict.fromkeys(int(t) for t in picks))[:n_tokens + 2]
+    must = {draft, committed}
+    tokens = [t for t in dict.fromkeys(int(t) for t in picks)
+              if t in must or max(float(p[t]), float(q[t]), float(res[t])) >= 5e-4][:n_tokens + 2]
     rows = tuple((t, float(p[t]), float(q[t]), float(res[t])) for t in tokens)
     return Inside(i, pos, draft, committed, False, rows=rows, residual=s.bonus_source == "correction")
