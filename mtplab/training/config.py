@@ -218,7 +218,7 @@ def check_memory(cfg: ModelConfig, *, batch_size: int, seq_len: int, trainable: 
     fits = max(0, (have - fixed) // per_sample)
     more = f"lower --batch-size (at most about {fits} fits)" if fits >= 1 else hint
     raise MtplabError(f"one training step needs about {_size(need)} of memory (--batch-size {batch_size}, "
-                      f"{cfg.n_depths} depths, {trainable + frozen:,} parameters), more than the {_size(have)} here; "
+                      f"{cfg.n_depths} depth{'s' if cfg.n_depths != 1 else ''}, {trainable + frozen:,} parameters), more than the {_size(have)} here; "
                       f"{more}")
 
 
