@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mtplab.bench.batch import run_batch, run_tree
 from mtplab.bench.costs import run_cost_curve, run_crossover, run_train
-from mtplab.bench.decode import run_decode
+from mtplab.bench.decode import record_name, run_decode
 from mtplab.bench.engines import run_k
 from mtplab.bench.regime import run_regime
 from mtplab.errors import MtplabError
@@ -45,7 +45,7 @@ def main(a) -> None:
     if a.json:
         print(json.dumps(data))
     else:
-        decode = ("decode-quick" if a.quick else "decode") + ("" if a.dtype == "fp32" else f"-{a.dtype}")
+        decode = record_name(a)
         name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
                 "crossover": f"crossover-{a.dtype}", "train": "train",
                 "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree",

@@ -17,9 +17,9 @@ mismatching prompts are counted and reported, not asserted.
 from __future__ import annotations
 
 import statistics
-import time
 from pathlib import Path
 import torch
+from mtplab.decoding.loop import now
 from mtplab.device import describe, machine_line, pick
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.timing import measure_cost_curve
@@ -90,6 +90,13 @@ def _row(label, method, k, traces, walls, walls_ar, curve, mismatches, reps) -> 
             "greedy_mismatches": mismatches}
 
 
+def record_name(a) -> str:
+    """decode[-quick][-bf16][-Nthreads]: one thread is the default record."""
+    threads = torch.get_num_threads()
+    return (("decode-quick" if a.quick else "decode") + ("" if a.dtype == "fp32" else f"-{a.dtype}")
+            + ("" if threads == 1 else f"-{threads}threads"))
+
+
 def run_decode(a) -> dict:
     from tqdm.auto import tqdm
 
@@ -113,13 +120,13 @@ def run_decode(a) -> dict:
             for label, method, name, k in ROWS:  # interleaved: AR of the same model right beside each method
                 model = models[name]
                 kk = k if k is not None else max_k(method, model)
-                t0 = time.perf_counter()
+                t0 = now(dev)
                 ar = decode_with("ar", model, p, max_new_tokens=m)
-                walls_ar[label].append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
+                walls_ar[label].append(now(dev) - t0)
+                t0 = now(dev)
                 tr = decode_with(method, model, p, max_new_tokens=m, k=kk, draft_model=draft, alpha=0.8,
                                  seed=oracle_seed(r, i), reference=ar.tokens)  # the oracle's knowledge is not part of its time
-                walls[label].append(time.perf_counter() - t0)
+                walls[label].append(now(dev) - t0)
                 if r == 0:
                     mismatches[label] += tr.tokens != ar.tokens
                     traces[label].append(tr)
@@ -142,6 +149,5 @@ def run_decode(a) -> dict:
                           "conditional_acceptance", "mean_accepted_length", "step_ms_target", "step_ms_drafter",
                           "step_ms_overhead", "speedup_wall", "speedup_predicted", "efficiency",
                           "greedy_mismatches"]))
-    suffix = "" if a.dtype == "fp32" else f"-{a.dtype}"
-    _write(Path(a.out), ("decode-quick" if a.quick else "decode") + suffix, data, table)
+    _write(Path(a.out), record_name(a), data, table, device=dev)
     return data

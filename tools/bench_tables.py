@@ -1,0 +1,100 @@
+"""The README's measured tables, drawn from the shipped benchmark records (docs/bench/*.json), each with the machine
+it was measured on, so that no number in the README can drift from its record.
+
+    python -m tools.bench_tables          # print the section
+    python -m tools.bench_tables --write  # put it into README.md between the markers
+
+tests/test_layout.py checks that README.md holds what this prints.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "docs" / "bench"
+START, END = "<!-- bench: drawn by tools/bench_tables.py from docs/bench/*.json -->", "<!-- /bench -->"
+
+
+def _machine(data: dict) -> str:
+    m = data.get("machine")
+    if not m:
+        return f"{data.get('device', '?')}, {data.get('threads', '?')} threads (machine not recorded)"
+    return (f"{m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, torch {m['torch']}, "
+            f"device {m['device']}")
+
+
+def _f(v, digits=2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, list):
+        return " / ".join(_f(x, digits) for x in v)
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def decode_table(name: str) -> str:
+    path = BENCH / f"{name}.json"
+    if not path.exists():
+        return f"(`docs/bench/{name}.json` is not there: `python -m mtplab bench decode` writes it)"
+    d = json.loads(path.read_text())
+    lines = [f"`docs/bench/{name}.md`: {d['prompts']} held-out prompts, m = {d['max_new_tokens']}, {d['repeats']} "
+             f"interleaved repeats, medians, {d['dtype']}; measured on {_machine(d)}; t(1) = {d['t1_ms']:.2f} ms.", "",
+             "| method | k | tokens per forward | acceptance by position | drafter ms / step | wall clock vs AR | "
+             "predicted | efficiency | greedy mismatches |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        lines.append(f"| {r['method']} | {r['k']} | {_f(r['tokens_per_forward'])} | {_f(r['acceptance_per_position'])} | "
+                     f"{_f(r['step_ms_drafter'])} | {_f(r['speedup_wall'])}x | {_f(r['speedup_predicted'])}x | "
+                     f"{_f(r['efficiency'])} | {r['greedy_mismatches']} |")
+    return "\n".join(lines)
+
+
+def regime_table() -> str:
+    path = BENCH / "regime.json"
+    if not path.exists():
+        return "(`docs/bench/regime.json` is not there: `python -m mtplab bench regime` writes it)"
+    d = json.loads(path.read_text())
+    lines = [f"`docs/bench/regime.md`, measured on {_machine(d)}: random models, one cached forward over q tokens.", "",
+             "| layers x width | weights (MB, fp32) | fits in the last-level cache | t(1) ms | t(4)/t(1) | t(8)/t(1) |",
+             "|---|---|---|---|---|---|"]
+    for r in d["by_size"]:
+        lines.append(f"| {r['n_layer']} x {r['n_embd']} | {r['weight_mb']:.1f} | {'yes' if r['fits_in_llc'] else 'no'} | "
+                     f"{r['t1_ms']:.2f} | {r['ratio']['4']:.2f} | {_f(r['ratio'].get('8'))} |")
+    lines += ["", "The 4-layer family's heads on trunks grown with identity blocks (same output, same acceptance):", "",
+              "| heads | trunk layers | tokens per forward | AR ms per token | wall clock vs AR (range) | identical |",
+              "|---|---|---|---|---|---|"]
+    for r in d["by_depth"]:
+        lines.append(f"| {r['method']} | {r['n_layer']} | {r['tokens_per_forward']:.2f} | {r['ar_ms_per_token']:.2f} | "
+                     f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | "
+                     f"{r['identical']}/{r['prompts']} |")
+    return "\n".join(lines)
+
+
+def section() -> str:
+    parts = [START, "#### Decoding, one thread", "", decode_table("decode"), "", "#### Decoding, two threads", "",
+             decode_table("decode-2threads"), "", "#### The regime map", "", regime_table(), END]
+    return "\n".join(parts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args(argv)
+    text = section()
+    if not a.write:
+        print(text)
+        return 0
+    readme = ROOT / "README.md"
+    s = readme.read_text()
+    if START not in s:
+        raise SystemExit(f"README.md has no {START} marker")
+    i, j = s.index(START), s.index(END) + len(END)
+    readme.write_text(s[:i] + text + s[j:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
