@@ -85,3 +85,12 @@ def test_the_readme_draws_the_architecture_from_the_folders_docstrings():
     assert text in (ROOT / "README.md").read_text(), "README.md's package table is stale: python -m tools.module_table --write"
     for name in FOLDERS:
         assert f"`mtplab/{name}/`" in text
+
+
+def test_the_readme_measured_tables_are_drawn_from_their_records():
+    """No number in the README's measured tables can drift from docs/bench/*.json: they are printed from them."""
+    sys.path.insert(0, str(ROOT))
+    from tools import bench_tables
+
+    assert bench_tables.section() in (ROOT / "README.md").read_text(), \
+        "README.md's measured tables are stale: python -m tools.bench_tables --write"
