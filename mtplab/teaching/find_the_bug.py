@@ -6,9 +6,11 @@ or (n, V) target distributions and q (n, V) the distributions the drafts were dr
 
 Speculative sampling (Leviathan et al. 2023, sec. 2.3; Chen et al. 2023, alg. 2) keeps a draft d ~ q
 with probability min(1, p(d)/q(d)) and replaces a rejected one by a draw from norm(max(0, p - q)); the
-emitted token then follows p exactly. Each planted bug is one shape seen in public issue trackers:
-the draft sampled at a temperature the rule ignores, p in bf16 against q in fp32, an argmax where a
-sample was due, the first draft never verified, the residual taken as p, top-k applied to p but not q.
+emitted token then follows p exactly. Four planted bugs have the shape of public reports: the draft
+sampled at a temperature the rule ignores (z-lab/dflash#74), p in another dtype than q (deepseek-ai/DeepSpec#31),
+an argmax where a sample was due (jaymody/speculative-sampling#3), sampling settings (top-k) applied to p but
+not q (vllm-project/vllm PR #10198); two are the lab's own: the first draft never verified, the residual
+taken as p.
 
 The students see the rules under neutral names (`RULES`: rule_a, rule_b, ...); `ANSWERS` says which
 are broken and why; `check_verdicts` grades a student's verdicts. `power` runs the chi-square test of
