@@ -4,7 +4,7 @@ model, shows, prints or touches pyplot's global state; matplotlib is imported on
 
 * `style`: the figure factory, method colours, bars, robust y-limits, PNG bytes
 * `kinds`: the token kinds (accepted, rejected, ...) and their one colour map, shared by figures, tables and widget
-* `decode`: what a decode did: steps, acceptance, one verify forward, the KV crop, a tree step, speed
+* `decode`: what a decode did: steps, acceptance, one verify forward, the KV crop, a tree step, speed and time split
 * `cost`: what a forward costs: cost curve, roofline, step times, crossover, time split, batches
 * `training`: training curves, accuracy by depth, memory, the head families side by side
 * `stats`: sampling histograms, p-values, test power, acceptance conventions, estimate against live
@@ -15,8 +15,8 @@ The names are re-exported here, so a notebook writes `viz.cost_curve(...)`.
 """
 from mtplab.viz.cost import (batch_tradeoff, block_size_curve, cost_curve, crossover, forwards_vs_m, regime_map, roofline,
                              step_times, time_split)
-from mtplab.viz.decode import (acceptance_bars, acceptance_figure, compare_figure, kv_cache_crop, speed_figure, step_kinds,
-                               trace_steps, tree_step, verify_forward)
+from mtplab.viz.decode import (acceptance_bars, acceptance_figure, compare_figure, decode_split, kv_cache_crop, speed_figure,
+                               step_kinds, trace_steps, tree_step, verify_forward)
 from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, StepRecord, TokenView, step_record
 from mtplab.viz.stats import conventions, estimate_vs_live, power_bars, pvalue_histogram, sampling_histogram
 from mtplab.viz.style import AR_COLOR, OVERLAP_COLOR, PLAIN_COLOR, bars, png, robust_ylim
@@ -25,7 +25,7 @@ from mtplab.viz.training import depth_accuracy, head_families, memory_curve, tra
 
 __all__ = ["AR_COLOR", "COLORS", "KINDS", "LEGEND", "OVERLAP_COLOR", "PLAIN_COLOR", "STRUCK", "TEXT_COLORS", "StepRecord",
            "TokenView", "acceptance_bars", "acceptance_figure", "bars", "batch_tradeoff", "block_size_curve",
-           "compare_figure", "conventions", "cost_curve", "crossover", "depth_accuracy", "estimate_vs_live",
+           "compare_figure", "conventions", "cost_curve", "crossover", "decode_split", "depth_accuracy", "estimate_vs_live",
            "format_steps", "forwards_vs_m", "head_families", "kv_cache_crop", "label_layout_table", "label_layout_text",
            "markdown_table", "memory_curve", "png", "power_bars", "pvalue_histogram", "regime_map", "robust_ylim", "roofline",
            "sampling_histogram", "speed_figure", "step_kinds", "step_record", "step_times", "steps_table", "table",
