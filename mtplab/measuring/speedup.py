@@ -222,8 +222,9 @@ def shipped_row(name: str, **match) -> dict | None:
 
 def live_text(live: dict) -> str:
     """'1.05x live (median of 5 interleaved repeats, range 0.98-1.10)'."""
-    return (f"{live['median']:.2f}x live (median of {live['repeats']} interleaved repeats over {live['prompts']} "
-            f"prompts x {live['max_new_tokens']} tokens, range {live['min']:.2f}-{live['max']:.2f})")
+    prompts = f"{live['prompts']} prompt{'s' if live['prompts'] != 1 else ''}"
+    return (f"{live['median']:.2f}x live (median of {live['repeats']} interleaved repeats over {prompts} "
+            f"x {live['max_new_tokens']} tokens, range {live['min']:.2f}-{live['max']:.2f})")
 
 
 def agree(live: dict, row: dict | None) -> str:
