@@ -119,6 +119,13 @@ def _check_seed(seed) -> None:
 
 def _generate(a):
     _check_seed(a.seed)
+    if (a.draft_checkpoint or a.draft_hf) and a.method != "draft-model":
+        raise MtplabError(f"--draft-checkpoint and --draft-hf name the draft model of --method draft-model; --method "
+                          f"{a.method} does not use one: drop it or choose --method draft-model")
+    if a.alpha is not None and a.method != "oracle":
+        raise MtplabError(f"--alpha is the oracle drafter's acceptance rate; --method {a.method} does not use it: drop "
+                          "it or choose --method oracle")
+    a.alpha = 0.8 if a.alpha is None else a.alpha
 
     if a.k is not None and a.method == "ar":
         raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
@@ -232,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--alpha", type=float, default=0.8, help="oracle: probability a draft is the target's token")
+    g.add_argument("--alpha", type=float, default=None,
+                   help="oracle: probability a draft is the target's token (default 0.8)")
     g.add_argument("--draft-checkpoint", default=None)
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
@@ -243,7 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_generate)
 
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
-    b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k"])
+    b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",
+                                    "peers"])
+    b.add_argument("--hf", default=None, help="peers: a local Hugging Face causal LM folder")
+    b.add_argument("--draft-hf", default=None, help="peers: a smaller model with the same tokenizer (assisted rows)")
     b.add_argument("--preset", default="classroom")
     b.add_argument("--quick", action="store_true")
     b.add_argument("--json", action="store_true")

@@ -17,6 +17,7 @@ OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench
 * `batch`: batches and token trees
 * `regime`: the cost of a forward against model size, and the same heads on deeper trunks
 * `engines`: the best k, adaptive k, one DeepSeek module reused (`bench k`)
+* `peers`: mtplab's loop beside Hugging Face's own `generate` on one model (`bench peers --hf PATH`)
 * `report`: the records, atomically written, each naming its machine
 
 May import every layer below (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
@@ -30,12 +31,13 @@ from mtplab.bench.batch import run_batch, run_tree
 from mtplab.bench.costs import run_cost_curve, run_crossover, run_train
 from mtplab.bench.decode import record_name, run_decode
 from mtplab.bench.engines import run_k
+from mtplab.bench.peers import run_peers
 from mtplab.bench.regime import run_regime
 from mtplab.errors import MtplabError
 
 RUNS = {"train": run_train, "cost-curve": run_cost_curve, "decode": run_decode, "crossover": run_crossover,
         "batch": run_batch, "tree": run_tree, "regime": run_regime,
-        "k": run_k}
+        "k": run_k, "peers": run_peers}
 
 
 def main(a) -> None:
@@ -49,5 +51,6 @@ def main(a) -> None:
         name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
                 "crossover": f"crossover-{a.dtype}", "train": "train",
                 "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree",
-                "regime": "regime-quick" if a.quick else "regime", "k": "k-quick" if a.quick else "k"}[a.what]
+                "regime": "regime-quick" if a.quick else "regime", "k": "k-quick" if a.quick else "k",
+                "peers": "peers-quick" if a.quick else "peers"}[a.what]
         print(Path(a.out, f"{name}.md").read_text())

@@ -1,0 +1,119 @@
+"""`python -m mtplab bench peers --hf PATH [--draft-hf PATH]`: mtplab's loop beside what a user would pick
+instead, Hugging Face's own `generate`, on the same model and the same drafts.
+
+Rows (greedy, m new tokens, the held-out prompts, every pair interleaved per prompt, medians of rounds):
+* `generate()` against mtplab's AR;
+* `generate(prompt_lookup_num_tokens=k-1)` against mtplab's n-gram (prompt lookup) drafter at the same k;
+* `generate(assistant_model=draft)` against mtplab's draft-model method (with --draft-hf).
+Each reports tokens per target forward (counted by a hook on the model's forward), wall clock against HF's
+plain greedy, and whether its tokens equal HF's plain greedy output. End-of-text never stops a decode here
+(every run makes exactly m tokens), so the rows compare the same work. Run alone.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import torch
+
+from mtplab.bench.report import _md, _write
+from mtplab.data import held_out_prompts
+from mtplab.decoding.generate import decode_with
+from mtplab.decoding.loop import now
+from mtplab.device import pick
+from mtplab.errors import MtplabError
+
+
+class _Counter:
+    """Counts forward calls of a torch module (one target forward = one call of the HF model)."""
+
+    def __init__(self, module):
+        self.n = 0
+        self.handle = module.register_forward_pre_hook(self._hit)
+
+    def _hit(self, *_):
+        self.n += 1
+
+
+def hf_generate(hf, ids: list[int], m: int, **kw) -> list[int]:
+    """HF's greedy generate for exactly m new tokens (no early stop at end-of-text), the new ids."""
+    x = torch.tensor([ids], device=hf.device)
+    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, do_sample=False,
+                      num_beams=1, pad_token_id=0, eos_token_id=None, **kw)
+    return out[0, len(ids):].tolist()
+
+
+def variants(target, draft, k: int):
+    """label -> (who, a function ids, m -> new ids); HF and mtplab side by side on the same drafts."""
+    hf = target.hf
+    out = {"HF generate, greedy": ("hf", lambda ids, m: hf_generate(hf, ids, m)),
+           "mtplab AR": ("mtplab", lambda ids, m: decode_with("ar", target, ids, max_new_tokens=m).tokens),
+           f"HF prompt lookup, {k - 1} drafts": ("hf", lambda ids, m: hf_generate(hf, ids, m,
+                                                                                prompt_lookup_num_tokens=k - 1)),
+           f"mtplab n-gram, k={k}": ("mtplab", lambda ids, m: decode_with("ngram", target, ids, max_new_tokens=m,
+                                                                          k=k).tokens)}
+    if draft is not None:
+        out["HF assisted, draft model"] = ("hf", lambda ids, m: hf_generate(hf, ids, m, assistant_model=draft.hf))
+        out[f"mtplab draft-model, k={k}"] = ("mtplab", lambda ids, m: decode_with(
+            "draft-model", target, ids, max_new_tokens=m, k=k, draft_model=draft).tokens)
+    return out
+
+
+@torch.inference_mode()
+def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 4, repeats: int = 3) -> list[dict]:
+    """Every variant on every prompt, interleaved, `repeats` rounds; rows with the median wall clock against HF's
+    plain greedy, tokens per target forward, and how many prompts equal HF's plain greedy output."""
+    if not prompts:
+        raise MtplabError("give at least one prompt")
+    dev = target.wte.weight.device
+    table = variants(target, draft, k)
+    counter = _Counter(target.hf)
+    try:
+        for _, fn in table.values():  # warm-up
+            fn(prompts[0], 4)
+        walls = {label: [] for label in table}
+        forwards = {label: 0 for label in table}
+        outputs: dict[str, list] = {label: [] for label in table}
+        for r in range(repeats):
+            for p in prompts:
+                for label, (_, fn) in table.items():
+                    counter.n = 0
+                    t0 = now(dev)
+                    toks = fn(p, m)
+                    walls[label].append(now(dev) - t0)
+                    if r == 0:
+                        forwards[label] += counter.n
+                        outputs[label].append(toks)
+    finally:
+        counter.handle.remove()
+    n = len(prompts)
+    base = "HF generate, greedy"
+    rounds = {label: [sum(walls[base][i * n:(i + 1) * n]) / sum(w[i * n:(i + 1) * n]) for i in range(repeats)]
+              for label, w in walls.items()}
+    return [{"method": label, "who": who, "tokens_per_forward": m * n / max(1, forwards[label]),
+             "speedup_vs_hf_greedy": statistics.median(rounds[label]), "speedup_min": min(rounds[label]),
+             "speedup_max": max(rounds[label]),
+             "identical_to_hf_greedy": sum(a == b for a, b in zip(outputs[label], outputs[base])), "prompts": n}
+            for label, (who, _) in table.items()]
+
+
+def run_peers(a) -> dict:
+    from mtplab.hf.target import load_hf  # transformers
+
+    if not getattr(a, "hf", None):
+        raise MtplabError("bench peers needs a Hugging Face model folder: --hf PATH (and --draft-hf PATH for the "
+                          "draft-model rows)")
+    dev = pick(a.device)
+    target = load_hf(a.hf, device=dev)
+    draft = load_hf(a.draft_hf, device=dev) if getattr(a, "draft_hf", None) else None
+    n, m, reps = (2, 16, 1) if a.quick else (8, 128, 3)
+    prompts = [target.encode(p) for p in held_out_prompts("code", n, 160)]
+    rows = peer_rows(target, draft, prompts, m=m, k=4, repeats=reps)
+    data = {"hf": str(a.hf), "draft_hf": str(a.draft_hf) if getattr(a, "draft_hf", None) else None, "prompts": n,
+            "max_new_tokens": m, "repeats": reps, "rows": rows}
+    table = (f"peers: {Path(a.hf).name}, greedy, m = {m}, {n} held-out prompts, {reps} interleaved rounds (median, "
+             "range) against HF's plain greedy generate\n\n"
+             + _md(rows, ["method", "who", "tokens_per_forward", "speedup_vs_hf_greedy", "speedup_min", "speedup_max",
+                          "identical_to_hf_greedy", "prompts"]))
+    _write(Path(a.out), "peers-quick" if a.quick else "peers", data, table, device=dev)
+    return data
