@@ -23,9 +23,9 @@ mkdir -p "$OUT/ship"
 cp "$OUT/ntp12.safetensors" "$OUT/ship/ntp.safetensors"   # the heads name their base file and its sha256
 cp "$OUT/ntp12.json" "$OUT/ship/ntp.json"
 heads="--from $OUT/ship/ntp --freeze-trunk --labels self --batch-size 16 --lr 1e-3 --warmup 20 --eval-every 50
-       --save-every 10 --autocast bf16 --save-dtype bf16 --max-seconds ${HEAD_SECONDS:-1500} --out $OUT/ship --no-progress"
-$PY -m mtplab train $heads --heads stern --depths 4 --steps 250 --heads-from stern-k4-l4 > "$OUT/stern-k4.log" 2>&1 &
-$PY -m mtplab train $heads --heads meta --depths 4 --steps 150 --heads-from meta-k4-l4 > "$OUT/meta-k4.log" 2>&1 &
-$PY -m mtplab train $heads --heads deepseek --modules 1 --steps 250 --heads-from deepseek-d1-l4 > "$OUT/deepseek-d1.log" 2>&1 &
-$PY -m mtplab train $heads --heads deepseek --modules 3 --steps 120 --heads-from deepseek-d3-l4 > "$OUT/deepseek-d3.log" 2>&1 &
+       --save-every 10 --autocast bf16 --save-dtype bf16 --max-seconds ${HEAD_SECONDS:-1200} --out $OUT/ship --no-progress"
+$PY -m mtplab train $heads --heads stern --depths 4 --steps 160 --heads-from stern-k4-l4 > "$OUT/stern-k4.log" 2>&1 &
+$PY -m mtplab train $heads --heads meta --depths 4 --steps 100 --heads-from meta-k4-l4 > "$OUT/meta-k4.log" 2>&1 &
+$PY -m mtplab train $heads --heads deepseek --modules 1 --steps 160 --heads-from deepseek-d1-l4 > "$OUT/deepseek-d1.log" 2>&1 &
+$PY -m mtplab train $heads --heads deepseek --modules 3 --steps 80 --heads-from deepseek-d3-l4 > "$OUT/deepseek-d3.log" 2>&1 &
 wait

@@ -103,6 +103,7 @@ def run_decode(a) -> dict:
 
     dev = pick(a.device)
     n_prompts, m, reps = (4, 64, 2) if a.quick else (20, 128, 3)
+    n_prompts = getattr(a, "prompts", None) or n_prompts
     prompts = [encode(p)[:48] for p in held_out_prompts("code", n_prompts, 48)]
     models = {name: load_for(method, name, device=a.device, dtype=a.dtype)[0] for _, method, name, _ in ROWS}
     draft = ckpt.load("draft", device=dev, dtype=DTYPES[a.dtype])
