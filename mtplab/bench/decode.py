@@ -27,6 +27,7 @@ from mtplab.decoding.trace import Trace
 from mtplab.bench.report import _md, _write
 from mtplab.data import held_out_prompts
 from mtplab.measuring.theory import predicted_speedup
+from mtplab.errors import MtplabError
 from mtplab.model import checkpoint as ckpt
 from mtplab.tokenizer import encode
 
@@ -103,7 +104,10 @@ def run_decode(a) -> dict:
 
     dev = pick(a.device)
     n_prompts, m, reps = (4, 64, 2) if a.quick else (20, 128, 3)
-    n_prompts = getattr(a, "prompts", None) or n_prompts
+    if getattr(a, "prompts", None) is not None:
+        if not 1 <= a.prompts <= 20:
+            raise MtplabError(f"--prompts must be in 1..20, the held-out prompts there are (got {a.prompts})")
+        n_prompts = a.prompts
     prompts = [encode(p)[:48] for p in held_out_prompts("code", n_prompts, 48)]
     models = {name: load_for(method, name, device=a.device, dtype=a.dtype)[0] for _, method, name, _ in ROWS}
     draft = ckpt.load("draft", device=dev, dtype=DTYPES[a.dtype])
