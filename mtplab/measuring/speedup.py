@@ -20,6 +20,7 @@ from mtplab.measuring import theory
 from mtplab import paths
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Trace
+from mtplab.decoding.batch import batched_autoregressive, batched_speculative
 from mtplab.decoding.generate import decode_with
 from mtplab.device import machine_line
 
@@ -176,8 +177,6 @@ def range_text(r: dict) -> str:
 
 
 def _batch_calls(model, make_drafter, ps, max_new_tokens, k, last) -> dict:
-    from mtplab.decoding.batch import batched_autoregressive, batched_speculative
-
     def ar():
         last["ar"] = batched_autoregressive(model, ps, max_new_tokens=max_new_tokens)
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import torch
 import math
 from mtplab.measuring import theory
+from mtplab.measuring import teacher_forced as tf
+from mtplab.measuring.acceptance import wilson
+from mtplab.measuring.speedup import bench_source, read_decode_bench
 from mtplab.decoding.accept import accept
 from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.decoding.drafters import OracleDrafter
@@ -148,7 +151,6 @@ def correlation_study(model, prompts, *, k: int, max_new_tokens: int, seed: int 
     (`teacher_forced.verdict_rows`). 'observed' counts those rows as the live loop does; 'shuffled' permutes each
     position's verdicts across steps first (`shuffled_across_steps`): the same marginal rates, no within-step
     correlation. If the verdicts were independent (the i.i.d. model), both would rise or fall alike."""
-    from mtplab.measuring import teacher_forced as tf
     paths = tf.greedy_paths(model, prompts, max_new_tokens=max_new_tokens, k=k)
     rows = tf.verdict_rows(model, paths, k)
     if not rows:
@@ -159,7 +161,6 @@ def correlation_study(model, prompts, *, k: int, max_new_tokens: int, seed: int 
 
 
 def _interval(a: int, n: int) -> str:
-    from mtplab.measuring.acceptance import wilson
     lo, hi = wilson(a, n)
     return f"{a / n:.2f} [{lo:.2f}, {hi:.2f}] (n = {n})" if n else "n/a (n = 0)"
 
@@ -199,7 +200,6 @@ def correlation_figure(study: dict):
     """Conditional acceptance by position, observed against shuffled, with 95% Wilson intervals; the marginal
     rate (draft j right, whatever came before) dotted."""
     from matplotlib.figure import Figure
-    from mtplab.measuring.acceptance import wilson
     fig = Figure(figsize=(6.2, 3.6))
     fig.subplots_adjust(bottom=0.16, right=0.97)
     ax = fig.subplots()
@@ -225,7 +225,6 @@ def correlation_figure(study: dict):
 
 def bench_rise_line() -> str:
     """Whether the shipped decode benchmark shows the same rise: its conditional rates by position, per method."""
-    from mtplab.measuring.speedup import bench_source, read_decode_bench
     try:
         rows = read_decode_bench()["rows"]
     except MtplabError as e:
