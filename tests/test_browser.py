@@ -202,6 +202,13 @@ def test_acceptance_lab_in_jupyterlab(lab_server):
         assert page.locator(".jp-Notebook .jp-Cell").count() == cells  # JupyterLab's own shortcuts did not fire
         shot("keyboard")
 
+        # every row is reachable by scrolling: the box starts at the newest row, step 0 is up the scroll
+        box = lab.locator(".mtplab-tokens .mtplab-rows")
+        assert box.evaluate("b => getComputedStyle(b).overflowY") == "auto"
+        rows.nth(0).scroll_into_view_if_needed()
+        assert rows.nth(0).is_visible() and "prefill" in rows.nth(0).inner_text()
+        assert rows.nth(0).locator(".mtplab-prefill").count() == 1  # the prefill's token in its own colour
+
         # the k clamp: deepseek's default checkpoint takes k <= 2; k=4 is clamped, with a one-line note
         k_box.fill("4")
         k_box.press("Enter")
