@@ -181,7 +181,7 @@ def test_the_headline_names_its_machine(tmp_path):
                                                     "speedup_wall": 0.85, "speedup_predicted": 1.1}]}
     path = tmp_path / "decode.json"
     path.write_text(json.dumps(rec))
-    assert "device cpu, 1 threads" in report.headline_table(path)
+    assert "device cpu, 1 thread" in report.headline_table(path)
     rec["machine"] = {"cpu": "AMD EPYC 9654", "cores": 2, "threads": 1, "device": "cpu", "torch": "2.13.0"}
     path.write_text(json.dumps(rec))
     table = report.headline_table(path)

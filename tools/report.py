@@ -229,7 +229,8 @@ def bench_machine(record: dict) -> str:
         return ", ".join(bits)
     if isinstance(m, str) and m:
         return m
-    return f"device {record.get('device', '?')}, {record.get('threads', '?')} threads"
+    threads = record.get("threads", "?")
+    return f"device {record.get('device', '?')}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 def headline_table(path: Path | None = None) -> str:
@@ -396,7 +397,7 @@ def offline_lab_html(decodes: list[dict], *, first: int = OFFLINE_FIRST) -> str:
     options = "".join(f"<option>{html.escape(d['label'])}</option>" for d in ok)
     boxes = "".join(
         f"<div class='mtplab-offline-decode' data-method='{html.escape(d['label'])}'>"
-        + (f"<div class='mtplab-note' style='color:#555'>ⓘ {html.escape(d['note'])}</div>" if d.get("note") else "")
+        + (f"<div class='mtplab-note' style='color:#555'>note: {html.escape(d['note'])}</div>" if d.get("note") else "")
         + d["rows"] + f"<img class='mtplab-speed' alt='speed chart' src='data:image/png;base64,{d['chart']}'></div>"
         for d in ok)
     data = json.dumps([{"steps": d["steps"], "status": d["status"], "text": d["text"]} for d in ok])

@@ -342,7 +342,7 @@ class AcceptanceLab:
     def render(self):
         s = self.state
         self._sync_controls()
-        self.note.value = f"<div style='color:#555'>ⓘ {html.escape(s.note)}</div>" if s.note else ""
+        self.note.value = f"<div style='color:#555'>note: {html.escape(s.note)}</div>" if s.note else ""
         self.tokens.value = tokens_html(s, projector=self.projector)
         scale, dpi = (1.5, 110) if self.projector else (1.0, 80)
         k = s.k if isinstance(s.k, int) and not isinstance(s.k, bool) else 2
