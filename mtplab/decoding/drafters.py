@@ -259,7 +259,8 @@ class DraftModelDrafter(BaseDrafter):
 
 
 class NgramDrafter(BaseDrafter):
-    """Prompt lookup: find the latest earlier occurrence of the current suffix and copy what followed."""
+    """Prompt lookup (Saxena 2023, "Prompt Lookup Decoding"): find the latest earlier occurrence of the current
+    suffix and copy what followed."""
     name = "ngram"
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1):

@@ -4,8 +4,9 @@ B batch (always 1 here), V vocabulary, n drafts in a step, k tokens per step (at
 committed a step: n <= k-1 drafts plus one token from the target).
 
 Layers, from the bottom: `distribution` (logits -> probabilities), `accept` (the rule that decides how
-many drafts survive), then the phases of a step, named as Stern et al. 2018 (sec. 3) name them:
-`prefill`, `predict`, `propose`, `verify`, `accept`, `commit`. `iter_steps` runs them and yields one
+many drafts survive), then the phases of a step: `prefill`, `predict`, `propose`, `verify`, `accept`, `commit`.
+Stern et al. 2018 (sec. 3) name three substeps, Predict, Verify and Accept; prefill, propose and commit are the
+lab's own names for the rest of the work. `iter_steps` runs them and yields one
 `Step` at a time; `speculative` collects the steps into a `Trace`; `autoregressive` is the baseline.
 A drafter only proposes tokens and hears back what was committed (`mtplab.drafters`); the loop owns
 the target's KV cache.

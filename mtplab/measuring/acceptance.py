@@ -2,7 +2,7 @@
 
 n drafts per step; draft j (0-based) sits at depth j+2. Conventions:
 
-* unconditional per position (vLLM's spec-decode metrics, llama.cpp): a_j = P(draft j accepted)
+* unconditional per position (vLLM's spec-decode metrics): a_j = P(draft j accepted)
   = steps whose draft j was accepted / steps that drafted;
 * conditional per position: c_j = P(draft j accepted | drafts 0..j-1 accepted);
 * mean accepted length: E[accepted drafts] = sum_j a_j without the bonus token, 1 + sum_j a_j with it;
@@ -20,6 +20,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from mtplab.errors import MtplabError
+from mtplab.measuring import theory
 from mtplab.decoding.trace import Trace
 
 KINDS = ("unconditional", "conditional")
@@ -28,7 +29,7 @@ KINDS = ("unconditional", "conditional")
 @dataclass(frozen=True)
 class Acceptance:
     """One measurement in every convention."""
-    unconditional: list[float]   # a_j: P(draft j accepted), vLLM / llama.cpp
+    unconditional: list[float]   # a_j: P(draft j accepted), vLLM's per-position metric
     conditional: list[float]     # c_j: P(draft j accepted | drafts before it accepted)
 
     @property
@@ -113,8 +114,10 @@ def _geometric(a: float, n: int) -> float:
 
 def alpha_from_length(length: float, n_drafts: int, *, bonus: bool = True) -> float:
     """The constant conditional rate alpha that gives this mean accepted length with n drafts a step:
-    solves alpha + ... + alpha^n = length (- 1 with the bonus), by bisection. Only the mean is known,
-    so this is the one-parameter reading (Leviathan et al. 2023, eq. 1: (1 - alpha^(n+1)) / (1 - alpha))."""
+    solves alpha + ... + alpha^n = length (- 1 with the bonus). Only the mean is known, so this is the
+    one-parameter reading (Leviathan et al. 2023, eq. 1: (1 - alpha^(n+1)) / (1 - alpha)), which assumes i.i.d.
+    verdicts; measured verdicts within a step are positively correlated, so no position need have this rate.
+    The inverse is theory's one bisection (`conditional_from_tokens_per_step`)."""
     if isinstance(n_drafts, bool) or not isinstance(n_drafts, int) or n_drafts < 1:
         raise MtplabError(f"n_drafts must be an integer >= 1 (got {n_drafts!r})")
     if isinstance(length, bool) or not isinstance(length, numbers.Real):
@@ -124,14 +127,7 @@ def alpha_from_length(length: float, n_drafts: int, *, bonus: bool = True) -> fl
         lo, hi = (1, n_drafts + 1) if bonus else (0, n_drafts)
         raise MtplabError(f"a mean accepted length of {length} is impossible with {n_drafts} drafts "
                           f"({'with' if bonus else 'without'} the bonus it lies in [{lo}, {hi}])")
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if _geometric(mid, n_drafts) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    return theory.conditional_from_tokens_per_step(target + 1.0, n_drafts)
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
