@@ -3,22 +3,25 @@ import json
 from pathlib import Path
 
 CK = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
-ORDER = ["ntp", "draft", "stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3"]
+ORDER = ["ntp", "stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3", "draft",
+         "ntp-l4", "stern-k4-l4", "meta-k4-l4", "deepseek-d1-l4", "deepseek-d3-l4"]
 
 
-def regime(m: dict, cfg: dict) -> str:
+def regime(m: dict, cfg: dict, name: str = "") -> str:
     if cfg["heads"] == "none":
         phases = len(m.get("lineage", [])) or 1
         return f"preset {m.get('preset')}" + (f", {phases} phases (see lineage)" if phases > 1 else ", from scratch")
     depths = cfg.get("n_depths", cfg.get("k"))
     size = f"D={depths - 1}" if cfg["heads"] == "deepseek" else f"K={depths}"
-    return f"{cfg['heads']} {size} on the frozen ntp trunk, labels {m.get('labels', 'corpus')}"
+    trunk = "ntp-l4" if name.endswith("-l4") else "ntp"
+    start = f", started from {m['heads_from']}" if m.get("heads_from") else ""
+    return f"{cfg['heads']} {size} on the frozen {trunk} trunk, labels {m.get('labels', 'corpus')}{start}"
 
 
 def main():
-    print("| checkpoint | regime | steps | tokens seen | wall time | val bpb (depth 1) | top-1 accuracy by depth "
+    print("| checkpoint | layers x width | regime | steps | tokens seen | wall time | val bpb (depth 1) | top-1 accuracy by depth "
           "| agreement with the target by depth | size |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in ORDER:
         info = json.loads((CK / f"{name}.json").read_text())
         m, cfg = info["meta"], info["config"]
@@ -31,7 +34,8 @@ def main():
         wall = sum(p["wall_s"] for p in m["lineage"]) if m.get("lineage") else m.get("wall_s", 0)
         steps = sum(p["steps"] for p in m["lineage"]) if m.get("lineage") else m["step"]
         planned = "" if m.get("lineage") else f" of {m['steps']}"
-        print(f"| `{name}` | {regime(m, cfg)} | {steps}{planned}{stop} | {tokens:,} | {wall / 60:.1f} min | "
+        layers = f"{cfg['n_layer']} x {cfg['n_embd']}"
+        print(f"| `{name}` | {layers} | {regime(m, cfg, name)} | {steps}{planned}{stop} | {tokens:,} | {wall / 60:.1f} min | "
               f"{val['val_bpb']:.3f} | {acc} | {agree} | {size:.1f} MiB |")
 
 

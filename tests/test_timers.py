@@ -63,3 +63,12 @@ def test_measurements_sync_before_every_clock_read(events):
     regime.speedup_by_depth({"s": ("blockwise-overlap", random_model("stern", 3, seed=3).eval())}, [[1, 2]], (2,),
                             max_new_tokens=4, repeats=1)
     assert _unsynced(events) == []
+
+
+def test_the_notebooks_live_timings_sync_too(events):
+    import mtplab.measuring.speedup as speedup
+
+    model = random_model("stern", 3, seed=4).eval()
+    speedup.live_speedup(model, "blockwise-overlap", [[1, 2, 3]], max_new_tokens=6, k=3, repeats=2)
+    speedup.interleaved({"ar": lambda: None, "x": lambda: None}, repeats=2)
+    assert _unsynced(events) == []

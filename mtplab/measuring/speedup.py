@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 from mtplab.measuring import theory
 from mtplab import paths
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Trace
 from mtplab.decoding.batch import batched_autoregressive, batched_speculative
-from mtplab.decoding.generate import decode_with
+from mtplab.decoding.loop import now
+from mtplab.measuring.timing import interleaved_race
 from mtplab.device import machine_line
 
 BENCH_DECODE = paths.DECODE_JSON
@@ -111,46 +111,23 @@ def bench_speedup_text(row: dict | None) -> str:
 
 def live_speedup(model, method: str, prompts, *, max_new_tokens: int, k: int | None = None, repeats: int = 5,
                  draft_model=None, baseline_model=None) -> dict:
-    """Wall-clock speedup of `method` over AR of the same target, measured as the benchmark measures it.
-
-    One warm-up pair first (the first decode pays one-off costs); then `repeats` rounds, each decoding every
-    prompt with AR and the method back to back (interleaved, so a slow patch of the machine hits both).
-    Returns the per-round ratios (AR time / method time), their median, min and max, the traces of the last
-    round, and the machine line. `baseline_model`: the model AR runs on, when it is not `model` (method 1
+    """Wall-clock speedup of `method` over AR of the same target, measured as the benchmark measures it
+    (`timing.interleaved_race`: a warm-up pair, then `repeats` rounds of AR and the method back to back on every
+    prompt). Returns the per-round ratios (AR time / method time), their median, min and max, the traces of the
+    first round, and the machine line. `baseline_model`: the model AR runs on, when it is not `model` (method 1
     against method 2 uses the same target, so leave it None)."""
-    if repeats < 1:
-        raise MtplabError(f"repeats must be >= 1 (got {repeats})")
-    ar_model = model if baseline_model is None else baseline_model
-    kw = {"k": k, "draft_model": draft_model}
-    decode_with("ar", ar_model, prompts[0], max_new_tokens=min(8, max_new_tokens))
-    decode_with(method, model, prompts[0], max_new_tokens=min(8, max_new_tokens), **kw)
-    ratios, ar_s, sp_s, traces, same = [], [], [], [], 0
-    for r in range(repeats):
-        t_ar = t_sp = 0.0
-        traces = []
-        for p in prompts:
-            t0 = time.perf_counter()
-            ar = decode_with("ar", ar_model, p, max_new_tokens=max_new_tokens)
-            t_ar += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            tr = decode_with(method, model, p, max_new_tokens=max_new_tokens, **kw)
-            t_sp += time.perf_counter() - t0
-            traces.append(tr)
-            same += r == 0 and tr.tokens == ar.tokens
-        ratios.append(t_ar / t_sp)
-        ar_s.append(t_ar)
-        sp_s.append(t_sp)
-    dev = next(model.parameters()).device
+    r = interleaved_race(method, model, prompts, max_new_tokens=max_new_tokens, k=k, repeats=repeats,
+                         draft_model=draft_model, baseline_model=baseline_model)
     return {"method": method, "k": k, "repeats": repeats, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
-            "ratios": ratios, "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-            "ar_s": statistics.median(ar_s), "method_s": statistics.median(sp_s), "same_text": same,
-            "traces": traces, "machine": machine_line(dev)}
+            "ratios": r["rounds"], "median": r["speedup"], "min": r["speedup_min"], "max": r["speedup_max"],
+            "same_text": r["identical"], "traces": r["traces"], "machine": machine_line(model.wte.weight.device)}
 
 
-def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar") -> dict:
+def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar", device="cpu") -> dict:
     """Time several zero-argument callables interleaved: one warm-up call each, then `repeats` rounds calling
     every one in turn. Returns {name: {"seconds": [...], "ratios": [...], "median", "min", "max"}}, where the
-    ratios are baseline time / this one's time within the same round (the speedup over the baseline)."""
+    ratios are baseline time / this one's time within the same round (the speedup over the baseline). The clock
+    is read after syncing `device`."""
     if baseline not in fns:
         raise MtplabError(f"the baseline {baseline!r} is not among {list(fns)}")
     if repeats < 1:
@@ -160,9 +137,9 @@ def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar") -> dict:
     secs = {n: [] for n in fns}
     for _ in range(repeats):
         for n, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = now(device)
             fn()
-            secs[n].append(time.perf_counter() - t0)
+            secs[n].append(now(device) - t0)
     out = {}
     for n in fns:
         ratios = [a / b for a, b in zip(secs[baseline], secs[n])]
@@ -193,7 +170,8 @@ def batch_sweep(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: in
     for B in batch_sizes:
         ps = [prompts[i % len(prompts)] for i in range(B)]
         last: dict = {}
-        t = interleaved(_batch_calls(model, make_drafter, ps, max_new_tokens, k, last), repeats=repeats)
+        t = interleaved(_batch_calls(model, make_drafter, ps, max_new_tokens, k, last), repeats=repeats,
+                        device=model.wte.weight.device)
         if last["spec"].tokens != last["ar"].tokens:
             raise MtplabError(f"batch {B}: batched speculative output differs from batched AR")
         for name in ("ar", "spec"):

@@ -245,12 +245,12 @@ def _timed_decode(dev, *args, **kw):
 
 @torch.inference_mode()
 def interleaved_race(method: str, model, prompts, *, max_new_tokens: int, k: int | None = None, repeats: int = 5,
-                     draft_model=None, bar=None, **options) -> dict:
+                     draft_model=None, bar=None, baseline_model=None, **options) -> dict:
     """A method against AR of the same model, as a benchmark times it: one warm-up decode each, then `repeats`
     rounds over the prompts, AR and the method back to back on each prompt. The speedup of a round is its AR time
     over its method time; the result gives the median round and the range, the traces of the first round, and
     how many prompts gave output identical to AR's (greedy, fp32: all of them). `options` go to `decode_with`
-    (adapt, threshold, rule)."""
+    (adapt, threshold, rule). `baseline_model`: the model AR runs on, when it is not `model`."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise MtplabError(f"repeats must be an integer >= 1 (got {repeats!r})")
     if not prompts:
@@ -258,12 +258,13 @@ def interleaved_race(method: str, model, prompts, *, max_new_tokens: int, k: int
     dev = model.wte.weight.device
     k = k if k is not None else (max_k(method, model) or 4)
     kw = {"k": k, "draft_model": draft_model, **options} if method != "ar" else {}
-    decode_with("ar", model, prompts[0], max_new_tokens=8)  # warm-up: first calls allocate and pick kernels
+    ar_model = model if baseline_model is None else baseline_model
+    decode_with("ar", ar_model, prompts[0], max_new_tokens=8)  # warm-up: first calls allocate and pick kernels
     decode_with(method, model, prompts[0], max_new_tokens=8, **kw)
     ar_s, sp_s, traces, ar_traces = [], [], [], []
     for r in range(repeats):
         for p in prompts:
-            ar, t_ar = _timed_decode(dev, "ar", model, p, max_new_tokens=max_new_tokens)
+            ar, t_ar = _timed_decode(dev, "ar", ar_model, p, max_new_tokens=max_new_tokens)
             tr, t_sp = _timed_decode(dev, method, model, p, max_new_tokens=max_new_tokens, **kw)
             ar_s.append(t_ar)
             sp_s.append(t_sp)
