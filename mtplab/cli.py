@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import json
 import math
 import os
@@ -86,13 +87,17 @@ def _train_hf(a):
 def _read_prompt(a) -> str:
     if a.prompt_file:
         try:
-            if stat.S_ISFIFO(os.stat(a.prompt_file).st_mode):  # open() of a FIFO waits for a writer forever
-                raise MtplabError(f"prompt file {a.prompt_file} is a pipe (FIFO); give a regular file, or pass the "
-                                  "text with --prompt")
-            with open(a.prompt_file, "rb") as f:
+            # O_NONBLOCK: open() of a FIFO without a writer would wait forever; reads block again once it is open
+            fd = os.open(a.prompt_file, os.O_RDONLY | os.O_NONBLOCK)
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                pipe = stat.S_ISFIFO(os.fstat(f.fileno()).st_mode)
                 raw = f.read(MAX_PROMPT_BYTES + 1)  # never more: /dev/zero would fill the memory
         except OSError as e:
             raise MtplabError(f"cannot read prompt file {a.prompt_file}: {e.strerror}") from None
+        if pipe and not raw:
+            raise MtplabError(f"prompt file {a.prompt_file} is a pipe (FIFO) that nobody writes to; give a regular "
+                              "file, or pass the text with --prompt")
         if len(raw) > MAX_PROMPT_BYTES:
             raise MtplabError(f"prompt file {a.prompt_file} is longer than {MAX_PROMPT_BYTES} bytes, more than any "
                               "context window holds; give a shorter file")

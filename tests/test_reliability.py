@@ -418,7 +418,11 @@ def test_messages_that_blamed_the_wrong_thing(tmp_path, capsys, monkeypatch):
 
 def test_a_fifo_prompt_file_is_refused_not_waited_on(tmp_path, capsys):
     os.mkfifo(tmp_path / "fifo")
-    refused(capsys, "is a pipe (FIFO); give a regular file", "generate", "--prompt-file", tmp_path / "fifo")
+    refused(capsys, "is a pipe (FIFO) that nobody writes to; give a regular file", "generate", "--prompt-file",
+            tmp_path / "fifo")
+    r = subprocess.run([sys.executable, "-m", "mtplab", "generate", "--prompt-file", "/dev/stdin", "--max-new-tokens", "2"],
+                       input="def main(", capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 0, r.stderr  # a pipe that is written to still works
 
 
 def test_alpha_from_length_is_bounded_in_time():
@@ -779,3 +783,23 @@ def test_the_readme_bad_input_table_quotes_the_new_messages(tmp_path, monkeypatc
     assert not missing, "README.md's bad-input table lacks these messages:\n" + "\n".join(missing)
     assert re.search(r"`one training step needs about [\d.]+ [KMGT]B of memory \(--batch-size \d+, \d+ depths?, [\d,]+ "
                      r"parameters\), more than the [\d.]+ [KMGT]B here; lower --batch-size \(at most about \d+ fits\)`", table)
+
+
+def test_options_a_method_does_not_use_are_refused(capsys):
+    """g31, g43: --alpha and --draft-checkpoint were silently ignored."""
+    refused(capsys, "--alpha is the oracle drafter's acceptance rate; --method ngram does not use it",
+            "generate", "--prompt", "x", "--method", "ngram", "--alpha", "-7")
+    refused(capsys, "--method ngram does not use one: drop it or choose --method draft-model",
+            "generate", "--prompt", "x", "--method", "ngram", "--draft-checkpoint", "/nonexistent/x")
+
+
+def test_a_nul_in_the_base_name_is_refused_not_printed(heads_dir, tmp_path):
+    """ck-base-nul."""
+    m = tmp_path / "stern"
+    (tmp_path / "stern.safetensors").write_bytes((heads_dir / "stern.safetensors").read_bytes())
+    ckpt.save(random_model("stern", 3, seed=1), m, base=heads_dir / "ntp")
+    info = json.loads(m.with_suffix(".json").read_text())
+    info["base"]["file"] = "ntp\x00.safetensors"
+    m.with_suffix(".json").write_text(json.dumps(info))
+    err = _raises(ckpt.load, m)
+    assert "base must name a .safetensors file" in err and "\x00" not in err

@@ -326,7 +326,7 @@ def _find_base(path: Path, base) -> Path:
     in the directory it was trained from, or in data/checkpoints (nowhere else)."""
     ok = isinstance(base, dict) and isinstance(base.get("file"), str) and isinstance(base.get("sha256"), str)
     name = base["file"] if ok else ""
-    if not ok or Path(name).name != name or not name.endswith(".safetensors") or name.startswith("."):
+    if not ok or Path(name).name != name or not name.endswith(".safetensors") or name.startswith(".") or "\0" in name:
         raise MtplabError(f"{path.with_suffix('.json')}: base must name a .safetensors file (no directories, "
                           "no '..'); retrain the heads or restore the file")
     dirs = [path.parent] + ([Path(base["dir"])] if isinstance(base.get("dir"), str) else []) + [CHECKPOINT_DIR]
