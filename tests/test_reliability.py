@@ -639,6 +639,12 @@ def test_hf_folders_mtplab_does_not_expect_are_one_line(hfdirs, capsys, folder, 
     refused(capsys, fragment, "generate", "--prompt", "x", "--max-new-tokens", "4", "--hf", hfdirs / folder)
 
 
+def test_transformers_load_report_never_reaches_the_terminal(hfdirs):
+    """hf-size-mismatch printed transformers' 20-line load report before the error."""
+    one_line(child("generate", "--prompt", "x", "--max-new-tokens", "4", "--hf", hfdirs / "size-mismatch"),
+             "do not match its config.json")
+
+
 def test_hf_train_without_a_tokenizer_names_the_tokenizer(hfdirs, tmp_path, capsys):
     """hf-train-no-tokenizer: it said 'the corpus has 0 tokens'."""
     refused(capsys, "has no usable tokenizer", "train", "--hf", hfdirs / "no-tokenizer", *HF_TRAIN, "--out", tmp_path)
@@ -803,3 +809,11 @@ def test_a_nul_in_the_base_name_is_refused_not_printed(heads_dir, tmp_path):
     m.with_suffix(".json").write_text(json.dumps(info))
     err = _raises(ckpt.load, m)
     assert "base must name a .safetensors file" in err and "\x00" not in err
+
+
+def test_a_rank_that_never_comes_is_named_after_the_timeout(tmp_path):
+    """t19: WORLD_SIZE=2 RANK=0 waited 30 minutes (torch's default) without a word."""
+    r = child("train", "--preset", "tiny", "--steps", "3", "--no-progress", "--out", tmp_path,
+              env={"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29581",
+                   "MTPLAB_DIST_TIMEOUT": "2"}, timeout=120)
+    one_line(r, "could not start 2 processes at 127.0.0.1:29581", "launch every rank with torchrun")

@@ -230,6 +230,8 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
                           "head (e.g. AutoModelForCausalLM ... save_pretrained) and point --hf at that")
     bar = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # a local load is quick; keep stderr for errors
+    level = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()  # its load report is a table; mtplab's error is one line
     try:
         hf, info = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
                                                         output_loading_info=True, trust_remote_code=False)
@@ -247,6 +249,7 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
                               "config.json saved with these weights") from None
         raise MtplabError(f"cannot load the weights in {path} ({str(e).splitlines()[0][:160]})") from None
     finally:
+        transformers.utils.logging.set_verbosity(level)
         if bar:
             transformers.utils.logging.enable_progress_bar()
     missing = [k for k in info.get("missing_keys", []) if "rotary" not in k]
