@@ -217,9 +217,9 @@ def check_memory(cfg: ModelConfig, *, batch_size: int, seq_len: int, trainable: 
         return
     fits = max(0, (have - fixed) // per_sample)
     more = f"lower --batch-size (at most about {fits} fits)" if fits >= 1 else hint
-    raise MtplabError(f"one training step needs about {_size(need)} of memory (--batch-size {batch_size}, "
-                      f"{cfg.n_depths} depth{'s' if cfg.n_depths != 1 else ''}, {trainable + frozen:,} parameters), more than the {_size(have)} here; "
-                      f"{more}")
+    depths = f"{cfg.n_depths} depth{'s' if cfg.n_depths != 1 else ''}"
+    raise MtplabError(f"one training step needs about {_size(need)} of memory (--batch-size {batch_size}, {depths}, "
+                      f"{trainable + frozen:,} parameters), more than the {_size(have)} here; {more}")
 
 
 def count_parameters(cfg: ModelConfig) -> int:
