@@ -817,3 +817,24 @@ def test_a_rank_that_never_comes_is_named_after_the_timeout(tmp_path):
               env={"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29581",
                    "MTPLAB_DIST_TIMEOUT": "2"}, timeout=120)
     one_line(r, "could not start 2 processes at 127.0.0.1:29581", "launch every rank with torchrun")
+
+
+def test_resume_on_another_corpus_of_the_same_name_is_refused(tmp_path, monkeypatch):
+    """t33: --resume accepted another corpus file of the same name."""
+    from mtplab import data
+    (tmp_path / "d" / "corpora").mkdir(parents=True)
+    for split in ("train", "val"):
+        (tmp_path / "d" / "corpora" / f"code_{split}.txt").write_bytes(b"def main(x):\n    return x\n" * 40)
+    monkeypatch.setattr(data, "DATA_DIR", tmp_path / "d")
+    fit(steps=2, out=tmp_path / "r", **TINY)
+    (tmp_path / "d" / "corpora" / "code_train.txt").write_bytes(b"other bytes entirely, same name\n" * 40)
+    with pytest.raises(MtplabError, match=r"--resume of .* with other settings \(corpus_sha256 '[0-9a-f]{64}' -> "):
+        fit(steps=4, out=tmp_path / "r", resume=True, **TINY)
+
+
+def test_a_run_saved_before_the_corpus_hash_still_resumes(tmp_path):
+    fit(steps=2, out=tmp_path, **TINY)
+    m = json.loads((tmp_path / "ntp.state.json").read_text())
+    del m["settings"]["corpus_sha256"]  # as a run saved before 2026-12
+    (tmp_path / "ntp.state.json").write_text(json.dumps(m))
+    assert fit(steps=4, out=tmp_path, resume=True, **TINY)[-1]["step"] == 4

@@ -34,6 +34,7 @@ from mtplab.errors import MtplabError
 # settings that may differ between a run and its --resume; every other saved setting must match
 MAY_CHANGE = ("steps", "max_seconds", "eval_every", "eval_windows", "save_every", "progress", "device",
               "save_dtype", "stop_after", "overwrite", "resume", "out", "save_seconds")
+ADDED_LATER = ("corpus_sha256",)  # settings that runs saved before 2026-12 lack: not recorded, not compared
 SAVE_SECONDS = 300.0  # a save at least this often (wall time), whatever --steps and --save-every say
 TEMP_KINDS = ("safetensors", "json", "state.next.safetensors", "state.safetensors", "state.json")
 
@@ -227,7 +228,7 @@ def read_manifest(out: Path, name: str) -> dict:
 def check_settings(saved: dict, now: dict, out: Path) -> None:
     """Refuse a --resume whose settings differ from the saved run's (MAY_CHANGE may differ)."""
     diff = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
-            if k not in MAY_CHANGE and saved.get(k) != now.get(k)]
+            if k not in MAY_CHANGE and saved.get(k) != now.get(k) and not (k in ADDED_LATER and k not in saved)]
     if diff:
         raise MtplabError(f"--resume of {out} with other settings ({'; '.join(diff)}); resume with the saved "
                           "settings (only --steps, --max-seconds, --eval-every, --save-dtype, --device may change) "
