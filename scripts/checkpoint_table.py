@@ -19,8 +19,8 @@ def regime(m: dict, cfg: dict, name: str = "") -> str:
 
 
 def main():
-    print("| checkpoint | layers x width | regime | steps | tokens seen | wall time | val bpb (depth 1) | top-1 accuracy by depth "
-          "| agreement with the target by depth | size |")
+    print("| checkpoint | layers x width | regime | steps | tokens seen | wall time | val bpb (depth 1) "
+          "| top-1 accuracy by depth | agreement with the target by depth | size |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in ORDER:
         info = json.loads((CK / f"{name}.json").read_text())

@@ -108,3 +108,26 @@ def test_typical_keeps_a_likely_draft_and_rejects_an_unlikely_one():
     assert typical([2], p[:1], generator=g)[0] == 1  # 0.1 > 0.09: still typical enough
     n, tok, src = typical([1], torch.tensor([[0.95, 0.02, 0.03], [1 / 3] * 3]), generator=g)
     assert n == 0 and src == "correction"
+
+
+@pytest.mark.parametrize("prompt,words", [(1.5, "list of token ids"), ("hello", "not str"), (None, "not NoneType"),
+                                          ([1, 2.5], "must be integers"), ([True, 2], "must be integers"),
+                                          (torch.zeros(2, 3, dtype=torch.long), "1-D tensor"),
+                                          (torch.tensor([1.0, 2.0]), "1-D tensor")])
+def test_a_bad_prompt_gets_one_line(prompt, words):
+    model = random_model(seed=40)
+    with pytest.raises(MtplabError, match=words):
+        autoregressive(model, prompt, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("kw,words", [({"max_new_tokens": True}, "max_new_tokens must be"),
+                                      ({"temperature": "hot"}, "temperature must be a finite number"),
+                                      ({"temperature": float("nan")}, "temperature must be a finite number"),
+                                      ({"top_k": 2.5}, "top_k must be an integer"), ({"top_k": True}, "top_k must be"),
+                                      ({"generator": 7}, "generator must be a torch.Generator")])
+def test_bad_decoder_options_get_one_line(kw, words):
+    model = random_model("stern", 3, seed=41)
+    args = {"max_new_tokens": 3, **kw}
+    with pytest.raises(MtplabError, match=words):
+        speculative(model, SternDrafter(model), [1, 2], k=3, **args)
+    assert torch.tensor([1, 2]).dim() == 1 and autoregressive(model, torch.tensor([1, 2]), max_new_tokens=2).tokens

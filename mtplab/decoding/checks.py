@@ -1,7 +1,11 @@
 """Input checks of the decoders: each bad input gets one line that names the fix (`MtplabError`)."""
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
+
 from mtplab.errors import MtplabError
 
 
@@ -15,20 +19,36 @@ def check_k(k) -> int:
     return k
 
 
-def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None):
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None, generator=None):
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise MtplabError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
-    if temperature is None or not (0 <= temperature < float("inf")):  # also catches NaN
-        raise MtplabError(f"temperature must be >= 0 and finite (got {temperature}); 0 means greedy")
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) \
+            or temperature < 0:
+        raise MtplabError(f"temperature must be a finite number >= 0 (got {temperature!r}); 0 means greedy")
     if 0 < temperature < MIN_TEMPERATURE:
         raise MtplabError(f"temperature {temperature:g} is too small to sample at (the probabilities overflow); "
                           f"use 0 for greedy or at least {MIN_TEMPERATURE:g}")
-    if top_k is not None and top_k < 1:
-        raise MtplabError(f"top_k must be >= 1 or None (got {top_k})")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise MtplabError(f"top_k must be an integer >= 1 or None (got {top_k!r})")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise MtplabError(f"generator must be a torch.Generator or None (got {type(generator).__name__}); "
+                          "pass torch.Generator().manual_seed(SEED)")
 
 
 def check_prompt(model, prompt_ids, extra: int, room: int = 0) -> list[int]:
     """The prompt fits the context window with `extra` new tokens and `room` positions a step may verify."""
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dim() != 1 or prompt_ids.is_floating_point():
+            raise MtplabError(f"the prompt must be a 1-D tensor or a list of token ids (integers), not a "
+                              f"{prompt_ids.dim()}-D {prompt_ids.dtype} tensor; encode text with mtplab.tokenizer.encode")
+        prompt_ids = prompt_ids.tolist()
+    if isinstance(prompt_ids, (str, bytes)) or prompt_ids is None or not hasattr(prompt_ids, "__iter__"):
+        raise MtplabError(f"the prompt must be a list of token ids (integers), not {type(prompt_ids).__name__}; "
+                          "encode text with mtplab.tokenizer.encode")
+    prompt_ids = list(prompt_ids)
+    if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in prompt_ids):
+        bad = next(t for t in prompt_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral))
+        raise MtplabError(f"prompt ids must be integers (got {bad!r}); encode text with mtplab.tokenizer.encode")
     prompt = [int(t) for t in prompt_ids]
     if not prompt:
         raise MtplabError("the prompt is empty; give at least one token (one character)")
@@ -37,10 +57,11 @@ def check_prompt(model, prompt_ids, extra: int, room: int = 0) -> list[int]:
         raise MtplabError(f"prompt ids must lie in 0..{V - 1}")
     limit = model.config.block_size
     if room and room > limit - 2:  # a step verifies k positions after at least one prompt and one new token
-        raise MtplabError(f"k={room} tokens per step cannot fit the context window of {limit}; use k <= {limit - 2}")
+        raise MtplabError(f"k={room} tokens per step cannot fit the context window of {limit} tokens; "
+                          f"use k <= {limit - 2}")
     if extra + room >= limit:  # not even a one-token prompt fits
         why = f"{extra} new tokens" + (f" plus k={room} tokens of one step" if room else "")
-        raise MtplabError(f"{why} leave no room for a prompt in the context window of {limit}; ask for at most "
+        raise MtplabError(f"{why} leave no room for a prompt in the context window of {limit} tokens; ask for at most "
                           f"{max(0, limit - 1 - room)} new tokens" + (" or a smaller k" if room else ""))
     if len(prompt) + extra + room > limit:
         step = f" plus k={room} tokens of one step" if room else ""

@@ -84,7 +84,7 @@ class Clock:
 def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                    generator: torch.Generator | None = None, use_cache: bool = True) -> Trace:
     """m new tokens in m forward passes: the baseline every speculative decoder must reproduce."""
-    check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
+    check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
     prompt = check_prompt(model, prompt_ids, max_new_tokens)
     sampling = Sampling(temperature, top_k, generator)
     dev = model.wte.weight.device
@@ -136,7 +136,8 @@ class Decode:
 def start(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str, sampling: Sampling,
           cache=None, adapt=None, rule: str = "exact") -> Decode:
     """Every input check, then the decode's state: the prompt, an empty cache, the sampling options."""
-    check_options(max_new_tokens=max_new_tokens, temperature=sampling.temperature, top_k=sampling.top_k)
+    check_options(max_new_tokens=max_new_tokens, temperature=sampling.temperature, top_k=sampling.top_k,
+                  generator=sampling.generator)
     check_k(k)
     if schedule not in ("plain", "overlap"):
         raise MtplabError(f"unknown schedule {schedule!r}; use 'plain' or 'overlap'")
