@@ -18,6 +18,7 @@ from pathlib import Path
 from mtplab.errors import MtplabError
 from mtplab import bench
 from mtplab.device import pick
+from mtplab.decoding.drafters import METHODS
 from mtplab.decoding.generate import run_generate
 from mtplab.training.fit import fit
 
@@ -132,7 +133,7 @@ def _generate(a):
                           "it or choose --method oracle")
     a.alpha = 0.8 if a.alpha is None else a.alpha
 
-    if a.k is not None and a.method == "ar":
+    if a.k is not None and a.method in METHODS and not METHODS[a.method].speculative:
         raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
                           "forward: drop --k or choose a speculative --method")
     if not a.hf and (a.heads_checkpoint or a.draft_hf):

@@ -71,7 +71,7 @@ def test_oracle_counts_and_step_table():
     counts = blockwise.oracle_forward_counts(model, [1, 2], [5, 9], (3,), schedule="plain")
     assert counts == {3: [theory.plain_forwards(5, 3), theory.plain_forwards(9, 3)]}
     tr = run_prompts("oracle", model, [[1, 2]], max_new_tokens=12, k=3, alpha=0.5)[0]
-    table = viz.format_steps(tr)
+    table = viz.steps_table(tr)
     assert len(table.splitlines()) == 2 + len(tr.steps)
     both = pooled([tr, tr])
     assert both.num_drafts == 2 * tr.num_drafts and both.tokens == tr.tokens + tr.tokens

@@ -282,7 +282,7 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
                           f"{target.config.heads} heads; train {m.family} heads with python -m mtplab train --hf "
                           f"{hf} --heads {m.family} ...")
     draft = None
-    if method == "draft-model":
+    if m.needs_draft_model:
         if draft_hf is None:
             raise MtplabError("method draft-model with --hf needs a smaller model with the same tokenizer: --draft-hf PATH")
         draft = load_hf(draft_hf, device=dev, dtype=DTYPES[dtype])

@@ -170,12 +170,9 @@ def verify_forward(ex: dict) -> Figure:
 
 
 def _fixed_figure(w: float, h: float, ncols: int = 1, scale: float = 1.0):
-    from matplotlib.figure import (
-        Figure,  # no pyplot: figures are not kept in a global registry
-    )
-    fig = Figure(figsize=(w * scale, h * scale))
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.82, wspace=0.28)  # fixed: layout engines are slow
-    return fig, fig.subplots(1, ncols, squeeze=False)[0]
+    """The widget's charts: one row of panels, w x h inches in all, fixed margins (`style._figure`)."""
+    fig, axes = _figure(ncols, width=w / ncols, height=h, scale=scale, fixed=True)
+    return fig, axes[0]
 
 
 def acceptance_figure(trace: Trace | None, *, title: str | None = None, max_drafts: int | None = None,

@@ -4,7 +4,6 @@ table figure.
 """
 from __future__ import annotations
 
-from mtplab.decoding.trace import Trace
 from mtplab.tokenizer import token_repr
 import math
 from matplotlib.figure import Figure
@@ -12,30 +11,6 @@ from mtplab.viz.kinds import STRUCK
 from mtplab.viz.kinds import step_record
 from mtplab.measuring.acceptance import Acceptance
 from mtplab.training.losses import label_layout
-
-
-def format_steps(trace: Trace, limit: int | None = None) -> str:
-    """The steps of a speculative Trace as a text table: what each step drafted, kept and added."""
-    def toks(ids):
-        return " ".join(token_repr(t) for t in ids) or "-"
-
-    lines = [f"{trace.method} (k={trace.k}, schedule={trace.schedule}): {len(trace.tokens)} tokens in "
-             f"{trace.forwards} target forwards",
-             f"{'step':>4} {'fwd':>3}  {'predict':<7}  {'drafts':<24} {'kept':>4}  {'then':<16} emitted"]
-    steps = trace.steps if limit is None else trace.steps[:limit]
-    for i, s in enumerate(steps):
-        pred = token_repr(s.predict_token) if s.predict_token is not None else "-"
-        if i == 0:
-            then = "prefill"
-        elif s.bonus is None:
-            then = "-"
-        else:
-            then = f"{token_repr(s.bonus)} ({'bonus' if s.bonus_source == 'target' else 'correction'})"
-        lines.append(f"{i:>4} {s.forwards:>3}  {pred:<7}  {toks(s.drafted):<24} {s.accepted:>4}  {then:<16} "
-                     f"{toks(s.emitted)}")
-    if limit is not None and len(trace.steps) > limit:
-        lines.append(f"... {len(trace.steps) - limit} more steps")
-    return "\n".join(lines)
 
 
 def table(acc: Acceptance) -> str:

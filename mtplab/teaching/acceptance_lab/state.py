@@ -370,7 +370,7 @@ def recorded_decode(method: str, model, ids: list[int], *, k: int, max_new_token
         return tr, tuple(None for _ in tr.steps)
     check_k(k)
     reference = (autoregressive(model, ids, max_new_tokens=max_new_tokens).tokens
-                 if method == "oracle" and temperature == 0 else None)
+                 if m.needs_reference and temperature == 0 else None)
     rec = _Recorder(m.make(model, draft_model=draft_model, reference=reference, alpha=alpha, seed=seed))
     limit = generate.max_k(method, model)
     if limit is not None and k > limit:
@@ -405,7 +405,7 @@ def decode(state: LabState, models: ModelCache) -> LabState:
         dev = pick(state.device)
         name = _checkpoint_name(state)
         model = models.get(name, dev, state.heads)
-        draft = models.get("draft", dev) if state.method == "draft-model" else None
+        draft = models.get("draft", dev) if get_method(state.method).needs_draft_model else None
         ids = text_ids(model, state.prompt)
         opts = dict(max_new_tokens=state.max_new_tokens, temperature=float(state.temperature), seed=state.seed)
         limit = generate.max_k(state.method, model)
@@ -416,7 +416,7 @@ def decode(state: LabState, models: ModelCache) -> LabState:
         models.warm("ar", model, k=1)
         (trace, probes), wall = timed(dev, lambda: recorded_decode(state.method, model, ids, k=state.k,
                                                                    draft_model=draft, **opts))
-        if state.method == "ar":
+        if not get_method(state.method).speculative:
             baseline, walls, runs = trace, {"ar": [wall]}, {"ar": [trace]}
         else:
             baseline, wall_ar = timed(dev, lambda: generate.decode_with("ar", model, ids, **opts))
