@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 import torch
 from mtplab.decoding.loop import now
-from mtplab.device import describe, machine_line, pick
+from mtplab.device import describe, machine, pick
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.decoding.trace import Trace
@@ -142,7 +142,7 @@ def run_decode(a) -> dict:
         kk = k if k is not None else max_k(method, models[name])
         rows.append(_row(label, method, kk, traces[label], walls[label], walls_ar[label], curve,
                          mismatches[label], reps))
-    data = {"device": describe(dev), "machine": machine_line(dev),
+    data = {"device": describe(dev), "machine": machine(dev),
             "dtype": a.dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
             "max_new_tokens": m, "repeats": reps, "t1_ms": curve.seconds[1] * 1e3,
             "cost_curve": {str(q): v for q, v in curve.ratio.items()}, "rows": rows}

@@ -95,7 +95,9 @@ def bench_source(path=BENCH_DECODE) -> str:
         d = read_decode_bench(path)
     except MtplabError as e:
         return str(e)
-    machine = d.get("machine") or f"device {d.get('device')}, {d.get('threads')} thread(s)"
+    m = d.get("machine")
+    machine = (f"{m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, torch {m['torch']}"
+               if isinstance(m, dict) else m or f"device {d.get('device')}, {d.get('threads')} thread(s)")
     return (f"docs/bench/decode.json: {d.get('prompts')} prompts, m = {d.get('max_new_tokens')}, "
             f"median of {d.get('repeats')} interleaved repeats, {d.get('dtype')}, {machine}")
 

@@ -108,7 +108,8 @@ def benchmark_row(label: str, path=None) -> tuple[dict | None, str]:
     data = read_decode_bench(path) if path is not None else read_decode_bench()
     row = next((r for r in data["rows"] if r.get("method") == label), None)
     m = data.get("machine")
-    where = (f"{m['cpu']}, {m['threads']} threads, last-level cache {m['llc']}, torch {m['torch']}" if m else
+    where = (f"{m['cpu']}, {m['threads']} threads, last-level cache {m['llc']}, torch {m['torch']}"
+             if isinstance(m, dict) else m if isinstance(m, str) and m else
              f"{data.get('device', 'unknown device')}, {data.get('threads', '?')} threads (machine not recorded)")
     if row is None:
         return None, f"docs/bench/decode.json has no row {label!r}"
