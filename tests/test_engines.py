@@ -121,8 +121,8 @@ def test_a_bad_prompt_gets_one_line(prompt, words):
 
 
 @pytest.mark.parametrize("kw,words", [({"max_new_tokens": True}, "max_new_tokens must be"),
-                                      ({"temperature": "hot"}, "temperature must be a finite number"),
-                                      ({"temperature": float("nan")}, "temperature must be a finite number"),
+                                      ({"temperature": "hot"}, "temperature must be >= 0 and finite"),
+                                      ({"temperature": float("nan")}, "temperature must be >= 0 and finite"),
                                       ({"top_k": 2.5}, "top_k must be an integer"), ({"top_k": True}, "top_k must be"),
                                       ({"generator": 7}, "generator must be a torch.Generator")])
 def test_bad_decoder_options_get_one_line(kw, words):

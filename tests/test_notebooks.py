@@ -69,7 +69,7 @@ NB05 = ROOT / "notebooks" / "05_acceptance_lab.ipynb"
 @pytest.mark.parametrize("params, words", [
     (dict(METHOD="bogus"), "unknown method 'bogus'"),
     (dict(PROMPT=""), "the prompt is empty"),
-    (dict(K=2.5), "k must be an integer >= 1 (got 2.5)"),
+    (dict(METHOD="meta", K=2.5), "k must be an integer >= 1 (got 2.5)"),
     (dict(CHECKPOINT="/no/such/dir/mine.safetensors"), "not found"),
 ], ids=["method", "prompt", "k", "checkpoint"])
 def test_nb05_bad_settings_give_the_labs_message_and_run_to_the_end(params, words):

@@ -378,8 +378,9 @@ def test_integer_weights_are_refused_even_where_no_sha256_was_recorded(heads_dir
 
 
 def test_shipped_checkpoints_without_the_field_still_load():
-    assert "weights_sha256" not in json.loads((ckpt.SHIPPED_DIR / "ntp.json").read_text())  # not recorded
-    assert ckpt.load("ntp").config.heads == "none"
+    assert "weights_sha256" not in json.loads((ckpt.SHIPPED_DIR / "ntp-l4.json").read_text())  # not recorded
+    assert ckpt.load("ntp-l4").config.heads == "none"
+    assert "weights_sha256" in json.loads((ckpt.SHIPPED_DIR / "ntp.json").read_text())  # the new family records it
 
 
 def test_checkpoint_api_type_errors_are_one_line(tmp_path):

@@ -24,7 +24,7 @@ def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None,
         raise MtplabError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) \
             or temperature < 0:
-        raise MtplabError(f"temperature must be a finite number >= 0 (got {temperature!r}); 0 means greedy")
+        raise MtplabError(f"temperature must be >= 0 and finite (got {temperature!r}); 0 means greedy")
     if 0 < temperature < MIN_TEMPERATURE:
         raise MtplabError(f"temperature {temperature:g} is too small to sample at (the probabilities overflow); "
                           f"use 0 for greedy or at least {MIN_TEMPERATURE:g}")
@@ -57,11 +57,10 @@ def check_prompt(model, prompt_ids, extra: int, room: int = 0) -> list[int]:
         raise MtplabError(f"prompt ids must lie in 0..{V - 1}")
     limit = model.config.block_size
     if room and room > limit - 2:  # a step verifies k positions after at least one prompt and one new token
-        raise MtplabError(f"k={room} tokens per step cannot fit the context window of {limit} tokens; "
-                          f"use k <= {limit - 2}")
+        raise MtplabError(f"k={room} tokens per step cannot fit the context window of {limit}; use k <= {limit - 2}")
     if extra + room >= limit:  # not even a one-token prompt fits
         why = f"{extra} new tokens" + (f" plus k={room} tokens of one step" if room else "")
-        raise MtplabError(f"{why} leave no room for a prompt in the context window of {limit} tokens; ask for at most "
+        raise MtplabError(f"{why} leave no room for a prompt in the context window of {limit}; ask for at most "
                           f"{max(0, limit - 1 - room)} new tokens" + (" or a smaller k" if room else ""))
     if len(prompt) + extra + room > limit:
         step = f" plus k={room} tokens of one step" if room else ""
