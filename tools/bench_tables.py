@@ -8,10 +8,11 @@ tests/test_layout.py checks that README.md holds what this prints.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from tools import readme_section
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "docs" / "bench"
@@ -80,20 +81,7 @@ def section() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--write", action="store_true")
-    a = ap.parse_args(argv)
-    text = section()
-    if not a.write:
-        print(text)
-        return 0
-    readme = ROOT / "README.md"
-    s = readme.read_text()
-    if START not in s:
-        raise SystemExit(f"README.md has no {START} marker")
-    i, j = s.index(START), s.index(END) + len(END)
-    readme.write_text(s[:i] + text + s[j:])
-    return 0
+    return readme_section.main(argv, START, END, section)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ tests/test_layout.py checks that README.md holds what this prints.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import sys
 from pathlib import Path
+
+from tools import readme_section
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- modules: drawn by tools/module_table.py from the folders' docstrings -->", "<!-- /modules -->"
@@ -43,22 +44,7 @@ def section() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--write", action="store_true")
-    a = ap.parse_args(argv)
-    text = section()
-    if not a.write:
-        print(text)
-        return 0
-    readme = ROOT / "README.md"
-    s = readme.read_text()
-    if START in s:
-        i, j = s.index(START), s.index(END) + len(END)
-        s = s[:i] + text + s[j:]
-    else:
-        raise SystemExit(f"README.md has no {START} marker")
-    readme.write_text(s)
-    return 0
+    return readme_section.main(argv, START, END, section)
 
 
 if __name__ == "__main__":
