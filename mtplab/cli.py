@@ -85,6 +85,22 @@ def _train_hf(a):
           "depth " + " ".join(f"{x:.3f}" for x in last["val_agree_depth"]))
 
 
+def _train_hf_model(a):
+    """train-hf-model: a small Llama of your own in a Hugging Face folder (mtplab.hf.own)."""
+    from mtplab.hf.own import train_own
+
+    rec = train_own(preset=a.preset, corpus=a.corpus, out=a.out, name=a.name, steps=a.steps, batch_size=a.batch_size,
+                    seq_len=a.seq_len, lr=a.lr, warmup=a.warmup, seed=a.seed, max_seconds=a.max_seconds,
+                    resume=a.resume, overwrite=a.overwrite, save_every=a.save_every, eval_every=a.eval_every,
+                    autocast=a.autocast, device=a.device, save_dtype=a.save_dtype,
+                    log=None if a.no_progress or a.json else print)
+    if a.json:
+        _print_json({k: v for k, v in rec.items() if k != "history"})
+    else:
+        print(f"done: {rec['steps']} steps, {rec['tokens']} tokens in {rec['train_seconds']:.0f} s, val bpb "
+              f"{rec['val_bpb']:.3f}; the model folder is {Path(a.out) / (a.name or a.preset)}")
+
+
 def _read_prompt(a) -> str:
     if a.prompt_file:
         try:
@@ -226,11 +242,37 @@ def _train_parser(sub) -> None:
     t.set_defaults(func=_train)
 
 
+def _train_hf_model_parser(sub) -> None:
+    h = sub.add_parser("train-hf-model", help="train a small Hugging Face Llama of your own (byte-level tokenizer)")
+    h.add_argument("--preset", default="hf-target", help="hf-target | hf-draft")
+    h.add_argument("--corpus", default="code")
+    h.add_argument("--steps", type=int, required=True)
+    h.add_argument("--out", required=True)
+    h.add_argument("--name", default=None, help="the model folder's name in --out (default: the preset)")
+    h.add_argument("--batch-size", type=int, default=16)
+    h.add_argument("--seq-len", type=int, default=256)
+    h.add_argument("--lr", type=float, default=3e-3)
+    h.add_argument("--warmup", type=int, default=None)
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--max-seconds", type=float, default=None)
+    h.add_argument("--save-every", type=int, default=100)
+    h.add_argument("--eval-every", type=int, default=None)
+    h.add_argument("--autocast", default="auto")
+    h.add_argument("--save-dtype", default="bf16", choices=["fp32", "bf16"])
+    h.add_argument("--device", default="auto")
+    h.add_argument("--resume", action="store_true")
+    h.add_argument("--overwrite", action="store_true")
+    h.add_argument("--no-progress", action="store_true")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=_train_hf_model)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     _train_parser(sub)
+    _train_hf_model_parser(sub)
 
     g = sub.add_parser("generate", help="generate text, autoregressively or speculatively")
     g.add_argument("--method", default="ar",
@@ -262,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--prompts", type=int, default=None, help="decode: held-out prompts (default 20, --quick 4)")
     b.add_argument("--hf", default=None, help="peers: a local Hugging Face causal LM folder")
     b.add_argument("--draft-hf", default=None, help="peers: a smaller model with the same tokenizer (assisted rows)")
+    b.add_argument("--heads-checkpoint", default=None, help="peers: heads trained on --hf with train --hf")
     b.add_argument("--preset", default="classroom")
     b.add_argument("--quick", action="store_true")
     b.add_argument("--json", action="store_true")

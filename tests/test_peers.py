@@ -27,21 +27,52 @@ def test_every_peer_row_equals_hf_greedy(models):
     target, draft = load_hf(models / "target"), load_hf(models / "draft")
     prompts = [target.encode(p) for p in ("def main(x):\n    return", "import os\nimport sys\n", "class A:\n    x = 1")]
     rows = peer_rows(target, draft, prompts, m=20, k=4, repeats=1)
-    assert {r["method"] for r in rows} >= {"HF generate, greedy", "mtplab AR", "mtplab n-gram, k=4",
-                                           "HF prompt lookup, 3 drafts", "HF assisted, draft model",
-                                           "mtplab draft-model, k=4"}
+    by = {r["method"]: r for r in rows}
+    assert set(by) == {"HF generate, greedy", "mtplab AR", "HF prompt lookup, 3 drafts", "mtplab n-gram, HF's rule, k=4",
+                       "mtplab n-gram, k=4", "HF assisted, 3 drafts", "HF assisted, its defaults",
+                       "mtplab draft-model, k=4"}
     for r in rows:
         assert r["identical_to_hf_greedy"] == len(prompts), r
         assert r["tokens_per_forward"] >= 1.0 - 1e-9
-    ar = next(r for r in rows if r["method"] == "mtplab AR")
-    assert ar["tokens_per_forward"] == pytest.approx(20 * 3 / (20 * 3), rel=0.1)  # one forward a token (+ prefill)
+    assert by["mtplab AR"]["tokens_per_forward"] == pytest.approx(1.0, rel=0.1)  # one forward a token (+ prefill)
+    # the same drafts make the same number of target forwards, HF's loop or mtplab's
+    assert by["mtplab n-gram, HF's rule, k=4"]["tokens_per_forward"] == pytest.approx(
+        by["HF prompt lookup, 3 drafts"]["tokens_per_forward"], rel=0.15)
+    assert by["mtplab draft-model, k=4"]["tokens_per_forward"] == pytest.approx(
+        by["HF assisted, 3 drafts"]["tokens_per_forward"], rel=0.15)
+
+
+def test_heads_row_equals_hf_greedy(models, tmp_path):
+    from mtplab.hf.run import train_heads
+    from mtplab.hf.target import load_heads, save_heads
+
+    t = load_hf(models / "target")
+    train_heads(t, heads="deepseek", n_modules=1, steps=3, batch_size=2, seq_len=32)
+    save_heads(t, tmp_path / "d1.safetensors")
+    target = load_heads(load_hf(models / "target"), tmp_path / "d1.safetensors")
+    prompts = [target.encode("def main(x):\n    return")]
+    rows = peer_rows(target, None, prompts, m=16, k=4, repeats=1, heads=target)
+    heads_row = next(r for r in rows if "heads" in r["method"])
+    assert heads_row["method"] == "mtplab deepseek heads, k=2 (no HF peer)"
+    assert all(r["identical_to_hf_greedy"] == 1 for r in rows)
+
+
+def test_earliest_rule_takes_the_first_occurrence():
+    from mtplab.decoding.drafters import NgramDrafter
+
+    toks = [1, 2, 7, 1, 2, 8, 5, 1, 2]
+    for earliest, want in ((True, [7, 1]), (False, [8, 5])):
+        d = NgramDrafter(max_ngram=2, earliest=earliest)
+        d.tokens = toks
+        assert d.propose(2).tokens == want
 
 
 def test_bench_peers_writes_its_record(models, tmp_path):
     from mtplab import bench
 
     a = argparse.Namespace(what="peers", quick=True, json=True, device="cpu", dtype="fp32", out=str(tmp_path),
-                           preset="tiny", hf=str(models / "target"), draft_hf=str(models / "draft"))
+                           preset="tiny", hf=str(models / "target"), draft_hf=str(models / "draft"), prompts=None,
+                           heads_checkpoint=None)
     bench.main(a)
     data = json.loads((tmp_path / "peers-quick.json").read_text())
     assert data["machine"]["torch"] and all(r["identical_to_hf_greedy"] == r["prompts"] for r in data["rows"])

@@ -3,8 +3,11 @@ instead, Hugging Face's own `generate`, on the same model and the same drafts.
 
 Rows (greedy, m new tokens, the held-out prompts, every pair interleaved per prompt, medians of rounds):
 * `generate()` against mtplab's AR;
-* `generate(prompt_lookup_num_tokens=k-1)` against mtplab's n-gram (prompt lookup) drafter at the same k;
-* `generate(assistant_model=draft)` against mtplab's draft-model method (with --draft-hf).
+* `generate(prompt_lookup_num_tokens=k-1)` against mtplab's loop with the same lookup rule (2-gram, earliest
+  match: the same drafts), and mtplab's own n-gram drafter (up to 4-gram, latest match) at the same k;
+* `generate(assistant_model=draft)` with k-1 drafts a round (the same drafts as mtplab's draft-model method)
+  and with transformers' defaults, against mtplab's draft-model method (with --draft-hf);
+* mtplab's heads on the model (`train --hf`, then --heads-checkpoint), which HF has no counterpart for.
 Each reports tokens per target forward (counted by a hook on the model's forward), wall clock against HF's
 plain greedy, and whether its tokens equal HF's plain greedy output. End-of-text never stops a decode here
 (every run makes exactly m tokens), so the rows compare the same work. Run alone.
@@ -18,8 +21,9 @@ import torch
 
 from mtplab.bench.report import _md, _write
 from mtplab.data import held_out_prompts
+from mtplab.decoding.drafters import NgramDrafter
 from mtplab.decoding.generate import decode_with
-from mtplab.decoding.loop import now
+from mtplab.decoding.loop import now, speculative
 from mtplab.device import pick
 from mtplab.errors import MtplabError
 
@@ -43,30 +47,60 @@ def hf_generate(hf, ids: list[int], m: int, **kw) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
-def variants(target, draft, k: int):
-    """label -> (who, a function ids, m -> new ids); HF and mtplab side by side on the same drafts."""
+def hf_assisted(hf, draft_hf, ids: list[int], m: int, *, drafts: int | None) -> list[int]:
+    """HF's assisted generation with a draft model. drafts=None: transformers' own defaults (20 drafts a round,
+    cut short below 0.4 confidence); drafts=n: exactly n greedy drafts every round, the drafts mtplab's
+    draft-model method makes at k = n+1."""
+    g = draft_hf.generation_config
+    saved = (g.num_assistant_tokens, g.num_assistant_tokens_schedule, g.assistant_confidence_threshold)
+    if drafts is not None:
+        g.num_assistant_tokens, g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = drafts, "constant", 0.0
+    try:
+        return hf_generate(hf, ids, m, assistant_model=draft_hf)
+    finally:
+        g.num_assistant_tokens, g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = saved
+
+
+def lookup_hf_rule(target, ids: list[int], m: int, k: int) -> list[int]:
+    """mtplab's loop with transformers' prompt-lookup rule (the earliest match of the last 2 tokens, else of the
+    last 1): the drafts `generate(prompt_lookup_num_tokens=k-1)` makes, so the two rows differ only in the loop."""
+    drafter = NgramDrafter(max_ngram=2, earliest=True)
+    return speculative(target, drafter, ids, max_new_tokens=m, k=k, schedule="overlap", method="ngram-hf-rule").tokens
+
+
+def variants(target, draft, k: int, heads=None):
+    """label -> (who, a function ids, m -> new ids); HF and mtplab side by side on the same drafts.
+    heads: the target with mtplab heads attached (DeepSeek D = 1 from `train --hf`): a row with no HF peer."""
     hf = target.hf
     out = {"HF generate, greedy": ("hf", lambda ids, m: hf_generate(hf, ids, m)),
            "mtplab AR": ("mtplab", lambda ids, m: decode_with("ar", target, ids, max_new_tokens=m).tokens),
            f"HF prompt lookup, {k - 1} drafts": ("hf", lambda ids, m: hf_generate(hf, ids, m,
                                                                                 prompt_lookup_num_tokens=k - 1)),
+           f"mtplab n-gram, HF's rule, k={k}": ("mtplab", lambda ids, m: lookup_hf_rule(target, ids, m, k)),
            f"mtplab n-gram, k={k}": ("mtplab", lambda ids, m: decode_with("ngram", target, ids, max_new_tokens=m,
                                                                           k=k).tokens)}
     if draft is not None:
-        out["HF assisted, draft model"] = ("hf", lambda ids, m: hf_generate(hf, ids, m, assistant_model=draft.hf))
+        out[f"HF assisted, {k - 1} drafts"] = ("hf", lambda ids, m: hf_assisted(hf, draft.hf, ids, m, drafts=k - 1))
+        out["HF assisted, its defaults"] = ("hf", lambda ids, m: hf_assisted(hf, draft.hf, ids, m, drafts=None))
         out[f"mtplab draft-model, k={k}"] = ("mtplab", lambda ids, m: decode_with(
             "draft-model", target, ids, max_new_tokens=m, k=k, draft_model=draft).tokens)
+    if heads is not None:
+        kh = heads.config.n_modules + 1 if heads.config.heads == "deepseek" else heads.config.n_depths
+        method = {"deepseek": "deepseek", "meta": "meta", "stern": "blockwise-overlap"}[heads.config.heads]
+        out[f"mtplab {heads.config.heads} heads, k={kh} (no HF peer)"] = ("mtplab", lambda ids, m: decode_with(
+            method, heads, ids, max_new_tokens=m, k=kh).tokens)
     return out
 
 
 @torch.inference_mode()
-def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 4, repeats: int = 3) -> list[dict]:
+def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 4, repeats: int = 3,
+              heads=None) -> list[dict]:
     """Every variant on every prompt, interleaved, `repeats` rounds; rows with the median wall clock against HF's
     plain greedy, tokens per target forward, and how many prompts equal HF's plain greedy output."""
     if not prompts:
         raise MtplabError("give at least one prompt")
     dev = target.wte.weight.device
-    table = variants(target, draft, k)
+    table = variants(target, draft, k, heads)
     counter = _Counter(target.hf)
     try:
         for _, fn in table.values():  # warm-up
@@ -98,19 +132,21 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
 
 
 def run_peers(a) -> dict:
-    from mtplab.hf.target import load_hf  # transformers
+    from mtplab.hf.target import load_heads, load_hf  # transformers
 
     if not getattr(a, "hf", None):
         raise MtplabError("bench peers needs a Hugging Face model folder: --hf PATH (and --draft-hf PATH for the "
-                          "draft-model rows)")
+                          "draft-model rows, --heads-checkpoint PATH for mtplab's heads on it)")
     dev = pick(a.device)
     target = load_hf(a.hf, device=dev)
     draft = load_hf(a.draft_hf, device=dev) if getattr(a, "draft_hf", None) else None
-    n, m, reps = (2, 16, 1) if a.quick else (8, 128, 3)
+    heads = load_heads(target, a.heads_checkpoint) if getattr(a, "heads_checkpoint", None) else None
+    n, m, reps = (2, 16, 1) if a.quick else (a.prompts or 8, 128, 3)
     prompts = [target.encode(p) for p in held_out_prompts("code", n, 160)]
-    rows = peer_rows(target, draft, prompts, m=m, k=4, repeats=reps)
-    data = {"hf": str(a.hf), "draft_hf": str(a.draft_hf) if getattr(a, "draft_hf", None) else None, "prompts": n,
-            "max_new_tokens": m, "repeats": reps, "rows": rows}
+    rows = peer_rows(target, draft, prompts, m=m, k=4, repeats=reps, heads=heads)
+    data = {"hf": Path(a.hf).name, "draft_hf": Path(a.draft_hf).name if getattr(a, "draft_hf", None) else None,
+            "heads_checkpoint": Path(a.heads_checkpoint).name if heads is not None else None, "prompts": n,
+            "max_new_tokens": m, "repeats": reps, "k": 4, "rows": rows}
     table = (f"peers: {Path(a.hf).name}, greedy, m = {m}, {n} held-out prompts, {reps} interleaved rounds (median, "
              "range) against HF's plain greedy generate\n\n"
              + _md(rows, ["method", "who", "tokens_per_forward", "speedup_vs_hf_greedy", "speedup_min", "speedup_max",

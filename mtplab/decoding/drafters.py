@@ -260,18 +260,20 @@ class DraftModelDrafter(BaseDrafter):
 
 class NgramDrafter(BaseDrafter):
     """Prompt lookup (Saxena 2023, "Prompt Lookup Decoding"): find the latest earlier occurrence of the current
-    suffix and copy what followed."""
+    suffix and copy what followed. earliest=True takes the earliest occurrence instead (transformers' rule,
+    with max_ngram=2)."""
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, *, earliest: bool = False):
+        self.max_ngram, self.min_ngram, self.earliest = max_ngram, min_ngram, earliest
 
     def propose(self, n):
         toks = self.tokens
         L = len(toks)
         for g in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
             suffix = toks[L - g:]
-            for s in range(L - g - 1, -1, -1):  # latest match first
+            starts = range(L - g) if self.earliest else range(L - g - 1, -1, -1)  # latest match first by default
+            for s in starts:
                 if toks[s:s + g] == suffix:
                     cont = toks[s + g:s + g + n]
                     if cont:

@@ -1,0 +1,248 @@
+"""A Hugging Face model of your own, trained here: transformers' `LlamaForCausalLM` on a shipped corpus, with a
+byte-level tokenizer whose ids are the lab's byte ids (token i is byte i, so `mtplab.tokenizer` and the model's
+own tokenizer give the same ids; id 256 is an end-of-text token the lab's decoders never stop at).
+
+What `python -m mtplab train-hf-model` runs. The result is an ordinary model folder (config.json,
+model.safetensors, tokenizer files) that `--hf`, `bench peers` and transformers' own `generate` load, plus
+`mtplab_record.json`: how it was trained, on which machine, and its held-out bits per byte.
+
+Training is plain next-token cross-entropy (bf16 autocast where the CPU has it), saved as one save set of
+`mtplab.training.runs` (OUT/NAME.state*) beside the folder OUT/NAME, so a killed run continues with --resume.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mtplab.data import CORPORA, corpus_path, get_batch, load_corpus, val_windows
+from mtplab.device import machine, pick
+from mtplab.errors import MtplabError
+from mtplab.model.checkpoint import atomic_write_text, sha256
+from mtplab.training import runs
+from mtplab.training.config import check_name, need_int, need_number
+from mtplab.training.steps import autocast_context, autocast_kind, lr_at
+
+try:
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+except ImportError:  # the core runs without it
+    transformers = None
+
+EOS = 256
+VOCAB = 257  # 256 bytes and end-of-text
+RECORD = "mtplab_record.json"
+# two shapes: a target small enough to ship in bf16 (about 10 MB) and a 6x cheaper draft with the same tokenizer
+PRESETS = {
+    "hf-target": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=6, num_attention_heads=4),
+    "hf-draft": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2),
+}
+
+
+def _need_transformers():
+    if transformers is None:
+        raise MtplabError('train-hf-model needs the transformers package; install the extra: pip install -e ".[hf]"')
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable stand-in for each byte (what a ByteLevel pre-tokenizer emits)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def byte_tokenizer():
+    """A fast tokenizer with no merges: text -> its UTF-8 bytes, id = byte value, plus <eos> = 256."""
+    _need_transformers()
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {ch: b for b, ch in _bytes_to_unicode().items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<eos>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+
+
+def model_config(preset: str):
+    _need_transformers()
+    if preset not in PRESETS:
+        raise MtplabError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    s = PRESETS[preset]
+    return LlamaConfig(vocab_size=VOCAB, num_key_value_heads=s["num_attention_heads"], max_position_embeddings=512,
+                       tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=None, eos_token_id=EOS,
+                       pad_token_id=EOS, **s)
+
+
+def build(preset: str, seed: int = 0):
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(model_config(preset))
+
+
+def _loss(model, x: torch.Tensor) -> torch.Tensor:
+    logits = model(input_ids=x[:, :-1]).logits
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+
+
+@torch.no_grad()
+def evaluate(model, windows: torch.Tensor, batch_size: int = 16) -> dict:
+    """Held-out bits per byte and next-byte top-1 accuracy over fixed windows (B, T+1)."""
+    was = model.training
+    model.eval()
+    nll, hits, n = 0.0, 0, 0
+    for i in range(0, len(windows), batch_size):
+        x = windows[i:i + batch_size]
+        logits = model(input_ids=x[:, :-1]).logits.float()
+        y = x[:, 1:]
+        nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").item()
+        hits += (logits.argmax(-1) == y).sum().item()
+        n += y.numel()
+    model.train(was)
+    return {"val_bpb": nll / n / math.log(2), "val_top1": hits / n}
+
+
+def _write_folder(model, tokenizer, folder: Path, record: dict, dtype) -> None:
+    """The model folder, replaced whole: written beside it, then swapped in (an old folder survives a failed write)."""
+    tmp = folder.with_name(f".{folder.name}.writing")
+    old = folder.with_name(f".{folder.name}.old")
+    for p in (tmp, old):
+        if p.exists():
+            shutil.rmtree(p)
+    try:
+        copy = LlamaForCausalLM(model.config)
+        copy.load_state_dict(model.state_dict())
+        copy.to(dtype).save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        atomic_write_text(tmp / RECORD, json.dumps(record, indent=1) + "\n")
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old.exists():
+            shutil.rmtree(old)
+    except OSError as e:
+        raise MtplabError(f"could not write {folder} ({e.strerror or e}); the last complete save is still there: "
+                          "free space or fix --out, then continue with --resume") from None
+
+
+def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name: str | None = None, steps: int = 1000,
+              batch_size: int = 16, seq_len: int = 256, lr: float = 3e-3, warmup: int | None = None, seed: int = 0,
+              max_seconds: float | None = None, resume: bool = False, overwrite: bool = False,
+              save_every: int = 100, eval_every: int | None = None, autocast: str = "auto", device: str = "auto",
+              save_dtype: str = "bf16", stop_after: int | None = None, log=print) -> dict:
+    """Train a fresh Llama of `preset` on `corpus` into OUT/NAME (a Hugging Face folder). Returns its record.
+    stop_after ends the run, saved, after that many steps (a killed run, in tests)."""
+    _need_transformers()
+    if preset not in PRESETS:
+        raise MtplabError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if corpus not in CORPORA:
+        raise MtplabError(f"--corpus must be one of {', '.join(CORPORA)} (got {corpus!r})")
+    need_int("--steps", steps, 1)
+    need_int("--batch-size", batch_size, 1)
+    need_int("--seq-len", seq_len, 8, 511)
+    need_number("--lr", lr, low=0, strict=True)
+    need_int("--warmup", warmup, 0, optional=True)
+    need_int("--save-every", save_every, 1)
+    need_int("--eval-every", eval_every, 1, optional=True)
+    need_number("--max-seconds", max_seconds, low=0, strict=True, optional=True)
+    if autocast not in ("auto", "bf16", "off"):
+        raise MtplabError(f"--autocast must be auto, bf16 or off (got {autocast!r})")
+    if save_dtype not in ("fp32", "bf16"):
+        raise MtplabError(f"--save-dtype must be fp32 or bf16 (got {save_dtype!r})")
+    if resume and overwrite:
+        raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+    name = name or preset
+    check_name(name)
+    outp, dev = Path(out), pick(device)
+    folder = outp / name
+    if folder.exists() and not (resume or overwrite):
+        raise MtplabError(f"{folder} already exists; continue it with --resume or replace it with --overwrite")
+    runs.check_out(outp, name, resume=resume, overwrite=overwrite)
+    manifest = runs.read_manifest(outp, name) if resume else None
+    warmup = warmup if warmup is not None else (manifest["settings"]["warmup"] if manifest else
+                                                max(1, min(200, steps // 20)))
+    eval_every = eval_every or max(1, steps // 10)
+    settings = {"preset": preset, "corpus": corpus, "batch_size": batch_size, "seq_len": seq_len, "lr": lr,
+                "warmup": warmup, "seed": seed, "autocast": autocast_kind(dev, autocast),
+                "corpus_sha256": sha256(corpus_path(corpus, "train")),
+                "steps": steps}
+    data, val = load_corpus(corpus, "train"), load_corpus(corpus, "val")
+    windows = val_windows(val, seq_len, 32)
+    tokenizer = byte_tokenizer()
+    model = build(preset, seed).to(dev)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    gen = torch.Generator().manual_seed(seed)
+    history: list = []
+    start, spent = 0, 0.0
+    with runs.lock(outp, name), runs.Stop() as stop:
+        if resume or overwrite:
+            runs.remove_orphans(outp, name)
+        if manifest is not None:
+            runs.check_settings(manifest["settings"], settings, outp)
+            runs.restore(runs.load_state(outp, name, manifest), manifest, model=model, opt=opt, gen=gen, out=outp,
+                         tied=False)
+            start, history = manifest["step"], manifest["history"]
+            spent = history[-1]["train_seconds"] if history else 0.0
+        n_params = sum(p.numel() for p in model.parameters())
+
+        def record(done: int) -> dict:
+            last = history[-1] if history else {}
+            return {"format": "mtplab-own-hf-model", "preset": preset, "architecture": "LlamaForCausalLM",
+                    "parameters": n_params, "corpus": corpus, "steps": done, "tokens": done * batch_size * seq_len,
+                    "train_seconds": round(last.get("train_seconds", 0.0), 1), "val_bpb": last.get("val_bpb"),
+                    "val_top1": last.get("val_top1"), "saved_dtype": save_dtype, "settings": settings,
+                    "machine": machine(dev), "transformers": transformers.__version__, "history": history}
+
+        def save(done: int) -> None:
+            runs.save(outp, name, model=model, opt=opt, gen=gen, step=done, history=history, settings=settings,
+                      live={n: t for n, t in model.state_dict().items() if n != "lm_head.weight"},
+                      write_weights=lambda _p: _write_folder(model, tokenizer, folder, record(done),
+                                                             torch.bfloat16 if save_dtype == "bf16" else torch.float32))
+
+        t0 = time.perf_counter() - spent
+        done = start
+        for step in range(start, steps):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, steps, lr, warmup)
+            x = get_batch(data, batch_size, seq_len, gen).to(dev)
+            with autocast_context(dev, autocast):
+                loss = _loss(model, x)
+            if not math.isfinite(loss.item()):
+                raise MtplabError(f"training diverged at step {step} (loss {loss.item()}); lower --lr")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            done = step + 1
+            elapsed = time.perf_counter() - t0
+            out_of_time = max_seconds is not None and elapsed > max_seconds
+            cut = stop_after is not None and done >= stop_after
+            last = done == steps or out_of_time or cut or stop.signal is not None
+            if done % eval_every == 0 or last:
+                rec = {"step": done, "loss": loss.item(), "train_seconds": elapsed, **evaluate(model, windows)}
+                history.append(rec)
+                if log is not None:
+                    log(f"step {done}/{steps}: loss {rec['loss']:.3f}, val bpb {rec['val_bpb']:.3f}, top-1 "
+                        f"{rec['val_top1']:.3f}, {done * batch_size * seq_len / elapsed:.0f} tokens/s")
+            if done % save_every == 0 or last:
+                if not history or history[-1]["step"] != done:
+                    history.append({"step": done, "loss": loss.item(), "train_seconds": elapsed,
+                                    **evaluate(model, windows)})
+                save(done)
+            if stop.signal is not None:
+                raise MtplabError(runs.stopped_message(stop.signal, done, outp))
+            if out_of_time or cut:
+                break
+    return record(done)
