@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
     b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",
-                                    "peers"])
+                                    "peers", "domain"])
     b.add_argument("--prompts", type=int, default=None, help="decode: held-out prompts (default 20, --quick 4)")
     b.add_argument("--hf", default=None, help="peers: a local Hugging Face causal LM folder")
     b.add_argument("--draft-hf", default=None, help="peers: a smaller model with the same tokenizer (assisted rows)")

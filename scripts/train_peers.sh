@@ -20,10 +20,10 @@ $PY -m mtplab train --hf "$OUT/mtplab-llama" --heads deepseek --modules 1 --step
 # then the same D = 1 heads on each (self-distilled, frozen trunk)
 for c in code prose; do
     $PY -m mtplab train --preset classroom-l4 --corpus $c --steps 500 --lr 3e-3 --eval-every 100 --seed 0 \
-        --save-dtype bf16 --max-seconds 900 --out "$OUT/domain" --name ntp-$c-l4 --no-progress $R
+        --save-dtype bf16 --max-seconds 900 --out "$OUT/domain" --name domain-$c --no-progress $R
 done
 for c in code prose; do
-    $PY -m mtplab train --corpus $c --from "$OUT/domain/ntp-$c-l4.safetensors" --freeze-trunk --heads deepseek \
+    $PY -m mtplab train --corpus $c --from "$OUT/domain/domain-$c.safetensors" --freeze-trunk --heads deepseek \
         --modules 1 --labels self --steps 150 --lr 2e-3 --eval-every 50 --save-dtype bf16 --max-seconds 400 \
-        --out "$OUT/domain" --name deepseek-d1-$c-l4 --no-progress $R
+        --out "$OUT/domain" --name domain-$c-d1 --no-progress $R
 done

@@ -8,6 +8,8 @@
     python -m mtplab bench tree        chain vs token trees (mtplab.bench.batch)
     python -m mtplab bench k           every family at k = 2..8, adaptive k, one module reused
     python -m mtplab bench regime      t(q)/t(1) against model size and the cache; the same heads on deeper trunks
+    python -m mtplab bench peers       mtplab's loop beside transformers' generate on one HF model (--hf PATH)
+    python -m mtplab bench domain      code against prose: acceptance and wall clock of one head family
 
 Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
 OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench.report`).
@@ -18,6 +20,7 @@ OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench
 * `regime`: the cost of a forward against model size, and the same heads on deeper trunks
 * `engines`: the best k, adaptive k, one DeepSeek module reused (`bench k`)
 * `peers`: mtplab's loop beside Hugging Face's own `generate` on one model (`bench peers --hf PATH`)
+* `domain`: code against prose, two trunks of one recipe with the same heads (`bench domain`)
 * `report`: the records, atomically written, each naming its machine
 
 May import every layer below (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
@@ -30,6 +33,7 @@ from pathlib import Path
 from mtplab.bench.batch import run_batch, run_tree
 from mtplab.bench.costs import run_cost_curve, run_crossover, run_train
 from mtplab.bench.decode import record_name, run_decode
+from mtplab.bench.domain import run_domain
 from mtplab.bench.engines import run_k
 from mtplab.bench.peers import run_peers
 from mtplab.bench.regime import run_regime
@@ -37,7 +41,7 @@ from mtplab.errors import MtplabError
 
 RUNS = {"train": run_train, "cost-curve": run_cost_curve, "decode": run_decode, "crossover": run_crossover,
         "batch": run_batch, "tree": run_tree, "regime": run_regime,
-        "k": run_k, "peers": run_peers}
+        "k": run_k, "peers": run_peers, "domain": run_domain}
 
 
 def main(a) -> None:
@@ -52,5 +56,6 @@ def main(a) -> None:
                 "crossover": f"crossover-{a.dtype}", "train": "train",
                 "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree",
                 "regime": "regime-quick" if a.quick else "regime", "k": "k-quick" if a.quick else "k",
-                "peers": "peers-quick" if a.quick else "peers"}[a.what]
+                "peers": "peers-quick" if a.quick else "peers",
+                "domain": "domain-quick" if a.quick else "domain"}[a.what]
         print(Path(a.out, f"{name}.md").read_text())

@@ -2,6 +2,7 @@
 
 * `target`: `HFTarget`, `load_hf`, saving and loading heads-only files
 * `run`: `train --hf` and `generate --hf`
+* `own`: a small Llama of your own with a byte tokenizer, trained here (`train-hf-model`)
 
-May import `training`, `decoding`, `measuring`, `model` and the ground floor; the only importer of transformers.
+May import `training`, `decoding`, `measuring`, `model` and the ground floor; the only importers of transformers.
 """

@@ -7,6 +7,7 @@
 * `speedup`: where a speedup went (target, drafter, rest), and the papers' numbers beside the lab's
 * `quality`: greedy text that loops, counted plainly
 * `regime`: where a forward is memory-bound: cost against model size, the same heads on deeper trunks
+* `domain`: code against prose: acceptance by position and wall clock of one head family on each text
 
 May import: `decoding`, `model` and the ground floor. Never `training`, never `viz`.
 """

@@ -15,8 +15,8 @@ The names are re-exported here, so a notebook writes `viz.cost_curve(...)`.
 """
 from mtplab.viz.cost import (batch_tradeoff, block_size_curve, cost_curve, crossover, forwards_vs_m, regime_map, roofline,
                              step_times, time_split)
-from mtplab.viz.decode import (acceptance_bars, acceptance_figure, compare_figure, decode_split, kv_cache_crop, speed_figure,
-                               step_kinds, trace_steps, tree_step, verify_forward)
+from mtplab.viz.decode import (acceptance_bars, acceptance_figure, compare_figure, decode_split, domain_panels, kv_cache_crop,
+                               speed_figure, step_kinds, trace_steps, tree_step, verify_forward)
 from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, StepRecord, TokenView, step_record
 from mtplab.viz.stats import conventions, estimate_vs_live, power_bars, pvalue_histogram, sampling_histogram
 from mtplab.viz.style import AR_COLOR, OVERLAP_COLOR, PLAIN_COLOR, bars, png, robust_ylim
@@ -25,7 +25,8 @@ from mtplab.viz.training import depth_accuracy, head_families, memory_curve, tra
 
 __all__ = ["AR_COLOR", "COLORS", "KINDS", "LEGEND", "OVERLAP_COLOR", "PLAIN_COLOR", "STRUCK", "TEXT_COLORS", "StepRecord",
            "TokenView", "acceptance_bars", "acceptance_figure", "bars", "batch_tradeoff", "block_size_curve",
-           "compare_figure", "conventions", "cost_curve", "crossover", "decode_split", "depth_accuracy", "estimate_vs_live",
+           "compare_figure", "conventions", "cost_curve", "crossover", "decode_split", "depth_accuracy",
+           "domain_panels", "estimate_vs_live",
            "forwards_vs_m", "head_families", "kv_cache_crop", "label_layout_table", "label_layout_text",
            "markdown_table", "memory_curve", "png", "power_bars", "pvalue_histogram", "regime_map", "robust_ylim", "roofline",
            "sampling_histogram", "speed_figure", "step_kinds", "step_record", "step_times", "steps_table", "table",

@@ -329,3 +329,38 @@ def tree_step(ts: TreeStep, *, root_token: int | None = None, label=token_repr) 
     for s in ("top", "right", "left"):
         ax.spines[s].set_visible(False)
     return fig
+
+
+def domain_panels(rows: list[dict], *, machine: str = "") -> Figure:
+    """`bench domain`'s rows: left, acceptance by draft position of the reused module (k = 4) for each trunk on
+    each text, with Wilson intervals; right, the wall clock against AR of the same trunk, median and range, for
+    every method. A solid line is a trunk on its own text, a dashed one on the other corpus."""
+    fig, axes = _figure(2, width=5.2, height=3.6)
+    left, right = axes[0]
+    colors = {"code": "#1f77b4", "prose": "#d62728"}
+    for r in (r for r in rows if r["method"] == "deepseek-reuse"):
+        pos = list(range(1, len(r["acceptance_by_position"]) + 1))
+        lo = [a - iv[0] for a, iv in zip(r["acceptance_by_position"], r["acceptance_interval"])]
+        hi = [iv[1] - a for a, iv in zip(r["acceptance_by_position"], r["acceptance_interval"])]
+        left.errorbar(pos, r["acceptance_by_position"], yerr=[lo, hi], marker="o", capsize=3,
+                      color=colors.get(r["trained_on"], "grey"), ls="-" if r["trained_on"] == r["text"] else "--",
+                      label=f"{r['trained_on']} trunk, {r['text']} text")
+    left.set(xlabel="draft position", ylabel="acceptance (unconditional)", ylim=(0, 1),
+             title="module 1 reused, k = 4: acceptance by position")
+    left.set_xticks([1, 2, 3])
+    left.legend(fontsize=8)
+    labels, meds, errs, cols = [], [], [], []
+    for r in rows:
+        labels.append(f"{r['trained_on'][:4]}->{r['text'][:4]}\n{r['method'].replace('deepseek', 'ds')} k={r['k']}")
+        meds.append(r["speedup"])
+        errs.append([r["speedup"] - r["speedup_min"], r["speedup_max"] - r["speedup"]])
+        cols.append(colors.get(r["text"], "grey"))
+    xs = list(range(len(rows)))
+    right.bar(xs, meds, color=cols, alpha=0.8, yerr=list(zip(*errs)) if errs else None, capsize=3)
+    right.axhline(1.0, color="k", lw=0.8)
+    right.set_xticks(xs)
+    right.set_xticklabels(labels, fontsize=6.5, rotation=90)
+    right.set(ylabel="speedup over AR (median, range)", title="wall clock, each trunk against its own AR")
+    if machine:
+        fig.suptitle(machine, fontsize=7)
+    return fig
