@@ -1,5 +1,5 @@
 """Where the lab's files live, resolved once: the corpora and checkpoints under `data/`, the benchmark records
-under `docs/bench/`.
+under `docs/bench/`, the lab's own Hugging Face models under `data/hf/`.
 
 `MTPLAB_DATA` points at another data folder (its `corpora/` and `checkpoints/`), for a non-editable install;
 `MTPLAB_CHECKPOINTS` points at another checkpoint folder only. Imports nothing of the project.
@@ -15,3 +15,6 @@ SHIPPED_DIR = DATA_DIR / "checkpoints"                   # the shipped checkpoin
 CHECKPOINT_DIR = Path(os.environ.get("MTPLAB_CHECKPOINTS") or SHIPPED_DIR)
 BENCH_DIR = ROOT / "docs" / "bench"                      # the shipped benchmark records (bench --out's default)
 DECODE_JSON = BENCH_DIR / "decode.json"                  # `bench decode`'s record, read by notebooks 03 and 05
+HF_DIR = DATA_DIR / "hf"                                 # the lab's own Hugging Face models (train-hf-model)
+PEERS_JSON = BENCH_DIR / "peers.json"                    # `bench peers`' record, read by notebook 10
+DOMAIN_JSON = BENCH_DIR / "domain.json"                  # `bench domain`'s record, read by notebook 10

@@ -28,6 +28,9 @@ from mtplab.device import pick
 from mtplab.errors import MtplabError
 
 
+BASE = "HF generate, greedy"
+
+
 class _Counter:
     """Counts forward calls of a torch module (one target forward = one call of the HF model)."""
 
@@ -72,7 +75,7 @@ def variants(target, draft, k: int, heads=None):
     """label -> (who, a function ids, m -> new ids); HF and mtplab side by side on the same drafts.
     heads: the target with mtplab heads attached (DeepSeek D = 1 from `train --hf`): a row with no HF peer."""
     hf = target.hf
-    out = {"HF generate, greedy": ("hf", lambda ids, m: hf_generate(hf, ids, m)),
+    out = {BASE: ("hf", lambda ids, m: hf_generate(hf, ids, m)),
            "mtplab AR": ("mtplab", lambda ids, m: decode_with("ar", target, ids, max_new_tokens=m).tokens),
            f"HF prompt lookup, {k - 1} drafts": ("hf", lambda ids, m: hf_generate(hf, ids, m,
                                                                                 prompt_lookup_num_tokens=k - 1)),
@@ -94,13 +97,19 @@ def variants(target, draft, k: int, heads=None):
 
 @torch.inference_mode()
 def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 4, repeats: int = 3,
-              heads=None) -> list[dict]:
-    """Every variant on every prompt, interleaved, `repeats` rounds; rows with the median wall clock against HF's
-    plain greedy, tokens per target forward, and how many prompts equal HF's plain greedy output."""
+              heads=None, only: list[str] | None = None) -> list[dict]:
+    """Every variant (or those named in `only`; HF's plain greedy is always run, as the baseline) on every prompt,
+    interleaved, `repeats` rounds; rows with the median wall clock against HF's plain greedy, tokens per target
+    forward, and how many prompts equal HF's plain greedy output."""
     if not prompts:
         raise MtplabError("give at least one prompt")
     dev = target.wte.weight.device
     table = variants(target, draft, k, heads)
+    if only is not None:
+        unknown = [n for n in only if n not in table]
+        if unknown:
+            raise MtplabError(f"no peer row named {unknown[0]!r}; choose among {', '.join(table)}")
+        table = {n: v for n, v in table.items() if n == BASE or n in only}
     counter = _Counter(target.hf)
     try:
         for _, fn in table.values():  # warm-up
@@ -121,7 +130,7 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
     finally:
         counter.handle.remove()
     n = len(prompts)
-    base = "HF generate, greedy"
+    base = BASE
     rounds = {label: [sum(walls[base][i * n:(i + 1) * n]) / sum(w[i * n:(i + 1) * n]) for i in range(repeats)]
               for label, w in walls.items()}
     return [{"method": label, "who": who, "tokens_per_forward": m * n / max(1, forwards[label]),

@@ -1,0 +1,119 @@
+"""Notebook 10, beside Hugging Face: the lab's own Hugging Face model and its draft model, the peer table read
+from `bench peers`' record with pairs on the same drafts side by side, code against prose read from
+`bench domain`'s record; and the checker of the notebook's exercise.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from mtplab import paths
+from mtplab.errors import MtplabError
+from mtplab.teaching.check import Check, _call
+
+TARGET, DRAFT, HEADS = "mtplab-llama", "mtplab-llama-draft", "mtplab-llama-deepseek-d1.safetensors"
+# (HF's row, mtplab's row on the same drafts) at k = 4, as `bench peers` names them
+PAIRS = (("HF generate, greedy", "mtplab AR"),
+         ("HF prompt lookup, 3 drafts", "mtplab n-gram, HF's rule, k=4"),
+         ("HF assisted, 3 drafts", "mtplab draft-model, k=4"))
+
+
+def read_record(path) -> dict:
+    """A benchmark record (JSON), or one line that says which command writes it."""
+    p = Path(path)
+    if not p.is_file():
+        raise MtplabError(f"{p} is missing; `python -m mtplab bench {p.stem}` writes it (see docs/bench/README)")
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def load_own(device="cpu") -> dict:
+    """The shipped target, its draft model and the target with its DeepSeek D = 1 heads (one HFTarget: the heads
+    are attached to the target itself, so the AR rows and the heads row run the same weights)."""
+    from mtplab.hf.target import load_heads, load_hf  # transformers
+
+    target = load_hf(paths.HF_DIR / TARGET, device=device)
+    draft = load_hf(paths.HF_DIR / DRAFT, device=device)
+    load_heads(target, paths.HF_DIR / HEADS)
+    return {"target": target, "draft": draft}
+
+
+def card(folder) -> dict:
+    """What `mtplab_record.json` says of how a model folder was trained."""
+    r = read_record(Path(folder) / "mtplab_record.json")
+    cfg = read_record(Path(folder) / "config.json")
+    m = r["machine"]
+    return {"model": Path(folder).name, "architecture": r["architecture"], "parameters": r["parameters"],
+            "layers x width": f"{cfg['num_hidden_layers']} x {cfg['hidden_size']}", "corpus": r["corpus"], "steps": r["steps"],
+            "tokens": r["tokens"], "train minutes": r["train_seconds"] / 60, "val bpb": r["val_bpb"],
+            "val top-1": r["val_top1"], "machine": f"{m.get('cpu')}, torch {m.get('torch')}"}
+
+
+def loop_ratios(record: dict) -> dict[str, float]:
+    """mtplab's wall clock over HF's on the same drafts, per pair: > 1 means mtplab's loop is faster.
+    Both rows are timed against the same HF greedy rounds, so the ratio of their speedups is the ratio of times."""
+    by = {r["method"]: r for r in record["rows"]}
+    return {mine: by[mine]["speedup_vs_hf_greedy"] / by[hf]["speedup_vs_hf_greedy"]
+            for hf, mine in PAIRS if hf in by and mine in by}
+
+
+def peer_sentences(record: dict) -> list[str]:
+    """One sentence per pair on the same drafts, and one for the row with no HF peer, from the record's numbers."""
+    by = {r["method"]: r for r in record["rows"]}
+    out = []
+    for hf, mine in PAIRS:
+        if hf not in by or mine not in by:
+            continue
+        a, b = by[hf], by[mine]
+        ratio = b["speedup_vs_hf_greedy"] / a["speedup_vs_hf_greedy"]
+        verdict = "faster than" if ratio > 1.02 else "slower than" if ratio < 0.98 else "as fast as (within 2%)"
+        out.append(f"{mine} is {verdict} {hf}: {ratio:.2f}x its wall clock, at {b['tokens_per_forward']:.2f} "
+                   f"against {a['tokens_per_forward']:.2f} tokens per target forward; tokens identical to HF "
+                   f"greedy on {b['identical_to_hf_greedy']}/{b['prompts']} and {a['identical_to_hf_greedy']}/"
+                   f"{a['prompts']} prompts.")
+    for r in record["rows"]:
+        if "no HF peer" in r["method"]:
+            out.append(f"{r['method']}: {r['speedup_vs_hf_greedy']:.2f}x HF's plain greedy (range "
+                       f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}), {r['tokens_per_forward']:.2f} tokens per "
+                       "forward.")
+    return out
+
+
+def domain_sentences(record: dict) -> list[str]:
+    """What the domain record says, each trunk on its own text against the other."""
+    rows = record["rows"]
+    out = []
+    for method, k in (("deepseek", 2), ("deepseek-reuse", 4), ("ngram", 4)):
+        for trunk in ("code", "prose"):
+            own = next((r for r in rows if r["method"] == method and r["trained_on"] == trunk and r["text"] == trunk),
+                       None)
+            other = next((r for r in rows if r["method"] == method and r["trained_on"] == trunk and r["text"] != trunk),
+                         None)
+            if own is None or other is None or not own["acceptance_by_position"]:
+                continue
+            a, b = own["acceptance_by_position"][0], (other["acceptance_by_position"] or [math.nan])[0]
+            out.append(f"{method} k={k}, {trunk} trunk: first-draft acceptance {a:.2f} on its own text, {b:.2f} on "
+                       f"{other['text']}; speedup {own['speedup']:.2f}x against {other['speedup']:.2f}x.")
+    return out
+
+
+# ---------------------------------------------------------------------------------- notebook 10
+def check_loop_ratios(fn) -> Check:
+    """fn(record) -> {mtplab row name: mtplab's wall clock over HF's on the same drafts}, checked on a made-up
+    record whose answer is known."""
+    made_up = {"rows": [{"method": "HF generate, greedy", "speedup_vs_hf_greedy": 1.0},
+                        {"method": "mtplab AR", "speedup_vs_hf_greedy": 1.25},
+                        {"method": "HF prompt lookup, 3 drafts", "speedup_vs_hf_greedy": 2.0},
+                        {"method": "mtplab n-gram, HF's rule, k=4", "speedup_vs_hf_greedy": 1.0}]}
+    want = {"mtplab AR": 1.25, "mtplab n-gram, HF's rule, k=4": 0.5}
+    name = "loop ratios"
+    got, err = _call(fn, made_up)
+    if err:
+        return Check(name, False, err)
+    if not isinstance(got, dict) or set(got) != set(want):
+        return Check(name, False, f"return a dict keyed by the mtplab rows {sorted(want)} (got {str(got)[:120]})")
+    bad = [n for n in want if not isinstance(got[n], (int, float)) or abs(got[n] - want[n]) > 1e-9]
+    if bad:
+        return Check(name, False, f"{bad[0]}: expected {want[bad[0]]} on the made-up record, got {got[bad[0]]}; divide "
+                            "mtplab's speedup over HF greedy by HF's own row's speedup on the same drafts")
+    return Check(name, True, "both rows are timed against the same HF greedy rounds, so their ratio is the loop's")
