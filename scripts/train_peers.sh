@@ -16,6 +16,8 @@ $PY -m mtplab train-hf-model --preset hf-draft --corpus code --steps 900 --max-s
 # DeepSeek D = 1 heads on the HF model's frozen trunk, self-distilled
 $PY -m mtplab train --hf "$OUT/mtplab-llama" --heads deepseek --modules 1 --steps 300 --batch-size 16 --seq-len 128 \
     --lr 2e-3 --max-seconds 600 --out "$OUT" --name mtplab-llama-deepseek-d1 --no-progress $R
+# a benchmark may hold the cores here: it creates $OUT/PAUSE, and the queue waits until the file is gone
+while [ -e "$OUT/PAUSE" ]; do sleep 5; done
 # code against prose: two trunks of the 4-layer classroom shape, the same recipe, only the corpus differs;
 # then the same D = 1 heads on each (self-distilled, frozen trunk)
 for c in code prose; do

@@ -1,5 +1,6 @@
 """Where the speedup went: the split and the prediction are computed from the Steps, exactly."""
 import json
+import math
 
 import pytest
 from matplotlib.figure import Figure
@@ -118,3 +119,21 @@ def test_per_position_tokens_per_step_is_eq_1_for_a_constant_rate():
     from mtplab.measuring import theory
     assert theory.per_position_tokens_per_step([0.7] * 3) == pytest.approx(theory.expected_tokens_per_step(0.7, 3))
     assert theory.per_position_tokens_per_step([0.6, 0.7, 0.8]) == pytest.approx(1 + 0.6 + 0.42 + 0.336)
+
+
+def test_decode_bench_row_counts_conditional_acceptance_as_the_trace_does(family_models):
+    """bench decode's row reads its conditional rates from `conditional_counts`, the trace's own counts."""
+    from mtplab.bench.decode import _row
+    from mtplab.decoding.generate import decode_with
+    from mtplab.decoding.trace import pooled
+    from mtplab.measuring.timing import CostCurve
+
+    model = family_models["stern"]
+    traces = [decode_with("blockwise-overlap", model, p, max_new_tokens=24, k=4) for p in ([5, 6, 7], [9, 3, 1, 4])]
+    curve = CostCurve(seconds={q: 1e-3 * (1 + 0.1 * q) for q in range(1, 9)}, context=16, device="cpu")
+    row = _row("x", "blockwise-overlap", 4, traces, [1.0, 1.0], [1.5, 1.5], curve, 0, 1)
+    want = pooled(traces).conditional_acceptance
+    assert len(row["conditional_acceptance"]) == 3
+    for got, w in zip(row["conditional_acceptance"], want):
+        assert (math.isnan(got) and math.isnan(w)) or got == pytest.approx(w)
+    assert row["accepted"] == pooled(traces).accepted_per_position[:3]

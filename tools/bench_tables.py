@@ -74,9 +74,46 @@ def regime_table() -> str:
     return "\n".join(lines)
 
 
+def peers_table() -> str:
+    path = BENCH / "peers.json"
+    if not path.exists():
+        return "(`docs/bench/peers.json` is not there: `python -m mtplab bench peers --hf ...` writes it)"
+    d = json.loads(path.read_text())
+    lines = [f"`docs/bench/peers.md`: `{d['hf']}` (draft `{d['draft_hf']}`), greedy, m = {d['max_new_tokens']}, "
+             f"{d['prompts']} held-out prompts, {d['repeats']} interleaved rounds, medians against HF's plain greedy "
+             f"`generate`; measured on {_machine(d)}.", "",
+             "| row | tokens per forward | wall clock vs HF greedy (range) | share in the target's forward | "
+             "identical to HF greedy |", "|---|---|---|---|---|"]
+    for r in d["rows"]:
+        lines.append(f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['speedup_vs_hf_greedy']:.2f}x "
+                     f"({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {_f(r.get('forward_share'))} | "
+                     f"{r['identical_to_hf_greedy']}/{r['prompts']} |")
+    return "\n".join(lines)
+
+
+def domain_table() -> str:
+    path = BENCH / "domain.json"
+    if not path.exists():
+        return "(`docs/bench/domain.json` is not there: `python -m mtplab bench domain` writes it)"
+    d = json.loads(path.read_text())
+    lines = [f"`docs/bench/domain.md`: two 4-layer trunks, one recipe, only the corpus differs, DeepSeek D = 1 heads; "
+             f"greedy, m = {d['max_new_tokens']}, {d['prompts']} held-out prompts of each text, {d['repeats']} "
+             f"interleaved rounds against AR of the same trunk; measured on {_machine(d)}.", "",
+             "| trunk | text | bits per byte | teacher-forced agreement | method | k | acceptance by position | "
+             "tokens per forward | wall clock vs AR (range) | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        lines.append(f"| {r['trained_on']} | {r['text']} | {r['bpb']:.2f} | {r['teacher_forced_agree']:.2f} | "
+                     f"{r['method']} | {r['k']} | {_f(r['acceptance_by_position'])} | {r['tokens_per_forward']:.2f} | "
+                     f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | "
+                     f"{r['identical']}/{r['prompts']} |")
+    return "\n".join(lines)
+
+
 def section() -> str:
     parts = [START, "#### Decoding, one thread", "", decode_table("decode"), "", "#### Decoding, two threads", "",
-             decode_table("decode-2threads"), "", "#### The regime map", "", regime_table(), END]
+             decode_table("decode-2threads"), "", "#### The regime map", "", regime_table(), "",
+             "#### Beside Hugging Face's generate", "", peers_table(), "", "#### Code against prose", "",
+             domain_table(), END]
     return "\n".join(parts)
 
 

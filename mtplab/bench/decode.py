@@ -23,7 +23,7 @@ from mtplab.decoding.loop import now
 from mtplab.device import describe, machine, pick
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.timing import measure_cost_curve
-from mtplab.decoding.trace import Trace
+from mtplab.decoding.trace import Trace, conditional_counts, pooled
 from mtplab.bench.report import _md, _write
 from mtplab.data import held_out_prompts
 from mtplab.measuring.theory import predicted_speedup
@@ -66,8 +66,10 @@ def _row(label, method, k, traces, walls, walls_ar, curve, mismatches, reps) -> 
     tps = sum(len(s.emitted) for s in steps) / max(1, len(steps))  # tokens per step after the prefill
     acc = [sum(t.accepted_per_position[i] if i < len(t.accepted_per_position) else 0 for t in traces)
            / max(1, drafts) for i in range(k - 1)]
-    reached = [sum(1 for s in steps if len(s.drafted) > i and s.accepted >= i) for i in range(k - 1)]
-    cond = [sum(1 for s in steps if s.accepted > i) / r if r else float("nan") for i, r in enumerate(reached)]
+    counts = conditional_counts(pooled(traces))  # (accepted, reached) per position; the prefill drafts nothing
+    counts = (counts + [(0, 0)] * (k - 1))[:k - 1]
+    accepted, reached = [a for a, _ in counts], [r for _, r in counts]
+    cond = [a / r if r else float("nan") for a, r in counts]
     t1 = curve.seconds[1]
     plain = method == "blockwise"
     q = k - 1 if plain else k
@@ -76,7 +78,6 @@ def _row(label, method, k, traces, walls, walls_ar, curve, mismatches, reps) -> 
     wall_step = statistics.median(s.wall_s for s in steps)
     predicted = predicted_speedup(tps, curve.ratio, q, plain=plain, draft_cost=draft_step / t1)
     measured = statistics.median(per_rep)
-    accepted = [sum(1 for s in steps if s.accepted > i) for i in range(k - 1)]
     return {"method": label, "k": k, "tokens_per_forward": toks / fw,
             "tokens_per_forward_first64": _first_tokens_per_forward(traces), "tokens_per_step": tps,
             "acceptance_per_position": acc, "conditional_acceptance": cond,

@@ -140,6 +140,62 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
             for label, (who, _) in table.items()]
 
 
+class _Stopwatch:
+    """Seconds spent inside a module's forward (pre-hook starts, hook stops; the device is synced at both)."""
+
+    def __init__(self, module, dev):
+        self.s, self.n, self.dev, self._t0 = 0.0, 0, dev, 0.0
+        self.handles = [module.register_forward_pre_hook(self._start), module.register_forward_hook(self._stop)]
+
+    def _start(self, *_):
+        self._t0 = now(self.dev)
+
+    def _stop(self, *_):
+        self.s += now(self.dev) - self._t0
+        self.n += 1
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+@torch.inference_mode()
+def profile_rows(target, draft, prompt: list[int], *, m: int, k: int = 4, heads=None, top: int = 6,
+                 only: list[str] | None = None) -> dict[str, dict]:
+    """Where one decode's time goes, per row (after a warm-up): inside the target's forward, inside the draft
+    model's forward, and the rest (the loop around them: sampling setup, drafting, verification bookkeeping);
+    then a cProfile run of the same decode listing the functions with the most time of their own."""
+    import cProfile
+    import pstats
+
+    dev = target.wte.weight.device
+    table = variants(target, draft, k, heads)
+    out = {}
+    for label, (_, fn) in table.items():
+        if only is not None and label not in only:
+            continue
+        fn(prompt, 4)
+        watches = [_Stopwatch(target.hf, dev)] + ([_Stopwatch(draft.hf, dev)] if draft is not None else [])
+        try:
+            t0 = now(dev)
+            fn(prompt, m)
+            wall = now(dev) - t0
+        finally:
+            for w in watches:
+                w.remove()
+        t_fwd, d_fwd = watches[0].s, (watches[1].s if len(watches) > 1 else 0.0)
+        prof = cProfile.Profile()
+        prof.enable()
+        fn(prompt, m)
+        prof.disable()
+        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        own = sorted(((v[2], v[1], f"{Path(f[0]).name}:{f[2]}") for f, v in stats.items()), reverse=True)[:top]
+        out[label] = {"wall_s": wall, "target_forward_s": t_fwd, "target_forwards": watches[0].n,
+                      "draft_forward_s": d_fwd, "rest_s": wall - t_fwd - d_fwd,
+                      "top_own_time": [{"function": n, "own_s": t, "calls": c} for t, c, n in own]}
+    return out
+
+
 def run_peers(a) -> dict:
     from mtplab.hf.target import load_heads, load_hf  # transformers
 
@@ -153,12 +209,25 @@ def run_peers(a) -> dict:
     n, m, reps = (2, 16, 1) if a.quick else (a.prompts or 8, 128, 3)
     prompts = [target.encode(p) for p in held_out_prompts("code", n, 160)]
     rows = peer_rows(target, draft, prompts, m=m, k=4, repeats=reps, heads=heads)
+    split = profile_rows(target, draft, prompts[0], m=m, k=4, heads=heads)
+    for r in rows:
+        sp = split[r["method"]]
+        r.update(ms_per_token=1e3 * sp["wall_s"] / m, forward_share=sp["target_forward_s"] / sp["wall_s"],
+                 draft_share=sp["draft_forward_s"] / sp["wall_s"], rest_share=sp["rest_s"] / sp["wall_s"],
+                 ms_per_target_forward=1e3 * sp["target_forward_s"] / max(1, sp["target_forwards"]))
     data = {"hf": Path(a.hf).name, "draft_hf": Path(a.draft_hf).name if getattr(a, "draft_hf", None) else None,
             "heads_checkpoint": Path(a.heads_checkpoint).name if heads is not None else None, "prompts": n,
-            "max_new_tokens": m, "repeats": reps, "k": 4, "rows": rows}
+            "max_new_tokens": m, "repeats": reps, "k": 4, "rows": rows, "profile": split}
     table = (f"peers: {Path(a.hf).name}, greedy, m = {m}, {n} held-out prompts, {reps} interleaved rounds (median, "
              "range) against HF's plain greedy generate\n\n"
              + _md(rows, ["method", "who", "tokens_per_forward", "speedup_vs_hf_greedy", "speedup_min", "speedup_max",
-                          "identical_to_hf_greedy", "prompts"]))
+                          "identical_to_hf_greedy", "prompts"])
+             + "\n\nwhere one decode's time went (the first prompt, one decode after a warm-up): ms per token, the "
+             "share inside the target's forward, inside the draft model's forward, and the rest (the loop)\n\n"
+             + _md(rows, ["method", "ms_per_token", "ms_per_target_forward", "forward_share", "draft_share",
+                          "rest_share"])
+             + "\n\nthe functions with the most time of their own (cProfile, one decode)\n\n"
+             + "\n".join(f"* {label}: " + "; ".join(f"{t['function']} {1e3 * t['own_s']:.1f} ms ({t['calls']} calls)"
+                                                     for t in sp["top_own_time"][:4]) for label, sp in split.items()))
     _write(Path(a.out), "peers-quick" if a.quick else "peers", data, table, device=dev)
     return data
