@@ -4,16 +4,19 @@ from pathlib import Path
 
 CK = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 ORDER = ["ntp", "stern-k4", "meta-k4", "deepseek-d1", "deepseek-d3", "draft",
-         "ntp-l4", "stern-k4-l4", "meta-k4-l4", "deepseek-d1-l4", "deepseek-d3-l4"]
+         "ntp-l4", "stern-k4-l4", "meta-k4-l4", "deepseek-d1-l4", "deepseek-d3-l4",
+         "domain-code", "domain-code-d1", "domain-prose", "domain-prose-d1"]
 
 
 def regime(m: dict, cfg: dict, name: str = "") -> str:
     if cfg["heads"] == "none":
         phases = len(m.get("lineage", [])) or 1
-        return f"preset {m.get('preset')}" + (f", {phases} phases (see lineage)" if phases > 1 else ", from scratch")
+        on = "" if m.get("corpus", "code") == "code" else f" on {m['corpus']}"
+        return (f"preset {m.get('preset')}{on}" + (f", {phases} phases (see lineage)" if phases > 1 else
+                                                    ", from scratch"))
     depths = cfg.get("n_depths", cfg.get("k"))
     size = f"D={depths - 1}" if cfg["heads"] == "deepseek" else f"K={depths}"
-    trunk = "ntp-l4" if name.endswith("-l4") else "ntp"
+    trunk = name.removesuffix("-d1") if name.startswith("domain-") else "ntp-l4" if name.endswith("-l4") else "ntp"
     start = f", started from {m['heads_from']}" if m.get("heads_from") else ""
     return f"{cfg['heads']} {size} on the frozen {trunk} trunk, labels {m.get('labels', 'corpus')}{start}"
 
