@@ -76,3 +76,37 @@ def test_bench_peers_writes_its_record(models, tmp_path):
     bench.main(a)
     data = json.loads((tmp_path / "peers-quick.json").read_text())
     assert data["machine"]["torch"] and all(r["identical_to_hf_greedy"] == r["prompts"] for r in data["rows"])
+
+
+def _record():
+    rows = [{"method": "HF generate, greedy", "speedup_vs_hf_greedy": 1.0, "tokens_per_forward": 1.0},
+            {"method": "mtplab AR", "speedup_vs_hf_greedy": 1.1, "tokens_per_forward": 1.0},
+            {"method": "HF prompt lookup, 3 drafts", "speedup_vs_hf_greedy": 1.5, "tokens_per_forward": 2.0},
+            {"method": "mtplab n-gram, HF's rule, k=4", "speedup_vs_hf_greedy": 1.2, "tokens_per_forward": 2.0}]
+    for r in rows:
+        r.update(identical_to_hf_greedy=8, prompts=8, speedup_min=r["speedup_vs_hf_greedy"] - 0.1,
+                 speedup_max=r["speedup_vs_hf_greedy"] + 0.1, ms_per_token=2.0 / r["speedup_vs_hf_greedy"],
+                 rest_share=0.2)
+    return {"rows": rows, "profile": {"HF prompt lookup, 3 drafts": {"top_own_time": [
+        {"function": "copy.py:deepcopy", "own_s": 0.002, "calls": 100}]}}}
+
+
+def test_notebook_10_reads_the_pairs_off_the_record():
+    from mtplab.teaching import peers
+
+    rec = _record()
+    assert peers.loop_ratios(rec) == pytest.approx({"mtplab AR": 1.1, "mtplab n-gram, HF's rule, k=4": 0.8})
+    said = peers.peer_sentences(rec)
+    assert said[0].startswith("mtplab AR is faster than HF generate, greedy: 1.10x")
+    assert said[1].startswith("mtplab n-gram, HF's rule, k=4 is slower than HF prompt lookup, 3 drafts: 0.80x")
+    assert "copy.py:deepcopy 2.0 ms in 100 calls" in peers.split_sentences(rec)[1]
+
+
+def test_notebook_10_checker():
+    from mtplab.teaching import peers
+
+    assert peers.check_loop_ratios(peers.loop_ratios)
+    assert not peers.check_loop_ratios(lambda rec: {r["method"]: r["speedup_vs_hf_greedy"] for r in rec["rows"]})
+    assert not peers.check_loop_ratios(lambda rec: 1 / 0)
+    wrong = peers.check_loop_ratios(lambda rec: {"mtplab AR": 1.0, "mtplab n-gram, HF's rule, k=4": 1.0})
+    assert not wrong and "expected 1.25" in wrong.why

@@ -79,6 +79,24 @@ def peer_sentences(record: dict) -> list[str]:
     return out
 
 
+def split_sentences(record: dict, top: int = 3) -> list[str]:
+    """Per pair on the same drafts: ms per token and the share of a decode spent outside the model forwards (the
+    loop), from the record's profile, and the functions that took the most time of their own in HF's row."""
+    by = {r["method"]: r for r in record["rows"]}
+    prof = record.get("profile", {})
+    out = []
+    for hf, mine in PAIRS:
+        if hf not in by or mine not in by or "rest_share" not in by[hf]:
+            continue
+        a, b = by[hf], by[mine]
+        funcs = "; ".join(f"{t['function']} {1e3 * t['own_s']:.1f} ms in {t['calls']} calls"
+                          for t in prof.get(hf, {}).get("top_own_time", [])[:top])
+        out.append(f"{hf}: {a['ms_per_token']:.2f} ms a token, {a['rest_share']:.0%} of it outside the model forwards; "
+                   f"{mine}: {b['ms_per_token']:.2f} ms, {b['rest_share']:.0%} outside. Most own time in HF's row: "
+                   f"{funcs}.")
+    return out
+
+
 def domain_sentences(record: dict) -> list[str]:
     """What the domain record says, each trunk on its own text against the other."""
     rows = record["rows"]
