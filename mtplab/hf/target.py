@@ -29,7 +29,7 @@ import pickle
 from pathlib import Path
 import torch
 import torch.nn as nn
-from mtplab.model.checkpoint import atomic_write
+from mtplab.model.checkpoint import atomic_write, read_json
 from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
@@ -190,16 +190,8 @@ def _read_config(p: Path) -> dict:
     if cj.is_dir():
         raise MtplabError(f"{cj} is a directory, not a file; the model folder needs the config.json that "
                           "save_pretrained writes")
-    try:
-        if cj.stat().st_size > MAX_CONFIG:
-            raise MtplabError(f"{cj} is larger than {MAX_CONFIG} bytes, not a model config; restore it")
-        raw = json.loads(cj.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise MtplabError(f"{cj} is not valid JSON ({str(e)[:120]}); restore the config.json saved with the model") from None
-    except RecursionError:
-        raise MtplabError(f"{cj} is not a model config (JSON nested too deeply); restore it") from None
-    except OSError as e:
-        raise MtplabError(f"cannot read {cj} ({e.strerror or e})") from None
+    raw = read_json(cj, limit=MAX_CONFIG, what="a model config", fix="restore it",
+                    invalid_fix="restore the config.json saved with the model")
     if not isinstance(raw, dict):
         raise MtplabError(f"{cj} is not a JSON object; restore the config.json saved with the model")
     if "auto_map" in raw:

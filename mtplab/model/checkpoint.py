@@ -187,21 +187,29 @@ def read_info(path) -> dict:
     return _info_at(resolve(path))
 
 
+def read_json(path: Path, *, limit: int, what: str, fix: str, invalid_fix: str | None = None):
+    """The lab's one reader of a JSON file it did not write in this process (a checkpoint's NAME.json, a run's
+    manifest, a model folder's config.json, a benchmark record): bounded in size before it is read, and every
+    failure is one line that names the file and the fix. Returns whatever the JSON holds."""
+    try:
+        if path.stat().st_size > limit:
+            raise MtplabError(f"{path} is larger than {limit} bytes, not {what}; {fix}")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MtplabError(f"{path} is not valid JSON ({str(e)[:120]}); {invalid_fix or fix}") from None
+    except RecursionError:
+        raise MtplabError(f"{path} is not {what} (JSON nested too deeply); {fix}") from None
+    except OSError as e:
+        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
+
+
 def _info_at(path: Path) -> dict:
     """NAME.json beside an already resolved NAME.safetensors (never looked up again by name)."""
     jpath = path.with_suffix(".json")
     if not jpath.is_file():
         raise MtplabError(f"{jpath} is missing: a checkpoint is NAME.safetensors plus NAME.json")
-    try:
-        if jpath.stat().st_size > MAX_JSON:
-            raise MtplabError(f"{jpath} is larger than {MAX_JSON} bytes, not a checkpoint config; restore it or retrain")
-        info = json.loads(jpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise MtplabError(f"{jpath} is not valid JSON ({e}); restore it or retrain the checkpoint") from None
-    except RecursionError:
-        raise MtplabError(f"{jpath} is not a checkpoint config (JSON nested too deeply); restore it or retrain") from None
-    except OSError as e:
-        raise MtplabError(f"cannot read {jpath} ({e.strerror or e}); restore it or retrain") from None
+    info = read_json(jpath, limit=MAX_JSON, what="a checkpoint config", fix="restore it or retrain",
+                     invalid_fix="restore it or retrain the checkpoint")
     if not isinstance(info, dict):
         raise MtplabError(f"{jpath} has no 'config' object; it is not an mtplab checkpoint (retrain or restore it)")
     return info

@@ -4,12 +4,12 @@ from `bench peers`' record with pairs on the same drafts side by side, code agai
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from mtplab import paths
 from mtplab.errors import MtplabError
+from mtplab.model.checkpoint import MAX_JSON, read_json
 from mtplab.teaching.check import Check, _call
 
 TARGET, DRAFT, HEADS = "mtplab-llama", "mtplab-llama-draft", "mtplab-llama-deepseek-d1.safetensors"
@@ -23,8 +23,8 @@ def read_record(path) -> dict:
     """A benchmark record (JSON), or one line that says which command writes it."""
     p = Path(path)
     if not p.is_file():
-        raise MtplabError(f"{p} is missing; `python -m mtplab bench {p.stem}` writes it (see docs/bench/README)")
-    return json.loads(p.read_text(encoding="utf-8"))
+        raise MtplabError(f"{p} is missing; `python -m mtplab bench {p.stem}` writes it (see the README's commands)")
+    return read_json(p, limit=MAX_JSON, what="a benchmark record", fix=f"rerun `python -m mtplab bench {p.stem}`")
 
 
 def load_own(device="cpu") -> dict:
