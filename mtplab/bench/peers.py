@@ -160,6 +160,38 @@ class _Stopwatch:
 
 
 @torch.inference_mode()
+def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int = 21) -> dict:
+    """One verify forward over q new tokens at a cached context, called two ways on the same model and cache:
+    as mtplab's loop calls it (ids and the cache), and as transformers' assisted loop calls it (plus a full 2-D
+    attention mask and `logits_to_keep`). Interleaved, medians in ms: how much the call itself costs."""
+    dev = target.wte.weight.device
+    g = torch.Generator().manual_seed(0)
+    V = target.config.vocab_size
+    prompt = torch.randint(V - 1, (1, context), generator=g).to(dev)
+    new = torch.randint(V - 1, (1, q), generator=g).to(dev)
+    cache = target.new_cache()
+    kv = {target._cache_kw: cache.kv, "use_cache": True}  # the cache's keyword in this transformers version
+    target.hf(input_ids=prompt, **kv)
+    mask = torch.ones(1, context + q, dtype=torch.long, device=dev)
+    pos = torch.arange(context, context + q, device=dev)
+    ways = {"mtplab": lambda: target.hf(input_ids=new, **kv),
+            "transformers": lambda: target.hf(input_ids=new, **kv, attention_mask=mask, cache_position=pos,
+                                              logits_to_keep=q)}
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    for r in range(repeats + 1):
+        for w, fn in ways.items():
+            t0 = now(dev)
+            fn()
+            dt = now(dev) - t0
+            cache.crop(context)
+            if r:  # the first round warms up
+                times[w].append(dt)
+    return {"context": context, "q": q, "repeats": repeats,
+            **{f"{w}_ms": 1e3 * statistics.median(t) for w, t in times.items()},
+            **{f"{w}_range_ms": [1e3 * min(t), 1e3 * max(t)] for w, t in times.items()}}
+
+
+@torch.inference_mode()
 def profile_rows(target, draft, prompt: list[int], *, m: int, k: int = 4, heads=None, top: int = 6,
                  only: list[str] | None = None) -> dict[str, dict]:
     """Where one decode's time goes, per row (after a warm-up): inside the target's forward, inside the draft
@@ -210,6 +242,7 @@ def run_peers(a) -> dict:
     prompts = [target.encode(p) for p in held_out_prompts("code", n, 160)]
     rows = peer_rows(target, draft, prompts, m=m, k=4, repeats=reps, heads=heads)
     split = profile_rows(target, draft, prompts[0], m=m, k=4, heads=heads)
+    calls = forward_call_costs(target, repeats=5 if a.quick else 21)
     for r in rows:
         sp = split[r["method"]]
         r.update(ms_per_token=1e3 * sp["wall_s"] / m, forward_share=sp["target_forward_s"] / sp["wall_s"],
@@ -217,7 +250,8 @@ def run_peers(a) -> dict:
                  ms_per_target_forward=1e3 * sp["target_forward_s"] / max(1, sp["target_forwards"]))
     data = {"hf": Path(a.hf).name, "draft_hf": Path(a.draft_hf).name if getattr(a, "draft_hf", None) else None,
             "heads_checkpoint": Path(a.heads_checkpoint).name if heads is not None else None, "prompts": n,
-            "max_new_tokens": m, "repeats": reps, "k": 4, "rows": rows, "profile": split}
+            "max_new_tokens": m, "repeats": reps, "k": 4, "rows": rows, "profile": split,
+            "forward_call": calls}
     table = (f"peers: {Path(a.hf).name}, greedy, m = {m}, {n} held-out prompts, {reps} interleaved rounds (median, "
              "range) against HF's plain greedy generate\n\n"
              + _md(rows, ["method", "who", "tokens_per_forward", "speedup_vs_hf_greedy", "speedup_min", "speedup_max",
@@ -228,6 +262,9 @@ def run_peers(a) -> dict:
                           "rest_share"])
              + "\n\nthe functions with the most time of their own (cProfile, one decode)\n\n"
              + "\n".join(f"* {label}: " + "; ".join(f"{t['function']} {1e3 * t['own_s']:.1f} ms ({t['calls']} calls)"
-                                                     for t in sp["top_own_time"][:4]) for label, sp in split.items()))
+                                                     for t in sp["top_own_time"][:4]) for label, sp in split.items())
+             + f"\n\none verify forward over {calls['q']} tokens at {calls['context']} cached tokens, median of "
+             f"{calls['repeats']} interleaved calls: as mtplab calls it {calls['mtplab_ms']:.2f} ms, as transformers' "
+             f"assisted loop calls it (attention mask, logits_to_keep) {calls['transformers_ms']:.2f} ms")
     _write(Path(a.out), "peers-quick" if a.quick else "peers", data, table, device=dev)
     return data
