@@ -42,5 +42,22 @@ def main():
               f"{val['val_bpb']:.3f} | {acc} | {agree} | {size:.1f} MiB |")
 
 
+def hf_table():
+    """data/hf: the lab's own Hugging Face models, from each folder's mtplab_record.json."""
+    root = CK.parent / "hf"
+    print("| model folder | layers x width | parameters | corpus | steps | tokens seen | wall time | val bpb | "
+          "val top-1 | size |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        r = json.loads((folder / "mtplab_record.json").read_text())
+        cfg = json.loads((folder / "config.json").read_text())
+        size = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
+        print(f"| `{folder.name}` | {cfg['num_hidden_layers']} x {cfg['hidden_size']} | {r['parameters']:,} | "
+              f"{r['corpus']} | {r['steps']} | {r['tokens']:,} | {r['train_seconds'] / 60:.1f} min | "
+              f"{r['val_bpb']:.3f} | {r['val_top1']:.3f} | {size:.1f} MiB |")
+
+
 if __name__ == "__main__":
     main()
+    print()
+    hf_table()

@@ -44,9 +44,16 @@ class _Counter:
 
 def hf_generate(hf, ids: list[int], m: int, **kw) -> list[int]:
     """HF's greedy generate for exactly m new tokens (no early stop at end-of-text), the new ids."""
+    import transformers
+
     x = torch.tensor([ids], device=hf.device)
-    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, do_sample=False,
-                      num_beams=1, pad_token_id=0, eos_token_id=None, **kw)
+    level = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()  # its notes about its own argument handling, once per call
+    try:
+        out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, do_sample=False,
+                          num_beams=1, pad_token_id=0, eos_token_id=None, **kw)
+    finally:
+        transformers.utils.logging.set_verbosity(level)
     return out[0, len(ids):].tolist()
 
 
@@ -140,6 +147,12 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
             for label, (who, _) in table.items()]
 
 
+def _loop_code(f) -> bool:
+    """A cProfile entry of the loop around the model: Python code outside torch and the model's own modules."""
+    path, _, name = f
+    return not (path == "~" or "/torch/" in path or "/modeling_" in path or "/integrations/" in path)
+
+
 class _Stopwatch:
     """Seconds spent inside a module's forward (pre-hook starts, hook stops; the device is synced at both)."""
 
@@ -161,9 +174,10 @@ class _Stopwatch:
 
 @torch.inference_mode()
 def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int = 21) -> dict:
-    """One verify forward over q new tokens at a cached context, called two ways on the same model and cache:
-    as mtplab's loop calls it (ids and the cache), and as transformers' assisted loop calls it (plus a full 2-D
-    attention mask and `logits_to_keep`). Interleaved, medians in ms: how much the call itself costs."""
+    """What a call costs beside the model's work, two ways on the same model: one verify forward over q new tokens
+    at a cached context, as mtplab's loop calls it (ids and the cache) and as transformers' assisted loop calls it
+    (plus a full 2-D attention mask and `logits_to_keep`); and a whole decode of one token from the same prompt
+    (the prefill plus each loop's setup), mtplab's AR against `generate`. Interleaved, medians in ms."""
     dev = target.wte.weight.device
     g = torch.Generator().manual_seed(0)
     V = target.config.vocab_size
@@ -186,7 +200,18 @@ def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int =
             cache.crop(context)
             if r:  # the first round warms up
                 times[w].append(dt)
+    ids = prompt[0].tolist()
+    calls = {"mtplab": lambda: decode_with("ar", target, ids, max_new_tokens=1),
+             "transformers": lambda: hf_generate(target.hf, ids, 1)}
+    one: dict[str, list[float]] = {w: [] for w in calls}
+    for r in range(repeats + 1):
+        for w, fn in calls.items():
+            t0 = now(dev)
+            fn()
+            if r:
+                one[w].append(now(dev) - t0)
     return {"context": context, "q": q, "repeats": repeats,
+            **{f"{w}_one_token_decode_ms": 1e3 * statistics.median(t) for w, t in one.items()},
             **{f"{w}_ms": 1e3 * statistics.median(t) for w, t in times.items()},
             **{f"{w}_range_ms": [1e3 * min(t), 1e3 * max(t)] for w, t in times.items()}}
 
@@ -196,7 +221,8 @@ def profile_rows(target, draft, prompt: list[int], *, m: int, k: int = 4, heads=
                  only: list[str] | None = None) -> dict[str, dict]:
     """Where one decode's time goes, per row (after a warm-up): inside the target's forward, inside the draft
     model's forward, and the rest (the loop around them: sampling setup, drafting, verification bookkeeping);
-    then a cProfile run of the same decode listing the functions with the most time of their own."""
+    then a cProfile run of the same decode listing the loop's own Python functions (outside torch and the model's
+    modules) with the most time of their own."""
     import cProfile
     import pstats
 
@@ -221,7 +247,8 @@ def profile_rows(target, draft, prompt: list[int], *, m: int, k: int = 4, heads=
         fn(prompt, m)
         prof.disable()
         stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-        own = sorted(((v[2], v[1], f"{Path(f[0]).name}:{f[2]}") for f, v in stats.items()), reverse=True)[:top]
+        own = sorted(((v[2], v[1], f"{Path(f[0]).name}:{f[2]}") for f, v in stats.items() if _loop_code(f)),
+                     reverse=True)[:top]
         out[label] = {"wall_s": wall, "target_forward_s": t_fwd, "target_forwards": watches[0].n,
                       "draft_forward_s": d_fwd, "rest_s": wall - t_fwd - d_fwd,
                       "top_own_time": [{"function": n, "own_s": t, "calls": c} for t, c, n in own]}
@@ -265,6 +292,8 @@ def run_peers(a) -> dict:
                                                      for t in sp["top_own_time"][:4]) for label, sp in split.items())
              + f"\n\none verify forward over {calls['q']} tokens at {calls['context']} cached tokens, median of "
              f"{calls['repeats']} interleaved calls: as mtplab calls it {calls['mtplab_ms']:.2f} ms, as transformers' "
-             f"assisted loop calls it (attention mask, logits_to_keep) {calls['transformers_ms']:.2f} ms")
+             f"assisted loop calls it (attention mask, logits_to_keep) {calls['transformers_ms']:.2f} ms; a one-token "
+             f"decode of a {calls['context']}-token prompt: mtplab's AR {calls['mtplab_one_token_decode_ms']:.2f} ms, "
+             f"generate() {calls['transformers_one_token_decode_ms']:.2f} ms")
     _write(Path(a.out), "peers-quick" if a.quick else "peers", data, table, device=dev)
     return data
