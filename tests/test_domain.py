@@ -38,6 +38,7 @@ def test_every_row_is_exact_and_every_rate_a_rate(pair):
             assert 0 <= lo <= a <= hi <= 1
         assert r["acceptance_by_position"] == sorted(r["acceptance_by_position"], reverse=True)  # unconditional
         assert r["tokens_per_forward"] >= 1 - 1e-9 and r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
+        assert 0 <= r["looping"] <= r["prompts"]
 
 
 def test_domain_figure_draws_the_rows(pair):

@@ -40,10 +40,11 @@ def run_domain(a) -> dict:
              "acc_pos3": (r["acceptance_by_position"][2:3] or [None])[0]} for r in rows]
     table = (f"code against prose: two 4-layer trunks, one recipe, only the corpus differs; DeepSeek D = 1 heads; "
              f"greedy, m = {m}, {n} held-out prompts of each text, {reps} interleaved rounds against AR of the same "
-             f"trunk (median, range); teacher-forced agreement of depth 2 on held-out windows\n\n"
+             f"trunk (median, range); teacher-forced agreement of depth 2 on held-out windows; `looping`: greedy "
+             f"continuations that repeat themselves\n\n"
              + _md(flat, ["trained_on", "text", "bpb", "teacher_forced_agree", "method", "k", "acc_pos1", "acc_pos2",
                           "acc_pos3", "tokens_per_forward", "speedup", "speedup_min", "speedup_max", "identical",
-                          "prompts"]))
+                          "looping", "prompts"]))
     fig = viz.domain_panels(rows, machine=line)
     _write(Path(a.out), "domain-quick" if a.quick else "domain", data, table, fig, device=dev)
     return data

@@ -218,11 +218,11 @@ def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int =
 
 @torch.inference_mode()
 def profile_rows(target, draft, prompt: list[int], *, m: int, k: int = 4, heads=None, top: int = 6,
-                 only: list[str] | None = None) -> dict[str, dict]:
-    """Where one decode's time goes, per row (after a warm-up): inside the target's forward, inside the draft
-    model's forward, and the rest (the loop around them: sampling setup, drafting, verification bookkeeping);
-    then a cProfile run of the same decode listing the loop's own Python functions (outside torch and the model's
-    modules) with the most time of their own."""
+                 only: list[str] | None = None, repeats: int = 3) -> dict[str, dict]:
+    """Where one decode's time goes, per row (after a warm-up; the median of `repeats` decodes by wall clock):
+    inside the target's forward, inside the draft model's forward, and the rest (the loop around them: setup,
+    drafting, verification bookkeeping); then a cProfile run of the same decode listing the loop's own Python
+    functions (outside torch and the model's modules) with the most time of their own."""
     import cProfile
     import pstats
 
@@ -233,14 +233,18 @@ def profile_rows(target, draft, prompt: list[int], *, m: int, k: int = 4, heads=
         if only is not None and label not in only:
             continue
         fn(prompt, 4)
-        watches = [_Stopwatch(target.hf, dev)] + ([_Stopwatch(draft.hf, dev)] if draft is not None else [])
-        try:
-            t0 = now(dev)
-            fn(prompt, m)
-            wall = now(dev) - t0
-        finally:
-            for w in watches:
-                w.remove()
+        runs = []
+        for _ in range(repeats):  # the median run by wall clock, with its own split
+            watches = [_Stopwatch(target.hf, dev)] + ([_Stopwatch(draft.hf, dev)] if draft is not None else [])
+            try:
+                t0 = now(dev)
+                fn(prompt, m)
+                wall = now(dev) - t0
+            finally:
+                for w in watches:
+                    w.remove()
+            runs.append((wall, watches))
+        wall, watches = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
         t_fwd, d_fwd = watches[0].s, (watches[1].s if len(watches) > 1 else 0.0)
         prof = cProfile.Profile()
         prof.enable()
@@ -283,7 +287,8 @@ def run_peers(a) -> dict:
              "range) against HF's plain greedy generate\n\n"
              + _md(rows, ["method", "who", "tokens_per_forward", "speedup_vs_hf_greedy", "speedup_min", "speedup_max",
                           "identical_to_hf_greedy", "prompts"])
-             + "\n\nwhere one decode's time went (the first prompt, one decode after a warm-up): ms per token, the "
+             + "\n\nwhere one decode's time went (the first prompt, the median of 3 decodes after a warm-up): ms per "
+             "token, the "
              "share inside the target's forward, inside the draft model's forward, and the rest (the loop)\n\n"
              + _md(rows, ["method", "ms_per_token", "ms_per_target_forward", "forward_share", "draft_share",
                           "rest_share"])

@@ -6,7 +6,9 @@ training did:
 
 * teacher-forced agreement by depth: how often depth d drafts what the trunk itself would pick (no decoding);
 * in decode: unconditional acceptance by draft position, tokens per forward and the wall clock against AR of the
-  same trunk (interleaved rounds, medians and ranges, greedy output compared with AR's).
+  same trunk (interleaved rounds, medians and ranges, greedy output compared with AR's), and how many of the
+  greedy continuations loop (`quality.loop_period`): a trunk that repeats itself makes its own drafts easy, so
+  acceptance in decode measures the text the trunk writes as much as the text it was given.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 
 from mtplab.decoding.trace import pooled
 from mtplab.measuring.acceptance import wilson
+from mtplab.measuring.quality import loop_period
 from mtplab.measuring.timing import interleaved_race
 
 LN2 = math.log(2)
@@ -56,13 +59,14 @@ def decode_row(model, prompts: list[list[int]], method: str, k: int, *, max_new_
     position and its Wilson interval."""
     r = interleaved_race(method, model, prompts, max_new_tokens=max_new_tokens, k=k, repeats=repeats, bar=bar)
     t = pooled(r["traces"])
+    loops = sum(loop_period(a.tokens) is not None for a in r["ar_traces"])  # greedy text that repeats itself
     acc = t.accepted_per_position
     n = max(1, t.num_drafts)
     return {"method": method, "k": r["k"], "acceptance_by_position": [a / n for a in acc],
             "acceptance_interval": [list(wilson(a, n)) for a in acc], "drafting_steps": t.num_drafts,
             "tokens_per_forward": r["tokens_per_forward"], "speedup": r["speedup"], "speedup_min": r["speedup_min"],
             "speedup_max": r["speedup_max"], "identical": r["identical"], "prompts": r["prompts"],
-            "repeats": repeats}
+            "looping": loops, "repeats": repeats}
 
 
 def domain_study(models: dict, prompts: dict, windows: dict, *, max_new_tokens: int = 128, repeats: int = 3,

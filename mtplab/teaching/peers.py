@@ -4,7 +4,6 @@ from `bench peers`' record with pairs on the same drafts side by side, code agai
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from mtplab import paths
@@ -94,24 +93,39 @@ def split_sentences(record: dict, top: int = 3) -> list[str]:
         out.append(f"{hf}: {a['ms_per_token']:.2f} ms a token, {a['rest_share']:.0%} of it outside the model forwards; "
                    f"{mine}: {b['ms_per_token']:.2f} ms, {b['rest_share']:.0%} outside. Most own time in HF's row: "
                    f"{funcs}.")
+    c = record.get("forward_call")
+    if c:
+        out.append(f"The call itself: one verify forward over {c['q']} tokens at {c['context']} cached tokens takes "
+                   f"{c['mtplab_ms']:.2f} ms as mtplab calls it and {c['transformers_ms']:.2f} ms as transformers' "
+                   f"assisted loop calls it; a whole one-token decode of a {c['context']}-token prompt takes "
+                   f"{c['mtplab_one_token_decode_ms']:.1f} ms through mtplab's AR and "
+                   f"{c['transformers_one_token_decode_ms']:.1f} ms through generate() (medians of {c['repeats']}).")
     return out
 
 
 def domain_sentences(record: dict) -> list[str]:
-    """What the domain record says, each trunk on its own text against the other."""
+    """What the domain record says, each trunk on its own text and on the other: teacher-forced agreement, then per
+    method the first draft's acceptance in decode, the wall clock, and how many greedy continuations loop."""
     rows = record["rows"]
     out = []
-    for method, k in (("deepseek", 2), ("deepseek-reuse", 4), ("ngram", 4)):
-        for trunk in ("code", "prose"):
-            own = next((r for r in rows if r["method"] == method and r["trained_on"] == trunk and r["text"] == trunk),
-                       None)
-            other = next((r for r in rows if r["method"] == method and r["trained_on"] == trunk and r["text"] != trunk),
-                         None)
-            if own is None or other is None or not own["acceptance_by_position"]:
-                continue
-            a, b = own["acceptance_by_position"][0], (other["acceptance_by_position"] or [math.nan])[0]
-            out.append(f"{method} k={k}, {trunk} trunk: first-draft acceptance {a:.2f} on its own text, {b:.2f} on "
-                       f"{other['text']}; speedup {own['speedup']:.2f}x against {other['speedup']:.2f}x.")
+
+    def row(method, trunk, text):
+        return next((r for r in rows if r["method"] == method and r["trained_on"] == trunk and r["text"] == text), None)
+
+    for trunk in ("code", "prose"):
+        other = "prose" if trunk == "code" else "code"
+        own, cross = row("deepseek", trunk, trunk), row("deepseek", trunk, other)
+        if own and cross:
+            out.append(f"{trunk} trunk: teacher-forced agreement of the first draft {own['teacher_forced_agree']:.2f} "
+                       f"on {trunk}, {cross['teacher_forced_agree']:.2f} on {other}; its greedy text loops on "
+                       f"{own['looping']}/{own['prompts']} {trunk} prompts and {cross['looping']}/{cross['prompts']} "
+                       f"{other} prompts.")
+    for method in dict.fromkeys(r["method"] for r in rows):
+        a, b = row(method, "code", "code"), row(method, "prose", "prose")
+        if a and b and a["acceptance_by_position"] and b["acceptance_by_position"]:
+            acc = lambda r: " / ".join(f"{x:.2f}" for x in r["acceptance_by_position"])  # noqa: E731
+            out.append(f"{method} k={a['k']}, each trunk on its own text: acceptance by position code {acc(a)}, "
+                       f"prose {acc(b)}; wall clock {a['speedup']:.2f}x against {b['speedup']:.2f}x.")
     return out
 
 

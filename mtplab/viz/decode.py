@@ -333,8 +333,9 @@ def tree_step(ts: TreeStep, *, root_token: int | None = None, label=token_repr) 
 
 def domain_panels(rows: list[dict], *, machine: str = "") -> Figure:
     """`bench domain`'s rows: left, acceptance by draft position of the reused module (k = 4) for each trunk on
-    each text, with Wilson intervals; right, the wall clock against AR of the same trunk, median and range, for
-    every method. A solid line is a trunk on its own text, a dashed one on the other corpus."""
+    each text, with Wilson intervals; right, the wall clock against AR of the same trunk, median and range, one
+    group of bars per method. Colour is the trunk; solid (left) and plain bars (right) are a trunk on its own
+    text, dashed and hatched ones on the other corpus."""
     fig, axes = _figure(2, width=5.2, height=3.6)
     left, right = axes[0]
     colors = {"code": "#1f77b4", "prose": "#d62728"}
@@ -349,18 +350,26 @@ def domain_panels(rows: list[dict], *, machine: str = "") -> Figure:
              title="module 1 reused, k = 4: acceptance by position")
     left.set_xticks([1, 2, 3])
     left.legend(fontsize=8)
-    labels, meds, errs, cols = [], [], [], []
-    for r in rows:
-        labels.append(f"{r['trained_on'][:4]}->{r['text'][:4]}\n{r['method'].replace('deepseek', 'ds')} k={r['k']}")
-        meds.append(r["speedup"])
-        errs.append([r["speedup"] - r["speedup_min"], r["speedup_max"] - r["speedup"]])
-        cols.append(colors.get(r["text"], "grey"))
-    xs = list(range(len(rows)))
-    right.bar(xs, meds, color=cols, alpha=0.8, yerr=list(zip(*errs)) if errs else None, capsize=3)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    combos = list(dict.fromkeys((r["trained_on"], r["text"]) for r in rows))
+    width = 0.8 / max(1, len(combos))
+    for j, (trunk, text) in enumerate(combos):
+        xs, meds, lo, hi = [], [], [], []
+        for i, m in enumerate(methods):
+            r = next((r for r in rows if r["method"] == m and (r["trained_on"], r["text"]) == (trunk, text)), None)
+            if r is None:
+                continue
+            xs.append(i - 0.4 + width * (j + 0.5))
+            meds.append(r["speedup"])
+            lo.append(r["speedup"] - r["speedup_min"])
+            hi.append(r["speedup_max"] - r["speedup"])
+        right.bar(xs, meds, width=width * 0.95, color=colors.get(trunk, "grey"), alpha=0.85, yerr=[lo, hi], capsize=2,
+                  hatch=None if trunk == text else "//", edgecolor="white", label=f"{trunk} trunk, {text} text")
     right.axhline(1.0, color="k", lw=0.8)
-    right.set_xticks(xs)
-    right.set_xticklabels(labels, fontsize=6.5, rotation=90)
+    right.set_xticks(range(len(methods)))
+    right.set_xticklabels([f"{m} k={next(r['k'] for r in rows if r['method'] == m)}" for m in methods], fontsize=8)
     right.set(ylabel="speedup over AR (median, range)", title="wall clock, each trunk against its own AR")
+    right.legend(fontsize=7)
     if machine:
         fig.suptitle(machine, fontsize=7)
     return fig
