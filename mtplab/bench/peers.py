@@ -287,11 +287,10 @@ def run_peers(a) -> dict:
              "range) against HF's plain greedy generate\n\n"
              + _md(rows, ["method", "who", "tokens_per_forward", "speedup_vs_hf_greedy", "speedup_min", "speedup_max",
                           "identical_to_hf_greedy", "prompts"])
-             + "\n\nwhere one decode's time went (the first prompt, the median of 3 decodes after a warm-up): ms per "
-             "token, the "
-             "share inside the target's forward, inside the draft model's forward, and the rest (the loop)\n\n"
-             + _md(rows, ["method", "ms_per_token", "ms_per_target_forward", "forward_share", "draft_share",
-                          "rest_share"])
+             + "\n\nwhere one decode's time went (the first prompt, the median of 3 decodes after a warm-up): the "
+             "share inside the target's forward, inside the draft model's forward, and the rest (the loop). One "
+             "decode's absolute time is noisier than the race above, which is the speed measurement\n\n"
+             + _md(rows, ["method", "forward_share", "draft_share", "rest_share"])
              + "\n\nthe functions with the most time of their own (cProfile, one decode)\n\n"
              + "\n".join(f"* {label}: " + "; ".join(f"{t['function']} {1e3 * t['own_s']:.1f} ms ({t['calls']} calls)"
                                                      for t in sp["top_own_time"][:4]) for label, sp in split.items())

@@ -79,8 +79,8 @@ def peer_sentences(record: dict) -> list[str]:
 
 
 def split_sentences(record: dict, top: int = 3) -> list[str]:
-    """Per pair on the same drafts: ms per token and the share of a decode spent outside the model forwards (the
-    loop), from the record's profile, and the functions that took the most time of their own in HF's row."""
+    """Per pair on the same drafts: the share of a decode spent outside the model forwards (the loop), from the
+    record's profile, and the functions that took the most time of their own in HF's row."""
     by = {r["method"]: r for r in record["rows"]}
     prof = record.get("profile", {})
     out = []
@@ -90,9 +90,8 @@ def split_sentences(record: dict, top: int = 3) -> list[str]:
         a, b = by[hf], by[mine]
         funcs = "; ".join(f"{t['function']} {1e3 * t['own_s']:.1f} ms in {t['calls']} calls"
                           for t in prof.get(hf, {}).get("top_own_time", [])[:top])
-        out.append(f"{hf}: {a['ms_per_token']:.2f} ms a token, {a['rest_share']:.0%} of it outside the model forwards; "
-                   f"{mine}: {b['ms_per_token']:.2f} ms, {b['rest_share']:.0%} outside. Most own time in HF's row: "
-                   f"{funcs}.")
+        out.append(f"{hf}: {a['rest_share']:.0%} of a decode outside the model forwards; {mine}: "
+                   f"{b['rest_share']:.0%}. Most own time in HF's row: {funcs}.")
     c = record.get("forward_call")
     if c:
         out.append(f"The call itself: one verify forward over {c['q']} tokens at {c['context']} cached tokens takes "
