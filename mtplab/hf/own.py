@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -136,13 +137,53 @@ def _write_folder(model, tokenizer, folder: Path, record: dict, dtype) -> None:
                           "free space or fix --out, then continue with --resume") from None
 
 
-def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name: str | None = None, steps: int = 1000,
-              batch_size: int = 16, seq_len: int = 256, lr: float = 3e-3, warmup: int | None = None, seed: int = 0,
-              max_seconds: float | None = None, resume: bool = False, overwrite: bool = False,
-              save_every: int = 100, eval_every: int | None = None, autocast: str = "auto", device: str = "auto",
-              save_dtype: str = "bf16", stop_after: int | None = None, log=print) -> dict:
-    """Train a fresh Llama of `preset` on `corpus` into OUT/NAME (a Hugging Face folder). Returns its record.
-    stop_after ends the run, saved, after that many steps (a killed run, in tests)."""
+@dataclass
+class OwnRun:
+    """One `train_own` run: where it saves, what it trains, and its history so far."""
+    outp: Path
+    name: str
+    settings: dict
+    model: object
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    data: torch.Tensor
+    windows: torch.Tensor
+    dev: torch.device
+    save_dtype: str
+    history: list = field(default_factory=list)
+
+    @property
+    def folder(self) -> Path:
+        return self.outp / self.name
+
+    def record(self, done: int) -> dict:
+        """mtplab_record.json: how the folder's weights were trained, and on which machine."""
+        s, last = self.settings, (self.history[-1] if self.history else {})
+        return {"format": "mtplab-own-hf-model", "preset": s["preset"], "architecture": "LlamaForCausalLM",
+                "parameters": sum(p.numel() for p in self.model.parameters()), "corpus": s["corpus"], "steps": done,
+                "tokens": done * s["batch_size"] * s["seq_len"],
+                "train_seconds": round(last.get("train_seconds", 0.0), 1), "val_bpb": last.get("val_bpb"),
+                "val_top1": last.get("val_top1"), "saved_dtype": self.save_dtype, "settings": s,
+                "machine": machine(self.dev), "transformers": transformers.__version__, "history": self.history}
+
+    def save(self, done: int) -> None:
+        """One save set: the model folder (the checkpoint) and the resume state."""
+        dtype = torch.bfloat16 if self.save_dtype == "bf16" else torch.float32
+        runs.save(self.outp, self.name, model=self.model, opt=self.opt, gen=self.gen, step=done, history=self.history,
+                  settings=self.settings,
+                  live={n: t for n, t in self.model.state_dict().items() if n != "lm_head.weight"},
+                  write_weights=lambda _p: _write_folder(self.model, byte_tokenizer(), self.folder, self.record(done),
+                                                         dtype))
+
+    def validate(self, done: int, loss: float, elapsed: float) -> dict:
+        rec = {"step": done, "loss": loss, "train_seconds": elapsed, **evaluate(self.model, self.windows)}
+        self.history.append(rec)
+        return rec
+
+
+def check_options(*, preset, corpus, steps, batch_size, seq_len, lr, warmup, save_every, eval_every, max_seconds,
+                  autocast, save_dtype, resume, overwrite, name) -> str:
+    """Every option of `train_own`, checked before anything is built; returns the run's name."""
     _need_transformers()
     if preset not in PRESETS:
         raise MtplabError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
@@ -164,85 +205,80 @@ def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name
         raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
     name = name or preset
     check_name(name)
+    return name
+
+
+def _step(run: OwnRun, step: int, lr: float, autocast: str) -> float:
+    """One next-token step on a fresh batch; returns the loss."""
+    for g in run.opt.param_groups:
+        g["lr"] = lr
+    x = get_batch(run.data, run.settings["batch_size"], run.settings["seq_len"], run.gen).to(run.dev)
+    with autocast_context(run.dev, autocast):
+        loss = _loss(run.model, x)
+    if not math.isfinite(loss.item()):
+        raise MtplabError(f"training diverged at step {step} (loss {loss.item()}); lower --lr")
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), 1.0)
+    run.opt.step()
+    run.opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name: str | None = None, steps: int = 1000,
+              batch_size: int = 16, seq_len: int = 256, lr: float = 3e-3, warmup: int | None = None, seed: int = 0,
+              max_seconds: float | None = None, resume: bool = False, overwrite: bool = False,
+              save_every: int = 100, eval_every: int | None = None, autocast: str = "auto", device: str = "auto",
+              save_dtype: str = "bf16", stop_after: int | None = None, log=print) -> dict:
+    """Train a fresh Llama of `preset` on `corpus` into OUT/NAME (a Hugging Face folder). Returns its record.
+    stop_after ends the run, saved, after that many steps (a killed run, in tests)."""
+    name = check_options(preset=preset, corpus=corpus, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
+                         warmup=warmup, save_every=save_every, eval_every=eval_every, max_seconds=max_seconds,
+                         autocast=autocast, save_dtype=save_dtype, resume=resume, overwrite=overwrite, name=name)
     outp, dev = Path(out), pick(device)
-    folder = outp / name
-    if folder.exists() and not (resume or overwrite):
-        raise MtplabError(f"{folder} already exists; continue it with --resume or replace it with --overwrite")
+    if (outp / name).exists() and not (resume or overwrite):
+        raise MtplabError(f"{outp / name} already exists; continue it with --resume or replace it with --overwrite")
     runs.check_out(outp, name, resume=resume, overwrite=overwrite)
     manifest = runs.read_manifest(outp, name) if resume else None
-    warmup = warmup if warmup is not None else (manifest["settings"]["warmup"] if manifest else
-                                                max(1, min(200, steps // 20)))
+    if warmup is None:  # a resumed run keeps its own warm-up
+        warmup = manifest["settings"]["warmup"] if manifest else max(1, min(200, steps // 20))
     eval_every = eval_every or max(1, steps // 10)
     settings = {"preset": preset, "corpus": corpus, "batch_size": batch_size, "seq_len": seq_len, "lr": lr,
                 "warmup": warmup, "seed": seed, "autocast": autocast_kind(dev, autocast),
-                "corpus_sha256": sha256(corpus_path(corpus, "train")),
-                "steps": steps}
-    data, val = load_corpus(corpus, "train"), load_corpus(corpus, "val")
-    windows = val_windows(val, seq_len, 32)
-    tokenizer = byte_tokenizer()
+                "corpus_sha256": sha256(corpus_path(corpus, "train")), "steps": steps}
     model = build(preset, seed).to(dev)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    gen = torch.Generator().manual_seed(seed)
-    history: list = []
-    start, spent = 0, 0.0
+    run = OwnRun(outp, name, settings, model,
+                 torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1),
+                 torch.Generator().manual_seed(seed), load_corpus(corpus, "train"),
+                 val_windows(load_corpus(corpus, "val"), seq_len, 32), dev, save_dtype)
+    start = done = 0
     with runs.lock(outp, name), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(outp, name)
-        if manifest is not None:
+        if manifest is not None:  # continue: the saved weights, optimizer, generators and history
             runs.check_settings(manifest["settings"], settings, outp)
-            runs.restore(runs.load_state(outp, name, manifest), manifest, model=model, opt=opt, gen=gen, out=outp,
-                         tied=False)
-            start, history = manifest["step"], manifest["history"]
-            spent = history[-1]["train_seconds"] if history else 0.0
-        n_params = sum(p.numel() for p in model.parameters())
-
-        def record(done: int) -> dict:
-            last = history[-1] if history else {}
-            return {"format": "mtplab-own-hf-model", "preset": preset, "architecture": "LlamaForCausalLM",
-                    "parameters": n_params, "corpus": corpus, "steps": done, "tokens": done * batch_size * seq_len,
-                    "train_seconds": round(last.get("train_seconds", 0.0), 1), "val_bpb": last.get("val_bpb"),
-                    "val_top1": last.get("val_top1"), "saved_dtype": save_dtype, "settings": settings,
-                    "machine": machine(dev), "transformers": transformers.__version__, "history": history}
-
-        def save(done: int) -> None:
-            runs.save(outp, name, model=model, opt=opt, gen=gen, step=done, history=history, settings=settings,
-                      live={n: t for n, t in model.state_dict().items() if n != "lm_head.weight"},
-                      write_weights=lambda _p: _write_folder(model, tokenizer, folder, record(done),
-                                                             torch.bfloat16 if save_dtype == "bf16" else torch.float32))
-
-        t0 = time.perf_counter() - spent
-        done = start
+            runs.restore(runs.load_state(outp, name, manifest), manifest, model=model, opt=run.opt, gen=run.gen,
+                         out=outp, tied=False)
+            start = done = manifest["step"]
+            run.history = manifest["history"]
+        t0 = time.perf_counter() - (run.history[-1]["train_seconds"] if run.history else 0.0)
         for step in range(start, steps):
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, steps, lr, warmup)
-            x = get_batch(data, batch_size, seq_len, gen).to(dev)
-            with autocast_context(dev, autocast):
-                loss = _loss(model, x)
-            if not math.isfinite(loss.item()):
-                raise MtplabError(f"training diverged at step {step} (loss {loss.item()}); lower --lr")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            done = step + 1
-            elapsed = time.perf_counter() - t0
+            loss = _step(run, step, lr_at(step, steps, lr, warmup), autocast)
+            done, elapsed = step + 1, time.perf_counter() - t0
             out_of_time = max_seconds is not None and elapsed > max_seconds
             cut = stop_after is not None and done >= stop_after
             last = done == steps or out_of_time or cut or stop.signal is not None
             if done % eval_every == 0 or last:
-                rec = {"step": done, "loss": loss.item(), "train_seconds": elapsed, **evaluate(model, windows)}
-                history.append(rec)
+                rec = run.validate(done, loss, elapsed)
                 if log is not None:
                     log(f"step {done}/{steps}: loss {rec['loss']:.3f}, val bpb {rec['val_bpb']:.3f}, top-1 "
                         f"{rec['val_top1']:.3f}, {done * batch_size * seq_len / elapsed:.0f} tokens/s")
             if done % save_every == 0 or last:
-                if not history or history[-1]["step"] != done:
-                    history.append({"step": done, "loss": loss.item(), "train_seconds": elapsed,
-                                    **evaluate(model, windows)})
-                save(done)
+                if not run.history or run.history[-1]["step"] != done:
+                    run.validate(done, loss, elapsed)
+                run.save(done)
             if stop.signal is not None:
                 raise MtplabError(runs.stopped_message(stop.signal, done, outp))
             if out_of_time or cut:
                 break
-    return record(done)
+    return run.record(done)
