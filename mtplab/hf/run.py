@@ -114,6 +114,36 @@ class HFRun:
                            f"{self.out}: continue it with the same command plus --resume")
 
 
+def _training_data(target, heads: str, depths: int, *, corpus: str, batch_size: int, seq_len: int,
+                   eval_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The memory check for the heads about to be trained, then the corpus in the model's ids and the fixed
+    validation windows (the corpus's val split, or the training text when it has none)."""
+    cfg = target.config.with_heads(heads, depths)
+    with torch.device("meta"):
+        n_heads = sum(p.numel() for p in build_heads(cfg).parameters())
+    check_memory(cfg, batch_size=batch_size, seq_len=seq_len, trainable=n_heads, frozen=0,
+                 dev=target.wte.weight.device, hint="use fewer --depths / --modules or a smaller --seq-len")
+    data, val = corpus_ids(target, corpus, "train"), corpus_ids(target, corpus, "val") if corpus in CORPORA else None
+    if len(data) < seq_len + 2:
+        raise MtplabError(f"the corpus has {len(data)} tokens, fewer than one window of {seq_len + 1}; "
+                          "give a longer text or a smaller --seq-len")
+    val = val if val is not None and len(val) > seq_len + 1 else data
+    return data, val_windows(val, seq_len, eval_windows)
+
+
+def _heads_step(target, opt, params, x: torch.Tensor, *, step: int, lr: float, lam: float, labels: str) -> float:
+    """One optimizer step of the heads at learning rate `lr`; returns the loss."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    loss = hf_train_step(target, x, lam=lam, labels=labels)
+    if not math.isfinite(loss):
+        raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr")
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
 def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: int | None = None,
                 corpus: str = "code", steps: int = 100, batch_size: int = 8, seq_len: int = 128, lr: float = 1e-3,
                 warmup: int | None = None, lam: float = 0.3, labels: str = "self", seed: int = 0,
@@ -127,16 +157,8 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
                                  batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup, lam=lam, labels=labels,
                                  seed=seed, eval_windows=eval_windows, max_seconds=max_seconds)
     seq_len = min(seq_len, target.config.block_size - 1)
-    cfg = target.config.with_heads(heads, depths)
-    with torch.device("meta"):
-        n_heads = sum(p.numel() for p in build_heads(cfg).parameters())
-    check_memory(cfg, batch_size=batch_size, seq_len=seq_len, trainable=n_heads, frozen=0,
-                 dev=target.wte.weight.device, hint="use fewer --depths / --modules or a smaller --seq-len")
-    data, val = corpus_ids(target, corpus, "train"), corpus_ids(target, corpus, "val") if corpus in CORPORA else None
-    if len(data) < seq_len + 2:
-        raise MtplabError(f"the corpus has {len(data)} tokens, fewer than one window of {seq_len + 1}; "
-                          "give a longer text or a smaller --seq-len")
-    val = val if val is not None and len(val) > seq_len + 1 else data
+    data, windows = _training_data(target, heads, depths, corpus=corpus, batch_size=batch_size, seq_len=seq_len,
+                                   eval_windows=eval_windows)
     torch.manual_seed(seed)
     target.attach(heads, depths)
     target.train()
@@ -144,7 +166,6 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
     warmup = warmup if warmup is not None else max(1, min(100, steps // 20))
-    windows = val_windows(val, seq_len, eval_windows)
     dev = target.wte.weight.device
     history: list = []
     start, t0 = 0, time.perf_counter()
@@ -157,14 +178,8 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
     step = start
     try:
         for step in range(start, steps):
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, steps, lr, warmup)
-            loss = hf_train_step(target, get_batch(data, batch_size, seq_len, gen).to(dev), lam=lam, labels=labels)
-            if not math.isfinite(loss):
-                raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr")
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            loss = _heads_step(target, opt, params, get_batch(data, batch_size, seq_len, gen).to(dev), step=step,
+                               lr=lr_at(step, steps, lr, warmup), lam=lam, labels=labels)
             done = step + 1
             out_of_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
             signalled = stop is not None and stop.signal is not None
