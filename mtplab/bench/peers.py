@@ -22,7 +22,7 @@ import torch
 from mtplab.bench.report import _md, _write
 from mtplab.data import held_out_prompts
 from mtplab.decoding.drafters import NgramDrafter
-from mtplab.decoding.generate import decode_with
+from mtplab.decoding.generate import decode_with, max_k
 from mtplab.decoding.loop import now, speculative
 from mtplab.device import pick
 from mtplab.errors import MtplabError
@@ -95,8 +95,8 @@ def variants(target, draft, k: int, heads=None):
         out[f"mtplab draft-model, k={k}"] = ("mtplab", lambda ids, m: decode_with(
             "draft-model", target, ids, max_new_tokens=m, k=k, draft_model=draft).tokens)
     if heads is not None:
-        kh = heads.config.n_modules + 1 if heads.config.heads == "deepseek" else heads.config.n_depths
         method = {"deepseek": "deepseek", "meta": "meta", "stern": "blockwise-overlap"}[heads.config.heads]
+        kh = max_k(method, heads)  # the most the heads give
         out[f"mtplab {heads.config.heads} heads, k={kh} (no HF peer)"] = ("mtplab", lambda ids, m: decode_with(
             method, heads, ids, max_new_tokens=m, k=kh).tokens)
     return out
