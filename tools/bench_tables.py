@@ -37,11 +37,23 @@ def _f(v, digits=2) -> str:
     return str(v)
 
 
-def decode_table(name: str) -> str:
+def _record(name: str, command: str) -> dict | str:
+    """docs/bench/NAME.json, or the line that says which command writes it."""
     path = BENCH / f"{name}.json"
     if not path.exists():
-        return f"(`docs/bench/{name}.json` is not there: `python -m mtplab bench decode` writes it)"
-    d = json.loads(path.read_text())
+        return f"(`docs/bench/{name}.json` is not there: `python -m mtplab {command}` writes it)"
+    return json.loads(path.read_text())
+
+
+def _table(intro: str, columns: list[str], rows: list[str]) -> str:
+    """An intro line, then a markdown table of the given header and already formatted rows."""
+    return "\n".join([intro, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns), *rows])
+
+
+def decode_table(name: str) -> str:
+    d = _record(name, "bench decode")
+    if isinstance(d, str):
+        return d
     lines = [f"`docs/bench/{name}.md`: {d['prompts']} held-out prompts, m = {d['max_new_tokens']}, {d['repeats']} "
              f"interleaved repeats, medians, {d['dtype']}; measured on {_machine(d)}; t(1) = {d['t1_ms']:.2f} ms.", "",
              "| method | k | tokens per forward | acceptance by position | drafter ms / step | wall clock vs AR | "
@@ -54,10 +66,9 @@ def decode_table(name: str) -> str:
 
 
 def regime_table() -> str:
-    path = BENCH / "regime.json"
-    if not path.exists():
-        return "(`docs/bench/regime.json` is not there: `python -m mtplab bench regime` writes it)"
-    d = json.loads(path.read_text())
+    d = _record("regime", "bench regime")
+    if isinstance(d, str):
+        return d
     lines = [f"`docs/bench/regime.md`, measured on {_machine(d)}: random models, one cached forward over q tokens.", "",
              "| layers x width | weights (MB, fp32) | fits in the last-level cache | t(1) ms | t(4)/t(1) | t(8)/t(1) |",
              "|---|---|---|---|---|---|"]
@@ -75,38 +86,32 @@ def regime_table() -> str:
 
 
 def peers_table() -> str:
-    path = BENCH / "peers.json"
-    if not path.exists():
-        return "(`docs/bench/peers.json` is not there: `python -m mtplab bench peers --hf ...` writes it)"
-    d = json.loads(path.read_text())
-    lines = [f"`docs/bench/peers.md`: `{d['hf']}` (draft `{d['draft_hf']}`), greedy, m = {d['max_new_tokens']}, "
+    d = _record("peers", "bench peers --hf ...")
+    if isinstance(d, str):
+        return d
+    intro = (f"`docs/bench/peers.md`: `{d['hf']}` (draft `{d['draft_hf']}`), greedy, m = {d['max_new_tokens']}, "
              f"{d['prompts']} held-out prompts, {d['repeats']} interleaved rounds, medians against HF's plain greedy "
-             f"`generate`; measured on {_machine(d)}.", "",
-             "| row | tokens per forward | wall clock vs HF greedy (range) | share in the target's forward | "
-             "identical to HF greedy |", "|---|---|---|---|---|"]
-    for r in d["rows"]:
-        lines.append(f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['speedup_vs_hf_greedy']:.2f}x "
-                     f"({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {_f(r.get('forward_share'))} | "
-                     f"{r['identical_to_hf_greedy']}/{r['prompts']} |")
-    return "\n".join(lines)
+             f"`generate`; measured on {_machine(d)}.")
+    return _table(intro, ["row", "tokens per forward", "wall clock vs HF greedy (range)", "share in the target's forward",
+                          "identical to HF greedy"],
+                  [f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['speedup_vs_hf_greedy']:.2f}x "
+                   f"({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {_f(r.get('forward_share'))} | "
+                   f"{r['identical_to_hf_greedy']}/{r['prompts']} |" for r in d["rows"]])
 
 
 def domain_table() -> str:
-    path = BENCH / "domain.json"
-    if not path.exists():
-        return "(`docs/bench/domain.json` is not there: `python -m mtplab bench domain` writes it)"
-    d = json.loads(path.read_text())
-    lines = [f"`docs/bench/domain.md`: two 4-layer trunks, one recipe, only the corpus differs, DeepSeek D = 1 heads; "
+    d = _record("domain", "bench domain")
+    if isinstance(d, str):
+        return d
+    intro = (f"`docs/bench/domain.md`: two 4-layer trunks, one recipe, only the corpus differs, DeepSeek D = 1 heads; "
              f"greedy, m = {d['max_new_tokens']}, {d['prompts']} held-out prompts of each text, {d['repeats']} "
-             f"interleaved rounds against AR of the same trunk; measured on {_machine(d)}.", "",
-             "| trunk | text | bits per byte | teacher-forced agreement | method | k | acceptance by position | "
-             "tokens per forward | wall clock vs AR (range) | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in d["rows"]:
-        lines.append(f"| {r['trained_on']} | {r['text']} | {r['bpb']:.2f} | {r['teacher_forced_agree']:.2f} | "
-                     f"{r['method']} | {r['k']} | {_f(r['acceptance_by_position'])} | {r['tokens_per_forward']:.2f} | "
-                     f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | "
-                     f"{r['identical']}/{r['prompts']} |")
-    return "\n".join(lines)
+             f"interleaved rounds against AR of the same trunk; measured on {_machine(d)}.")
+    return _table(intro, ["trunk", "text", "bits per byte", "teacher-forced agreement", "method", "k",
+                          "acceptance by position", "tokens per forward", "wall clock vs AR (range)", "identical"],
+                  [f"| {r['trained_on']} | {r['text']} | {r['bpb']:.2f} | {r['teacher_forced_agree']:.2f} | "
+                   f"{r['method']} | {r['k']} | {_f(r['acceptance_by_position'])} | {r['tokens_per_forward']:.2f} | "
+                   f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | "
+                   f"{r['identical']}/{r['prompts']} |" for r in d["rows"]])
 
 
 def section() -> str:
