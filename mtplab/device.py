@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -44,6 +45,12 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def now(device="cpu") -> float:
+    """The clock, read after the device has finished its queued work: the one clock of every timing."""
+    sync(device)
+    return time.perf_counter()
 
 
 def _llc_bytes() -> int | None:

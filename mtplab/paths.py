@@ -18,3 +18,4 @@ DECODE_JSON = BENCH_DIR / "decode.json"                  # `bench decode`'s reco
 HF_DIR = DATA_DIR / "hf"                                 # the lab's own Hugging Face models (train-hf-model)
 PEERS_JSON = BENCH_DIR / "peers.json"                    # `bench peers`' record, read by notebook 10
 DOMAIN_JSON = BENCH_DIR / "domain.json"                  # `bench domain`'s record, read by notebook 10
+REAL_NAMES = ("smollm2",)                                # real models installed from a package (mtplab.hf.real)

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import mtplab.decoding.loop as loop
+import mtplab.device as device
 import mtplab.measuring.regime as regime
 import mtplab.measuring.timing as timing
 from mtplab.decoding.batch import batched_speculative
@@ -28,7 +29,7 @@ def events(monkeypatch):
         log.append("clock")
         return real()
 
-    for mod in (loop, timing):
+    for mod in (device, timing):
         monkeypatch.setattr(mod, "sync", fake_sync)
     monkeypatch.setattr(time, "perf_counter", clock)
     return log

@@ -10,6 +10,7 @@
     python -m mtplab bench regime      t(q)/t(1) against model size and the cache; the same heads on deeper trunks
     python -m mtplab bench peers       mtplab's loop beside transformers' generate on one HF model (--hf PATH)
     python -m mtplab bench domain      code against prose: acceptance and wall clock of one head family
+    python -m mtplab bench real        SmolLM2-135M-Instruct with its shipped heads on held-out chat prompts
 
 Compared runs are interleaved and reported as medians and ratios. Each writes OUT/NAME.json and
 OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench.report`).
@@ -21,6 +22,7 @@ OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench
 * `engines`: the best k, adaptive k, one DeepSeek module reused (`bench k`)
 * `peers`: mtplab's loop beside Hugging Face's own `generate` on one model (`bench peers --hf PATH`)
 * `domain`: code against prose, two trunks of one recipe with the same heads (`bench domain`)
+* `real`: the real model (SmolLM2-135M-Instruct) with the heads trained on its trunk (`bench real`)
 * `report`: the records, atomically written, each naming its machine
 
 May import every layer below (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
@@ -36,12 +38,14 @@ from mtplab.bench.decode import record_name, run_decode
 from mtplab.bench.domain import run_domain
 from mtplab.bench.engines import run_k
 from mtplab.bench.peers import run_peers
+from mtplab.bench.real import run_real
 from mtplab.bench.regime import run_regime
 from mtplab.errors import MtplabError
 
 RUNS = {"train": run_train, "cost-curve": run_cost_curve, "decode": run_decode, "crossover": run_crossover,
         "batch": run_batch, "tree": run_tree, "regime": run_regime,
-        "k": run_k, "peers": run_peers, "domain": run_domain}
+        "k": run_k, "peers": run_peers, "domain": run_domain,
+        "real": run_real}
 
 
 def main(a) -> None:
@@ -57,5 +61,6 @@ def main(a) -> None:
                 "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree",
                 "regime": "regime-quick" if a.quick else "regime", "k": "k-quick" if a.quick else "k",
                 "peers": "peers-quick" if a.quick else "peers",
-                "domain": "domain-quick" if a.quick else "domain"}[a.what]
+                "domain": "domain-quick" if a.quick else "domain",
+                "real": "real-quick" if a.quick else "real"}[a.what]
         print(Path(a.out, f"{name}.md").read_text())

@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 import torch
-from mtplab.decoding.loop import now
+from mtplab.device import now
 from mtplab.device import describe, machine, pick
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.timing import measure_cost_curve

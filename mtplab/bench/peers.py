@@ -23,7 +23,8 @@ from mtplab.bench.report import _md, _write
 from mtplab.data import held_out_prompts
 from mtplab.decoding.drafters import NgramDrafter
 from mtplab.decoding.generate import decode_with, max_k
-from mtplab.decoding.loop import now, speculative
+from mtplab.decoding.loop import speculative
+from mtplab.device import now
 from mtplab.device import pick
 from mtplab.errors import MtplabError
 
@@ -42,19 +43,9 @@ class _Counter:
         self.n += 1
 
 
-def hf_generate(hf, ids: list[int], m: int, **kw) -> list[int]:
-    """HF's greedy generate for exactly m new tokens (no early stop at end-of-text), the new ids."""
-    import transformers
-
-    x = torch.tensor([ids], device=hf.device)
-    level = transformers.utils.logging.get_verbosity()
-    transformers.utils.logging.set_verbosity_error()  # its notes about its own argument handling, once per call
-    try:
-        out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, do_sample=False,
-                          num_beams=1, pad_token_id=0, eos_token_id=None, **kw)
-    finally:
-        transformers.utils.logging.set_verbosity(level)
-    return out[0, len(ids):].tolist()
+def _generate(hf, ids: list[int], m: int, **kw) -> list[int]:
+    from mtplab.hf.run import generate_ids  # transformers
+    return generate_ids(hf, ids, m, **kw)
 
 
 def hf_assisted(hf, draft_hf, ids: list[int], m: int, *, drafts: int | None) -> list[int]:
@@ -66,7 +57,7 @@ def hf_assisted(hf, draft_hf, ids: list[int], m: int, *, drafts: int | None) -> 
     if drafts is not None:
         g.num_assistant_tokens, g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = drafts, "constant", 0.0
     try:
-        return hf_generate(hf, ids, m, assistant_model=draft_hf)
+        return _generate(hf, ids, m, assistant_model=draft_hf)
     finally:
         g.num_assistant_tokens, g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = saved
 
@@ -82,9 +73,9 @@ def variants(target, draft, k: int, heads=None):
     """label -> (who, a function ids, m -> new ids); HF and mtplab side by side on the same drafts.
     heads: the target with mtplab heads attached (DeepSeek D = 1 from `train --hf`): a row with no HF peer."""
     hf = target.hf
-    out = {BASE: ("hf", lambda ids, m: hf_generate(hf, ids, m)),
+    out = {BASE: ("hf", lambda ids, m: _generate(hf, ids, m)),
            "mtplab AR": ("mtplab", lambda ids, m: decode_with("ar", target, ids, max_new_tokens=m).tokens),
-           f"HF prompt lookup, {k - 1} drafts": ("hf", lambda ids, m: hf_generate(hf, ids, m,
+           f"HF prompt lookup, {k - 1} drafts": ("hf", lambda ids, m: _generate(hf, ids, m,
                                                                                 prompt_lookup_num_tokens=k - 1)),
            f"mtplab n-gram, HF's rule, k={k}": ("mtplab", lambda ids, m: lookup_hf_rule(target, ids, m, k)),
            f"mtplab n-gram, k={k}": ("mtplab", lambda ids, m: decode_with("ngram", target, ids, max_new_tokens=m,
@@ -202,7 +193,7 @@ def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int =
                 times[w].append(dt)
     ids = prompt[0].tolist()
     calls = {"mtplab": lambda: decode_with("ar", target, ids, max_new_tokens=1),
-             "transformers": lambda: hf_generate(target.hf, ids, 1)}
+             "transformers": lambda: _generate(target.hf, ids, 1)}
     one: dict[str, list[float]] = {w: [] for w in calls}
     for r in range(repeats + 1):
         for w, fn in calls.items():

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from mtplab.decoding.accept import accept
 from mtplab.decoding.checks import check_finite, check_k, check_prompt
-from mtplab.decoding.loop import now
+from mtplab.device import now
 from mtplab.errors import MtplabError
 from mtplab.model.layers import RaggedKVCache
 from mtplab.decoding.trace import Step, Trace

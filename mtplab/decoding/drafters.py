@@ -110,7 +110,7 @@ class SternDrafter(BaseDrafter):
 
     def _logits(self, n):
         # one pass of the heads: the shared h -> 4h layer, n of the 4h -> h layers, the shared output head
-        return self.model.unembed(self.model.mtp.hidden(self.h, n)[:, 0])[0]  # (n, V)
+        return self.model.draft_unembed(self.model.mtp.hidden(self.h, n)[:, 0])[0]  # (n, V)
 
     def propose(self, n):
         logits = self._logits(n)
@@ -147,12 +147,12 @@ class MetaDrafter(BaseDrafter):
 
     def propose(self, n):
         # the K-1 head layers ran once over the newly kept positions (in feedback): one call
-        logits = self.model.unembed(self.h_last[:, :n])[0]  # (n, V)
+        logits = self.model.draft_unembed(self.h_last[:, :n])[0]  # (n, V)
         return Draft(_argmax_list(logits), calls=1, confidence=_confidence(logits))
 
     def candidates(self, n: int, width: int) -> list[list[int]]:
         """The top-`width` tokens of depths 2..n+1, best first (every head reads the same trunk output)."""
-        return _top(self.model.unembed(self.h_last[:, :n])[0], width)
+        return _top(self.model.draft_unembed(self.h_last[:, :n])[0], width)
 
 
 class DeepSeekDrafter(BaseDrafter):
@@ -209,7 +209,7 @@ class DeepSeekDrafter(BaseDrafter):
             emb = model.wte(torch.tensor([ext[a + k:L + k]], device=self.H[0].device))  # (1, L-a, C)
             h = self._module(k)(model, self.H[k - 1][:, a:L], emb, cache)  # (1, L-a, C)
             self.H[k][:, a:L] = h
-            logits = model.unembed(h[:, -1]).float()  # (1, V)
+            logits = model.draft_unembed(h[:, -1]).float()  # (1, V): the draft vocabulary's rows, where one is set
             d = int(logits.argmax(-1))
             drafts.append(d)
             conf.append(float(torch.softmax(logits, -1).max()))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from mtplab.decoding import adaptive
 from mtplab.model import checkpoint as ckpt
-from mtplab.decoding.loop import autoregressive, now, speculative
+from mtplab.decoding.loop import autoregressive, speculative
+from mtplab.device import now
 from mtplab.decoding.checks import check_k
 from mtplab.device import describe, pick
 from mtplab.decoding.drafters import check_same_vocabulary, method as get_method

@@ -22,7 +22,6 @@ bf16 a verify forward over q tokens and a one-token forward round differently, s
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from mtplab.decoding.accept import RULES, Sampling, accept, distribution, typica
 from mtplab.decoding.adaptive import Fixed, Policy
 from mtplab.decoding.checks import check_finite, check_k, check_options, check_prompt
 from mtplab.decoding.trace import Step, Trace
-from mtplab.device import sync
+from mtplab.device import now
 from mtplab.errors import MtplabError
 from mtplab.model.layers import KVCache
 
@@ -45,12 +44,6 @@ if TYPE_CHECKING:  # typing only: drafters import this module
 
 def _ids(tokens: list[int], device) -> torch.Tensor:
     return torch.tensor([tokens], dtype=torch.long, device=device)
-
-
-def now(device) -> float:
-    """The clock, read after the device has finished its queued work."""
-    sync(device)
-    return time.perf_counter()
 
 
 class Clock:

@@ -26,7 +26,8 @@ from mtplab.training.steps import evaluate, lr_at, train_step
 from mtplab.training.config import TrainConfig
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
-from mtplab.device import describe, pick
+from mtplab.device import describe, now, pick
+from mtplab.hf.real import chat_ids, shipped_heads, shipped_vocab
 from mtplab.hf.target import base_record, load_hf, load_target, save_heads
 from mtplab.model.heads import build_heads
 from mtplab.training import runs
@@ -263,6 +264,22 @@ def reference_generate(target, prompt_ids, *, max_new_tokens: int) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
+def generate_ids(hf, ids: list[int], m: int, **kw) -> list[int]:
+    """transformers' greedy `generate` for exactly m new tokens (no early stop at end-of-text), the new ids;
+    `kw` goes to `generate` (prompt_lookup_num_tokens, assistant_model, ...)."""
+    import transformers
+
+    x = torch.tensor([ids], device=hf.device)
+    level = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()  # its notes about its own argument handling, once per call
+    try:
+        out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, do_sample=False,
+                          num_beams=1, pad_token_id=0, eos_token_id=None, **kw)
+    finally:
+        transformers.utils.logging.set_verbosity(level)
+    return out[0, len(ids):].tolist()
+
+
 @dataclass
 class HFTrace(Trace):
     """A Trace whose `text` comes from the model's own tokenizer (the lab's Trace decodes bytes)."""
@@ -279,12 +296,18 @@ class HFTrace(Trace):
 
 def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str, max_new_tokens=64, k=None,
                     temperature=0.0, top_k=None, seed=0, alpha=0.8, draft_hf=None, device="auto",
-                    dtype="fp32") -> dict:
-    """`generate --hf`: decode with any method; `tokens` are the model's own token ids, `text` its decoding."""
+                    dtype="fp32", chat: bool = False, draft_vocab: str = "full") -> dict:
+    """`generate --hf`: decode with any method; `tokens` are the model's own token ids, `text` its decoding.
+    For a real model named by its bare name (`smollm2`), a head method finds the heads the lab ships for it;
+    `chat` wraps the prompt as one user turn; `draft_vocab='reduced'` drafts over the shipped draft vocabulary."""
 
     m = get_method(method)
     if dtype not in DTYPES:
         raise MtplabError(f"unknown dtype {dtype!r}; use fp32 or bf16")
+    if draft_vocab not in ("full", "reduced"):
+        raise MtplabError(f"--draft-vocab is full or reduced (got {draft_vocab!r})")
+    if m.family is not None and heads_checkpoint is None:
+        heads_checkpoint = shipped_heads(hf, m.family)
     if m.family is not None and heads_checkpoint is None:
         raise MtplabError(f"method {method} needs {m.family} heads on this model: pass --heads-checkpoint "
                           f"(train them with python -m mtplab train --hf {hf} --heads {m.family} ...)")
@@ -296,16 +319,23 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
         raise MtplabError(f"method {method} needs {m.family} heads, but {Path(heads_checkpoint).name} holds "
                           f"{target.config.heads} heads; train {m.family} heads with python -m mtplab train --hf "
                           f"{hf} --heads {m.family} ...")
+    if draft_vocab == "reduced":
+        ids = shipped_vocab(hf)
+        if ids is None:
+            raise MtplabError(f"{hf} has no shipped draft vocabulary; use --draft-vocab full")
+        target.set_draft_vocab(ids)
     draft = None
     if m.needs_draft_model:
         if draft_hf is None:
             raise MtplabError("method draft-model with --hf needs a smaller model with the same tokenizer: --draft-hf PATH")
         draft = load_hf(draft_hf, device=dev, dtype=DTYPES[dtype])
-    ids = target.encode(prompt)
-    t0 = time.perf_counter()
+    ids = chat_ids(target, prompt) if chat else target.encode(prompt)
+    t0 = now()
     trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
                         top_k=top_k, seed=seed, alpha=alpha, draft_model=draft)
+    wall = now() - t0
     res = HFTrace.of(trace, target).summary()
-    res.update(checkpoint=heads_checkpoint or target.path, hf=target.path,
-               device=describe(dev), wall_s=time.perf_counter() - t0)
+    res.update(checkpoint=str(heads_checkpoint) if heads_checkpoint else target.path, hf=target.path,
+               device=describe(dev), wall_s=wall, draft_vocab=draft_vocab, chat=chat,
+               answer=target.decode(trace.tokens[len(ids):]))
     return res

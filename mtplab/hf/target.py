@@ -35,6 +35,7 @@ from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
 from mtplab.model.layers import rotary_table
 from mtplab.model.gpt import TrunkOutput
+from mtplab.hf.real import REAL_MODELS, real_model, resolve_model
 try:
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -114,6 +115,9 @@ class HFTarget(nn.Module):
         layers[-1].register_forward_pre_hook(self._catch_pre_last, with_kwargs=True)
         self._cache_kw = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
         self.mtp = None
+        self.chat = False
+        self.draft_vocab: torch.Tensor | None = None
+        self._draft_rows: torch.Tensor | None = None
 
     def _catch_pre_last(self, module, args, kwargs):
         self._seen["pre_last"] = args[0] if args else kwargs["hidden_states"]
@@ -136,6 +140,29 @@ class HFTarget(nn.Module):
     def unembed(self, h):
         """The model's own output head: final norm, then lm_head."""
         return self.lm_head(self.norm(h))
+
+    def draft_unembed(self, h):
+        """A drafter's projection: over the draft vocabulary when one is set (`set_draft_vocab`), every other token
+        at -inf; otherwise `unembed`. Only drafts go through it: the target verifies over the full vocabulary, so
+        the output is the same either way and only the drafts' cost and acceptance change."""
+        if self.draft_vocab is None:
+            return self.unembed(h)
+        small = nn.functional.linear(self.norm(h), self._draft_rows)  # (..., N)
+        full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.draft_vocab, small)
+
+    def set_draft_vocab(self, ids) -> "HFTarget":
+        """Draft over these token ids only (None: the full vocabulary again); returns self."""
+        if ids is None:
+            self.draft_vocab = self._draft_rows = None
+            return self
+        ids = torch.as_tensor(ids, dtype=torch.long).flatten().unique()
+        V = self.config.vocab_size
+        if len(ids) == 0 or int(ids.min()) < 0 or int(ids.max()) >= V:
+            raise MtplabError(f"a draft vocabulary is a non-empty set of token ids in 0..{V - 1}")
+        self.draft_vocab = ids.to(self.wte.weight.device)
+        self._draft_rows = self.lm_head.weight.detach()[self.draft_vocab].contiguous()  # (N, C)
+        return self
 
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> HFCache:
         return HFCache(self.hf.config)
@@ -206,7 +233,9 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     nothing in the folder is run (trust_remote_code=False; an auto_map config is refused)."""
     _need_transformers()
     if isinstance(path, bool) or not isinstance(path, (str, Path)) or str(path) == "":
-        raise MtplabError(f"a Hugging Face model is a local folder path (got {path!r})")
+        raise MtplabError(f"a Hugging Face model is a local folder path or {', '.join(REAL_MODELS)} (got {path!r})")
+    chat = real_model(path) is not None and not Path(path).is_dir()
+    path = resolve_model(path)
     p = Path(path)
     if not p.is_dir() or not (p / "config.json").exists():
         raise MtplabError(f"{path} is not a Hugging Face model directory (no config.json); give the folder "
@@ -257,6 +286,7 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
         raise MtplabError(f"{path} has no usable tokenizer (it encodes text to no tokens: tokenizer files missing?); "
                           "save the model's tokenizer beside it (tokenizer.save_pretrained)")
     target = HFTarget(hf, tok, path=str(p), max_context=max_context)
+    target.chat = chat  # a real chat model named bare: prompts become one user turn of its chat template
     V = target.config.vocab_size
     if len(tok) > V:
         raise MtplabError(f"the tokenizer in {path} has {len(tok)} tokens but the model's output layer has {V}; "
@@ -286,15 +316,16 @@ def base_record(target: HFTarget) -> dict:
             "config_sha256": config_hash(target.hf.config), "weights_fingerprint": weights_fingerprint(target)}
 
 
-def save_heads(target: HFTarget, path, *, meta: dict | None = None) -> Path:
-    """Write the head weights alone (mtp.*) to PATH.safetensors; the metadata names the base model."""
+def save_heads(target: HFTarget, path, *, meta: dict | None = None, dtype=torch.float32) -> Path:
+    """Write the head weights alone (mtp.*) to PATH.safetensors, in `dtype` (bf16 halves what ships); the metadata
+    names the base model."""
     from safetensors.torch import save_file
     if target.mtp is None:
         raise MtplabError("this model has no heads to save; attach and train some first")
     path = Path(path)
     if path.suffix != ".safetensors":  # a dotted name (my-run.v2) keeps its dots
         path = path.with_name(path.name + ".safetensors")
-    state = {f"mtp.{n}": t.detach().float().contiguous().cpu() for n, t in target.mtp.state_dict().items()}
+    state = {f"mtp.{n}": t.detach().to(dtype).contiguous().cpu() for n, t in target.mtp.state_dict().items()}
     info = {"format": HEADS_FORMAT, "heads": target.config.heads, "n_depths": target.config.n_depths,
             "base": base_record(target), "meta": meta or {}}
     atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"mtplab": json.dumps(info)}))

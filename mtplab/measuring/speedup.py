@@ -20,7 +20,7 @@ from mtplab import paths
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Trace
 from mtplab.decoding.batch import batched_autoregressive, batched_speculative
-from mtplab.decoding.loop import now
+from mtplab.device import now
 from mtplab.measuring.timing import interleaved_race
 from mtplab.device import machine_line
 

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from mtplab.model.config import ModelConfig
 from mtplab.errors import MtplabError
+from mtplab.measuring.race import race
 
 
 @torch.inference_mode()
@@ -234,23 +235,15 @@ def memory_method(device) -> str:
     return f"not measurable on {kind}"
 
 
-def _timed_decode(dev, *args, **kw):
-    """decode_with(*args, **kw) and its wall time, the device synced before each clock read."""
-    sync(dev)
-    t0 = time.perf_counter()
-    out = decode_with(*args, **kw)
-    sync(dev)
-    return out, time.perf_counter() - t0
-
-
 @torch.inference_mode()
 def interleaved_race(method: str, model, prompts, *, max_new_tokens: int, k: int | None = None, repeats: int = 5,
                      draft_model=None, bar=None, baseline_model=None, **options) -> dict:
-    """A method against AR of the same model, as a benchmark times it: one warm-up decode each, then `repeats`
-    rounds over the prompts, AR and the method back to back on each prompt. The speedup of a round is its AR time
-    over its method time; the result gives the median round and the range, the traces of the first round, and
-    how many prompts gave output identical to AR's (greedy, fp32: all of them). `options` go to `decode_with`
-    (adapt, threshold, rule). `baseline_model`: the model AR runs on, when it is not `model`."""
+    """A method against AR of the same model, through the lab's one race (`mtplab.measuring.race`): a warm-up each,
+    then `repeats` interleaved rounds over the prompts. The speedup of a round is its AR time over its method time;
+    the result gives the median round and the range, the traces of the first round, how many prompts gave output
+    identical to AR's (greedy, fp32: all of them), and the busy-machine guard's verdict (`valid`, `verdict`).
+    `options` go to `decode_with` (adapt, threshold, rule). `baseline_model`: the model AR runs on, when it is not
+    `model`."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise MtplabError(f"repeats must be an integer >= 1 (got {repeats!r})")
     if not prompts:
@@ -259,26 +252,18 @@ def interleaved_race(method: str, model, prompts, *, max_new_tokens: int, k: int
     k = k if k is not None else (max_k(method, model) or 4)
     kw = {"k": k, "draft_model": draft_model, **options} if method != "ar" else {}
     ar_model = model if baseline_model is None else baseline_model
-    decode_with("ar", ar_model, prompts[0], max_new_tokens=8)  # warm-up: first calls allocate and pick kernels
-    decode_with(method, model, prompts[0], max_new_tokens=8, **kw)
-    ar_s, sp_s, traces, ar_traces = [], [], [], []
-    for r in range(repeats):
-        for p in prompts:
-            ar, t_ar = _timed_decode(dev, "ar", ar_model, p, max_new_tokens=max_new_tokens)
-            tr, t_sp = _timed_decode(dev, method, model, p, max_new_tokens=max_new_tokens, **kw)
-            ar_s.append(t_ar)
-            sp_s.append(t_sp)
-            if r == 0:
-                traces.append(tr)
-                ar_traces.append(ar)
-            if bar is not None:
-                bar.update(1)
-    n = len(prompts)
-    rounds = [sum(ar_s[i * n:(i + 1) * n]) / sum(sp_s[i * n:(i + 1) * n]) for i in range(repeats)]
+    res = race({"ar": lambda p: decode_with("ar", ar_model, p, max_new_tokens=max_new_tokens),
+                "method": lambda p: decode_with(method, model, p, max_new_tokens=max_new_tokens, **kw)},
+               list(prompts), baseline="ar", rounds=repeats, device=dev, bar=bar,
+               warmup=lambda name, _fn: decode_with("ar", ar_model, prompts[0], max_new_tokens=8) if name == "ar"
+               else decode_with(method, model, prompts[0], max_new_tokens=8, **kw))
+    traces, ar_traces = res.outputs["method"], res.outputs["ar"]
+    sp = res.speedup("method")
     toks = sum(len(t.tokens) for t in traces)
-    return {"method": method, "k": k, "speedup": statistics.median(rounds), "speedup_min": min(rounds),
-            "speedup_max": max(rounds), "rounds": rounds, "repeats": repeats, "prompts": n,
+    ar_s = [s for r in res.seconds["ar"] for s in r]
+    return {"method": method, "k": k, "speedup": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"],
+            "rounds": sp["rounds"], "repeats": repeats, "prompts": len(prompts),
             "tokens_per_forward": toks / max(1, sum(t.forwards for t in traces)),
             "ar_ms_per_token": 1e3 * statistics.median(ar_s) / max_new_tokens,
-            "identical": sum(t.tokens == a.tokens for t, a in zip(traces, ar_traces)),
-            "traces": traces, "ar_traces": ar_traces}
+            "identical": res.identical("method"), "traces": traces, "ar_traces": ar_traces,
+            "valid": res.valid, "verdict": res.verdict(), "busy": res.busy}

@@ -70,6 +70,11 @@ class GPT(nn.Module):
         """The shared output head: final RMSNorm, then the (tied) vocabulary projection."""
         return self.lm_head(self.ln_f(h))
 
+    def draft_unembed(self, h):
+        """What a drafter's depths project through: the full output head here (an `HFTarget` may use a draft
+        vocabulary instead)."""
+        return self.unembed(h)
+
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> KVCache:
         return KVCache.for_config(self.config, self.config.n_layer, batch=batch, max_len=max_len,
                                   like=self.wte.weight)

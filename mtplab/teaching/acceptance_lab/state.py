@@ -45,9 +45,10 @@ from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.decoding.trace import Trace
 from mtplab.device import describe, pick, sync
 from mtplab.errors import MtplabError
+from mtplab.hf.real import chat_ids, shipped_heads
 from mtplab.measuring.speedup import read_decode_bench
 from mtplab.model import checkpoint as ckpt
-from mtplab.paths import DECODE_JSON
+from mtplab.paths import DECODE_JSON, REAL_NAMES
 from mtplab.tokenizer import decode as decode_bytes, encode, token_repr
 from mtplab.viz.decode import decode_split
 from mtplab.viz.kinds import StepRecord, step_record
@@ -257,12 +258,31 @@ class ModelCache:
 
 
 def is_hf_folder(name: str) -> bool:
-    """A local Hugging Face model: a folder with a config.json (and weights, and a tokenizer)."""
-    return Path(name).is_dir() and (Path(name) / "config.json").is_file()
+    """A local Hugging Face model: a folder with a config.json (and weights, and a tokenizer), or the bare name of
+    a real model the lab installs from a package (smollm2)."""
+    return name in REAL_NAMES or (Path(name).is_dir() and (Path(name) / "config.json").is_file())
+
+
+def heads_for(state: "LabState") -> str:
+    """The heads checkpoint to load with the model: the one given, or for a real model named bare (smollm2) the
+    heads the lab ships for the method's family."""
+    if state.heads or state.checkpoint not in REAL_NAMES or state.method not in METHODS:
+        return state.heads
+    family = METHODS[state.method].family
+    if family is None:
+        return ""
+    found = shipped_heads(state.checkpoint, family)
+    if found is None:
+        raise MtplabError(f"the lab ships no {family} heads for {state.checkpoint}; choose deepseek, "
+                          "deepseek-reuse, blockwise-overlap, ngram or ar")
+    return str(found)
 
 
 def text_ids(model, text: str) -> list[int]:
-    """The prompt in the model's own tokens: bytes for the lab's models, the model's tokenizer for HF ones."""
+    """The prompt in the model's own tokens: bytes for the lab's models, the model's tokenizer for HF ones, and for
+    a chat model the lab installs (smollm2) one user turn of its chat template."""
+    if getattr(model, "chat", False):
+        return chat_ids(model, text)
     return model.encode(text) if hasattr(model, "encode") else encode(text)
 
 
@@ -277,7 +297,7 @@ def k_limit(state: LabState, models: ModelCache) -> int:
     context window (a verify forward over k positions after one prompt and one new token)."""
     if state.method not in METHODS:
         raise MtplabError(f"unknown method {state.method!r}; choose one of {', '.join(METHODS)}")
-    model = models.get(_checkpoint_name(state), pick(state.device), state.heads)
+    model = models.get(_checkpoint_name(state), pick(state.device), heads_for(state))
     window = model.config.block_size - 2
     limit = generate.max_k(state.method, model)
     return min(limit, window) if limit is not None else window
@@ -404,7 +424,7 @@ def decode(state: LabState, models: ModelCache) -> LabState:
         validate(state)
         dev = pick(state.device)
         name = _checkpoint_name(state)
-        model = models.get(name, dev, state.heads)
+        model = models.get(name, dev, heads_for(state))
         draft = models.get("draft", dev) if get_method(state.method).needs_draft_model else None
         ids = text_ids(model, state.prompt)
         opts = dict(max_new_tokens=state.max_new_tokens, temperature=float(state.temperature), seed=state.seed)

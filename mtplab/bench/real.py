@@ -1,0 +1,64 @@
+"""`bench real`: the real model (SmolLM2-135M-Instruct) with the heads the lab trained on its frozen trunk, on the
+hand-written held-out chat prompts, greedy, against AR of the same model (same weights, same kernels), at 1 and 2
+threads; the study itself is `mtplab.hf.study`. Writes OUT/real.{json,md}.
+"""
+from __future__ import annotations
+
+import torch
+
+from mtplab.bench.report import _md, _write
+from mtplab.device import machine, machine_line, pick
+from mtplab.errors import MtplabError
+from mtplab.hf.real import chat_ids
+
+
+def table(rec: dict) -> str:
+    lines = []
+    for r in rec["rows"]:
+        acc = r.get("acceptance", {}).get("pooled")
+        first = f"{acc['rate'][0]:.2f} ({acc['interval'][0][0]:.2f}-{acc['interval'][0][1]:.2f})" if acc else "-"
+        sp = r.get("split")
+        lines.append({"row": r["label"], "tokens/forward": f"{r.get('tokens_per_forward', float('nan')):.2f}",
+                      "vs AR (range)": f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})",
+                      "1st draft accepted (95%)": first,
+                      "step ms: target / draft / rest": (f"{sp['target_ms']:.0f} / {sp['draft_ms']:.0f} / "
+                                                         f"{sp['overhead_ms']:.0f}" if sp else "-"),
+                      "= AR": f"{r['identical_to_ar']}/{r['prompts']}",
+                      "= generate": f"{r.get('identical_to_generate', '-')}/{r['prompts']}"})
+    cols = list(lines[0]) if lines else []
+    return _md(lines, cols)
+
+
+def run_real(a) -> dict:
+    """bench real: the study at each thread count asked for, written to OUT/real.{json,md}."""
+    from mtplab.hf.distill import heldout_prompts  # transformers, through the model
+    from mtplab.hf.study import QUICK, load_heads_all, pick_rows, study
+    per_cat = a.prompts if a.prompts is not None else (1 if a.quick else 2)
+    if isinstance(per_cat, bool) or not isinstance(per_cat, int) or not 1 <= per_cat <= 4:
+        raise MtplabError(f"--prompts is held-out prompts per category for bench real, 1..4 (got {per_cat})")
+    if a.dtype != "fp32":
+        raise MtplabError("bench real runs the target in fp32 (the exact default); drop --dtype")
+    m = 32 if a.quick else 128
+    rounds = 2 if a.quick else 3
+    heads = load_heads_all(a.hf or "smollm2", pick(a.device))
+    held = heldout_prompts()
+    cats = [c for c in held for _ in range(per_cat)]
+    prompts = [chat_ids(heads.target, p) for c in held for p in held[c][:per_cat]]
+    rows = pick_rows(heads, getattr(a, "rows", None), a.quick)
+    threads = [1] if a.quick else [1, 2]
+    saved = torch.get_num_threads()
+    studies = {}
+    try:
+        for n in threads:
+            torch.set_num_threads(n)
+            use = rows if n == 1 else [r for r in rows if r.label in QUICK or r.method == "ar"]
+            studies[str(n)] = study(heads, prompts, cats, rows=use, m=m, rounds=rounds)
+    finally:
+        torch.set_num_threads(saved)
+    rec = {"model": "smollm2", "m": m, "prompts_per_category": per_cat, "threads": studies,
+           "machine": machine(pick(a.device))}
+    md = "\n\n".join(f"### {n} thread{'s' if n != '1' else ''}\n\n{table(s)}\n\n{s['verdict']}"
+                     for n, s in studies.items())
+    name = "real-quick" if a.quick else "real"
+    _write(a.out, name, rec, md + "\n\n" + machine_line(pick(a.device)), device=pick(a.device))
+    return rec

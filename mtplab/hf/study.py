@@ -1,0 +1,159 @@
+"""The real model's study: SmolLM2-135M-Instruct with every head family the lab ships for it, raced the lab's way
+(`mtplab.measuring.race`) against AR of the same model on held-out chat prompts, and what is read off the first
+round. `bench real` writes it as a record; notebooks 01, 05 and 09 run short live versions of it.
+
+Rows: AR; transformers' `generate` and its prompt lookup; mtplab's n-gram drafter; each head family with the full
+and the reduced draft vocabulary. Per row: tokens per target forward, the wall-clock ratio against AR (median and
+range over rounds), acceptance by position with 95% Wilson intervals (pooled and per category), the looping count,
+the split of a step (target forward, drafter, the rest), and whether the tokens equal AR's and `generate`'s.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from mtplab.decoding.generate import decode_with
+from mtplab.errors import MtplabError
+from mtplab.hf.real import shipped_heads, shipped_vocab
+from mtplab.hf.run import generate_ids
+from mtplab.hf.target import load_heads, load_hf
+from mtplab.measuring.acceptance import wilson
+from mtplab.measuring.quality import loop_period
+from mtplab.measuring.race import race
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    method: str           # mtplab's method name, or "hf-generate" / "hf-lookup"
+    family: str | None    # the head family the method drafts with
+    k: int | None
+    vocab: str = "full"   # the drafts' vocabulary: full or reduced
+
+
+ROWS = [
+    Row("AR", "ar", None, None),
+    Row("transformers generate", "hf-generate", None, None),
+    Row("transformers prompt lookup, 3 drafts", "hf-lookup", None, 4),
+    Row("n-gram, k=4", "ngram", None, 4),
+    Row("DeepSeek D=1, k=2", "deepseek", "deepseek", 2),
+    Row("DeepSeek D=1, k=2, reduced vocab", "deepseek", "deepseek", 2, "reduced"),
+    Row("DeepSeek D=1 reused, k=3, reduced vocab", "deepseek-reuse", "deepseek", 3, "reduced"),
+    Row("DeepSeek D=1 reused, k=4", "deepseek-reuse", "deepseek", 4),
+    Row("DeepSeek D=1 reused, k=4, reduced vocab", "deepseek-reuse", "deepseek", 4, "reduced"),
+    Row("Stern K=4, k=4", "blockwise-overlap", "stern", 4),
+    Row("Stern K=4, k=4, reduced vocab", "blockwise-overlap", "stern", 4, "reduced"),
+]
+QUICK = ("AR", "transformers generate", "DeepSeek D=1, k=2, reduced vocab", "DeepSeek D=1 reused, k=4, reduced vocab")
+
+
+class Heads:
+    """One target with every shipped head family, swapped in per call (the trunk is loaded once)."""
+
+    def __init__(self, target, families: dict, vocab: list[int] | None):
+        self.target, self.families, self.vocab = target, families, vocab
+
+    def use(self, family: str | None, vocab: str):
+        t = self.target
+        if family is not None:
+            t.mtp, t.config = self.families[family]
+        t.set_draft_vocab(self.vocab if vocab == "reduced" else None)
+        return t
+
+
+def contenders(heads: Heads, rows: list[Row], m: int) -> dict:
+    t = heads.target
+
+    def run(row: Row):
+        if row.method == "hf-generate":
+            return lambda ids: generate_ids(t.hf, ids, m)
+        if row.method == "hf-lookup":
+            return lambda ids: generate_ids(t.hf, ids, m, prompt_lookup_num_tokens=row.k - 1)
+        return lambda ids: decode_with(row.method, heads.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k)
+    return {r.label: run(r) for r in rows}
+
+
+def acceptance_table(traces: list, cats: list[str]) -> dict:
+    """Acceptance by draft position (unconditional: accepted at position i over drafting steps), pooled and per
+    category, each with its counts and 95% Wilson interval."""
+    def pool(ts):
+        steps = sum(t.num_drafts for t in ts)
+        n = max((len(t.accepted_per_position) for t in ts), default=0)
+        acc = [sum(t.accepted_per_position[i] for t in ts if len(t.accepted_per_position) > i) for i in range(n)]
+        return {"steps": steps, "accepted": acc, "rate": [a / max(1, steps) for a in acc],
+                "interval": [list(wilson(a, steps)) for a in acc]}
+    out = {"pooled": pool(traces)}
+    for c in dict.fromkeys(cats):
+        out[c] = pool([t for t, cc in zip(traces, cats) if cc == c])
+    return out
+
+
+def _split(traces: list) -> dict:
+    """Milliseconds per step in target forwards, the drafter and the rest, summed over the decodes."""
+    tot = {"target_s": 0.0, "draft_s": 0.0, "overhead_s": 0.0, "steps": 0}
+    for t in traces:
+        s = t.time_split()
+        n = s["steps"]
+        tot["steps"] += n
+        for key in ("target_s", "draft_s", "overhead_s"):
+            tot[key] += s[key] * n
+    n = max(1, tot["steps"])
+    return {"target_ms": 1e3 * tot["target_s"] / n, "draft_ms": 1e3 * tot["draft_s"] / n,
+            "overhead_ms": 1e3 * tot["overhead_s"] / n}
+
+
+def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list[Row], m: int, rounds: int,
+          bar=None) -> dict:
+    """The race and what is read off its first round (module docstring)."""
+    if rows[0].label != "AR":
+        rows = [ROWS[0]] + [r for r in rows if r.label != "AR"]
+    res = race(contenders(heads, rows, m), prompts, baseline="AR", rounds=rounds, device=heads.target.wte.weight.device,
+               warmup=lambda _n, fn: fn(prompts[0][:8]), bar=bar)
+    hf_label = "transformers generate"
+    out = []
+    for r in rows:
+        sp = res.speedup(r.label)
+        traces = [o for o in res.outputs[r.label] if hasattr(o, "steps")]
+        toks = res.tokens[r.label]
+        row = {"label": r.label, "method": r.method, "family": r.family, "k": r.k, "draft_vocab": r.vocab,
+               "speedup": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"], "rounds": sp["rounds"],
+               "identical_to_ar": res.identical(r.label), "prompts": len(prompts),
+               "looping": sum(loop_period(t) is not None for t in toks)}
+        if hf_label in res.tokens:
+            row["identical_to_generate"] = sum(a == b for a, b in zip(toks, res.tokens[hf_label]))
+        if traces:
+            row["tokens_per_forward"] = sum(len(t.tokens) for t in traces) / max(1, sum(t.forwards for t in traces))
+            row["split"] = _split(traces)
+            if r.method not in ("ar",):
+                row["acceptance"] = acceptance_table(traces, cats)
+        out.append(row)
+    return {"rows": out, "valid": res.valid, "verdict": res.verdict(), "others_cores": res.others_cores,
+            "machine": res.machine, "rounds": rounds, "m": m, "prompts": len(prompts),
+            "categories": sorted(set(cats)),
+            "ar_ms_per_token": 1e3 * statistics.median(res.round_totals("AR")) / (len(prompts) * m)}
+
+
+def load_heads_all(name: str, device) -> Heads:
+    """The model with every head family the lab ships for it, and its draft vocabulary."""
+    target = load_hf(name, device=device)
+    fams = {}
+    for fam in ("deepseek", "stern"):
+        p = shipped_heads(name, fam)
+        if p is not None:
+            load_heads(target, p)
+            fams[fam] = (target.mtp, target.config)
+    return Heads(target, fams, shipped_vocab(name))
+
+
+def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Row]:
+    rows = [r for r in ROWS if r.family is None or r.family in heads.families]
+    rows = [r for r in rows if r.vocab == "full" or heads.vocab is not None]
+    if quick:
+        rows = [r for r in rows if r.label in QUICK]
+    if only:
+        want = [s.strip() for s in only.split(";") if s.strip()]
+        bad = [w for w in want if w not in {r.label for r in ROWS}]
+        if bad:
+            raise MtplabError(f"no bench real row named {bad[0]!r}; choose among: {'; '.join(r.label for r in ROWS)}")
+        rows = [r for r in rows if r.label in want or r.label == "AR"]
+    return rows

