@@ -27,6 +27,7 @@ from mtplab.decoding.loop import speculative
 from mtplab.device import now
 from mtplab.device import pick
 from mtplab.errors import MtplabError
+from mtplab.measuring.race import race
 
 
 BASE = "HF generate, greedy"
@@ -109,33 +110,29 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
             raise MtplabError(f"no peer row named {unknown[0]!r}; choose among {', '.join(table)}")
         table = {n: v for n, v in table.items() if n == BASE or n in only}
     counter = _Counter(target.hf)
+    forwards = {label: 0 for label in table}
+
+    def contender(label, fn):
+        def run(p):
+            counter.n = 0
+            toks = fn(p, m)
+            forwards[label] += counter.n
+            return toks
+        return run
     try:
-        for _, fn in table.values():  # warm-up
-            fn(prompts[0], 4)
-        walls = {label: [] for label in table}
-        forwards = {label: 0 for label in table}
-        outputs: dict[str, list] = {label: [] for label in table}
-        for r in range(repeats):
-            for p in prompts:
-                for label, (_, fn) in table.items():
-                    counter.n = 0
-                    t0 = now(dev)
-                    toks = fn(p, m)
-                    walls[label].append(now(dev) - t0)
-                    if r == 0:
-                        forwards[label] += counter.n
-                        outputs[label].append(toks)
+        res = race({label: contender(label, fn) for label, (_, fn) in table.items()}, prompts, baseline=BASE,
+                   rounds=repeats, device=dev, warmup=lambda label, _r: table[label][1](prompts[0], 4))
     finally:
         counter.handle.remove()
     n = len(prompts)
-    base = BASE
-    rounds = {label: [sum(walls[base][i * n:(i + 1) * n]) / sum(w[i * n:(i + 1) * n]) for i in range(repeats)]
-              for label, w in walls.items()}
-    return [{"method": label, "who": who, "tokens_per_forward": m * n / max(1, forwards[label]),
-             "speedup_vs_hf_greedy": statistics.median(rounds[label]), "speedup_min": min(rounds[label]),
-             "speedup_max": max(rounds[label]),
-             "identical_to_hf_greedy": sum(a == b for a, b in zip(outputs[label], outputs[base])), "prompts": n}
-            for label, (who, _) in table.items()]
+    rows = []
+    for label, (who, _) in table.items():
+        sp = res.speedup(label)
+        rows.append({"method": label, "who": who, "tokens_per_forward": m * n * repeats / max(1, forwards[label]),
+                     "speedup_vs_hf_greedy": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"],
+                     "identical_to_hf_greedy": res.identical(label), "prompts": n, "valid": res.valid,
+                     "verdict": res.verdict()})
+    return rows
 
 
 def _loop_code(f) -> bool:

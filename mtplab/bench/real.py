@@ -7,9 +7,12 @@ from __future__ import annotations
 import torch
 
 from mtplab.bench.report import _md, _write
-from mtplab.device import machine, machine_line, pick
+from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
+from mtplab.hf import kernels
 from mtplab.hf.real import chat_ids
+from mtplab.measuring.timing import measure_cost_curve
+from mtplab.model import checkpoint
 
 
 def table(rec: dict) -> str:
@@ -18,7 +21,8 @@ def table(rec: dict) -> str:
         acc = r.get("acceptance", {}).get("pooled")
         first = f"{acc['rate'][0]:.2f} ({acc['interval'][0][0]:.2f}-{acc['interval'][0][1]:.2f})" if acc else "-"
         sp = r.get("split")
-        lines.append({"row": r["label"], "tokens/forward": f"{r.get('tokens_per_forward', float('nan')):.2f}",
+        tpf = r.get("tokens_per_forward")
+        lines.append({"row": r["label"], "tokens/forward": f"{tpf:.2f}" if tpf is not None else "-",
                       "vs AR (range)": f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})",
                       "1st draft accepted (95%)": first,
                       "step ms: target / draft / rest": (f"{sp['target_ms']:.0f} / {sp['draft_ms']:.0f} / "
@@ -27,6 +31,30 @@ def table(rec: dict) -> str:
                       "= generate": f"{r.get('identical_to_generate', '-')}/{r['prompts']}"})
     cols = list(lines[0]) if lines else []
     return _md(lines, cols)
+
+
+def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
+    """t(q)/t(1) of the real model beside the classroom model (ntp, 12 x 256), at each thread count: the regime
+    on a model no laptop cache holds, against one that a large cache does."""
+    classroom = checkpoint.load("ntp")
+    qs, reps = ((1, 2, 4), 3) if quick else ((1, 2, 4, 8), 7)
+    out: dict = {}
+    saved = torch.get_num_threads()
+    try:
+        for n in threads:
+            torch.set_num_threads(n)
+            for name, model in (("smollm2", target), ("smollm2, streamed head", target), ("ntp", classroom)):
+                if "streamed" in name:
+                    kernels.streamed(target.hf, min_bytes=8 << 20)
+                try:
+                    c = measure_cost_curve(model, qs, context=128, repeats=reps)
+                finally:
+                    kernels.plain(target.hf)
+                out.setdefault(str(n), {})[name] = {"t1_ms": 1e3 * c.seconds[1],
+                                                    "ratio": {str(q): r for q, r in c.ratio.items()}}
+    finally:
+        torch.set_num_threads(saved)
+    return out
 
 
 def run_real(a) -> dict:
@@ -56,9 +84,13 @@ def run_real(a) -> dict:
     finally:
         torch.set_num_threads(saved)
     rec = {"model": "smollm2", "m": m, "prompts_per_category": per_cat, "threads": studies,
-           "machine": machine(pick(a.device))}
+           "machine": machine(pick(a.device)), "cost_curves": cost_curves(heads.target, threads, quick=a.quick)}
     md = "\n\n".join(f"### {n} thread{'s' if n != '1' else ''}\n\n{table(s)}\n\n{s['verdict']}"
                      for n, s in studies.items())
+    md += "\n\n### t(q)/t(1)\n\n" + "\n".join(
+        f"- {n} thread(s), {name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(f"t({q})/t(1) = {r:.2f}"
+                                                                         for q, r in c["ratio"].items() if q != "1")
+        for n, d in rec["cost_curves"].items() for name, c in d.items())
     name = "real-quick" if a.quick else "real"
-    _write(a.out, name, rec, md + "\n\n" + machine_line(pick(a.device)), device=pick(a.device))
+    _write(a.out, name, rec, md, device=pick(a.device))
     return rec
