@@ -227,13 +227,14 @@ def test_timing_is_the_median_of_interleaved_repeats_with_its_range(models):
 def test_the_lab_syncs_the_device_before_every_clock_read(models, monkeypatch):
     """On a GPU a forward returns before its kernels finish: each of the lab's own clock reads comes after a
     sync of the decode's device (counted here with a fake sync on the CPU)."""
+    import mtplab.device as device_mod
     calls = []
-    monkeypatch.setattr(lab_state, "sync", lambda dev: calls.append(str(dev)))
+    monkeypatch.setattr(device_mod, "sync", lambda dev: calls.append(str(dev)))
     reads = []
-    real = lab_state.time.perf_counter  # the lab's own clock only (the loop's Clock has its own sync)
-    monkeypatch.setattr(lab_state, "time", types.SimpleNamespace(perf_counter=lambda: reads.append(len(calls)) or real()))
+    real = device_mod.time.perf_counter  # the one clock (mtplab.device.now), used by the race and the loop alike
+    monkeypatch.setattr(device_mod, "time", types.SimpleNamespace(perf_counter=lambda: reads.append(len(calls)) or real()))
     st = lab_state.run_all(state(repeats=2), models)
-    assert st.error == "" and len(reads) == 2 * 4  # two clock reads a decode, 2 pairs
+    assert st.error == "" and len(reads) >= 2 * 4  # at least two clock reads a decode, 2 pairs
     assert all(n > 0 for n in reads) and reads == sorted(reads)
     assert len(calls) == len(reads) and set(calls) == {"cpu"}  # one sync right before every read
 

@@ -114,11 +114,46 @@ def domain_table() -> str:
                    f"{r['identical']}/{r['prompts']} |" for r in d["rows"]])
 
 
+def real_table() -> str:
+    d = _record("real", "bench real")
+    if isinstance(d, str):
+        return d
+    parts = []
+    for n, st in d["threads"].items():
+        intro = (f"`docs/bench/real.md`, {n} thread{'s' if n != '1' else ''}: SmolLM2-135M-Instruct, greedy, fp32, "
+                 f"{st['prompts']} held-out chat prompts ({d['prompts_per_category']} per category), m = {d['m']}, "
+                 f"{st['rounds']} interleaved rounds, medians; {st['verdict'].split(':')[0]}; measured on "
+                 f"{_machine({'machine': st['machine']})}; AR: {st['ar_ms_per_token']:.1f} ms per token.")
+        rows = []
+        for r in st["rows"]:
+            acc = r.get("acceptance", {}).get("pooled")
+            first = (f"{acc['rate'][0]:.2f} ({acc['interval'][0][0]:.2f}-{acc['interval'][0][1]:.2f}), n = "
+                     f"{acc['steps']}" if acc else "-")
+            sp = r.get("split")
+            rows.append(f"| {r['label']} | {_f(r.get('tokens_per_forward'))} | {r['speedup']:.2f}x "
+                        f"({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {first} | "
+                        + (f"{sp['target_ms']:.0f} / {sp['draft_ms']:.1f} / {sp['overhead_ms']:.1f}" if sp else "-")
+                        + f" | {r['looping']} | {r['identical_to_ar']}/{r['prompts']} | "
+                        f"{r.get('identical_to_generate', '-')}/{r['prompts']} |")
+        parts.append(_table(intro, ["row", "tokens per forward", "wall clock vs AR (range)",
+                                    "1st draft accepted (95%)", "step ms: target / drafter / rest", "looping",
+                                    "= AR", "= generate"], rows))
+    curves = []
+    for n, by in d.get("cost_curves", {}).items():
+        for name, c in by.items():
+            curves.append(f"| {n} | {name} | {c['t1_ms']:.1f} | " + " | ".join(
+                _f(c["ratio"].get(q)) for q in ("2", "4", "8")) + " |")
+    if curves:
+        parts.append(_table("Its cost curve beside the classroom model's (`ntp`, 12 x 256), same machine:",
+                            ["threads", "model", "t(1) ms", "t(2)/t(1)", "t(4)/t(1)", "t(8)/t(1)"], curves))
+    return "\n\n".join(parts)
+
+
 def section() -> str:
     parts = [START, "#### Decoding, one thread", "", decode_table("decode"), "", "#### Decoding, two threads", "",
              decode_table("decode-2threads"), "", "#### The regime map", "", regime_table(), "",
              "#### Beside Hugging Face's generate", "", peers_table(), "", "#### Code against prose", "",
-             domain_table(), END]
+             domain_table(), "", "#### A real model: SmolLM2-135M-Instruct", "", real_table(), END]
     return "\n".join(parts)
 
 

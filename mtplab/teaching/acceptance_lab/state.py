@@ -30,7 +30,6 @@ A step's tokens, in the order they were committed (the words are defined in docs
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,9 +42,10 @@ from mtplab.decoding.checks import check_k
 from mtplab.decoding.drafters import METHODS, method as get_method
 from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.decoding.trace import Trace
-from mtplab.device import describe, pick, sync
+from mtplab.device import describe, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import chat_ids, shipped_heads
+from mtplab.measuring.race import race
 from mtplab.measuring.speedup import read_decode_bench
 from mtplab.model import checkpoint as ckpt
 from mtplab.paths import DECODE_JSON, REAL_NAMES
@@ -92,6 +92,7 @@ class LabState:
     model_k: int | None = None       # generate.max_k for the loaded checkpoint (None: no limit)
     walls: dict | None = None        # {"ar": [s, ...], method: [s, ...]}: one synced wall time per repeat
     splits: dict | None = None       # {"ar": decode_split, method: decode_split}: medians over the repeats
+    busy: str | None = None          # the race's busy-machine verdict: why its timings are not valid here
     probes: tuple = ()               # one Probe (or None) per step of `trace`
     label: Callable[[int], str] = token_repr  # prints one token of the loaded model's vocabulary
     detok: Callable[[list[int]], str] = decode_bytes  # token ids -> text, with the loaded model's tokenizer
@@ -120,7 +121,7 @@ class LabState:
         return Trace(method=t.method, prompt=t.prompt, steps=t.steps[:self.shown], k=t.k, schedule=t.schedule)
 
 
-_DROP = dict(trace=None, baseline=None, shown=0, error="", walls=None, splits=None, probes=())
+_DROP = dict(trace=None, baseline=None, shown=0, error="", walls=None, splits=None, probes=(), busy=None)
 
 
 def configure(state: LabState, **settings) -> LabState:
@@ -401,16 +402,6 @@ def recorded_decode(method: str, model, ids: list[int], *, k: int, max_new_token
     return trace, probes_for(trace, rec.seen)
 
 
-def timed(device, fn):
-    """(result, seconds): the clock is read after syncing the device, before and after, so that on a GPU it
-    times the work and not only the kernel launches."""
-    sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    sync(device)
-    return out, time.perf_counter() - t0
-
-
 def _median_split(traces: list[Trace]) -> dict[str, float]:
     parts = [decode_split(t) for t in traces]
     return {k: statistics.median(p[k] for p in parts) for k in parts[0]}
@@ -434,26 +425,30 @@ def decode(state: LabState, models: ModelCache) -> LabState:
                               f"(at most {limit})")
         models.warm(state.method, model, k=state.k, draft_model=draft)
         models.warm("ar", model, k=1)
-        (trace, probes), wall = timed(dev, lambda: recorded_decode(state.method, model, ids, k=state.k,
-                                                                   draft_model=draft, **opts))
-        if not get_method(state.method).speculative:
-            baseline, walls, runs = trace, {"ar": [wall]}, {"ar": [trace]}
-        else:
-            baseline, wall_ar = timed(dev, lambda: generate.decode_with("ar", model, ids, **opts))
-            walls, runs = {"ar": [wall_ar], state.method: [wall]}, {"ar": [baseline], state.method: [trace]}
-            for _ in range(state.repeats - 1):  # interleaved: AR right beside the method, every repeat
-                for who, run in (("ar", lambda: generate.decode_with("ar", model, ids, **opts)),
-                                 (state.method, lambda: generate.decode_with(state.method, model, ids, k=state.k,
-                                                                             draft_model=draft, **opts))):
-                    t, s = timed(dev, run)
-                    walls[who].append(s)
-                    runs[who].append(t)
+        first: list = []
+
+        def method_run(_):
+            if not first:  # round 0 keeps the accept rule's inputs for the step view
+                tr, pr = recorded_decode(state.method, model, ids, k=state.k, draft_model=draft, **opts)
+                first.append(pr)
+                return tr
+            return generate.decode_with(state.method, model, ids, k=state.k, draft_model=draft, **opts)
+        contenders = {"ar": lambda _: generate.decode_with("ar", model, ids, **opts)}
+        if get_method(state.method).speculative:
+            contenders[state.method] = method_run
+        res = race(contenders, [ids], baseline="ar", rounds=state.repeats, device=dev, warmup=lambda *_: None)
+        walls = {who: [r[0] for r in res.seconds[who]] for who in contenders}
+        runs = {who: [res.outputs[who][0]] for who in contenders}
+        baseline = res.outputs["ar"][0]
+        trace = res.outputs[state.method][0] if state.method in contenders else baseline
+        probes = first[0] if first else tuple(None for _ in trace.steps)
+        busy = res.busy
     except MtplabError as e:
         return replace(state, **{**_DROP, "error": str(e)})
     return replace(state, trace=trace, baseline=baseline, shown=0, error="", device_name=describe(dev),
                    checkpoint_name=name, model_k=limit, label=getattr(model, "token_repr", token_repr),
                    detok=getattr(model, "decode", decode_bytes), walls=walls,
-                   splits={who: _median_split(ts) for who, ts in runs.items()}, probes=probes)
+                   splits={who: _median_split(ts) for who, ts in runs.items()}, probes=probes, busy=busy)
 
 
 def step(state: LabState, models: ModelCache, n: int = 1) -> LabState:

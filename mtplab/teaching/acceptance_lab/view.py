@@ -342,7 +342,9 @@ class AcceptanceLab:
     def render(self):
         s = self.state
         self._sync_controls()
-        self.note.value = f"<div style='color:#555'>note: {html.escape(s.note)}</div>" if s.note else ""
+        notes = [n for n in (s.note, f"timings not valid here: the machine was busy ({s.busy}); close other work and "
+                                     "press Reset, or read the shipped record" if s.busy else "") if n]
+        self.note.value = "".join(f"<div style='color:#555'>note: {html.escape(n)}</div>" for n in notes)
         self.tokens.value = tokens_html(s, projector=self.projector)
         scale, dpi = (1.5, 110) if self.projector else (1.0, 80)
         k = s.k if isinstance(s.k, int) and not isinstance(s.k, bool) else 2
