@@ -138,6 +138,12 @@ def real_table() -> str:
         parts.append(_table(intro, ["row", "tokens per forward", "wall clock vs AR (range)",
                                     "1st draft accepted (95%)", "step ms: target / drafter / rest", "looping",
                                     "= AR", "= generate"], rows))
+        low = [r for r in st["rows"] if "vs_ar_same_dtype" in r]
+        if low:
+            parts.append("The bf16 rows trade exactness for speed: " + "; ".join(
+                f"{r['label']} is {r['vs_ar_same_dtype']:.2f}x AR in bf16 and gives AR's fp32 tokens on "
+                f"{r['identical_to_ar']} of {r['prompts']} prompts (AR in bf16's on {r['identical_to_ar_same_dtype']})"
+                for r in low) + ".")
     curves = []
     for n, by in d.get("cost_curves", {}).items():
         for name, c in by.items():

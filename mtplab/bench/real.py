@@ -79,7 +79,7 @@ def run_real(a) -> dict:
     try:
         for n in threads:
             torch.set_num_threads(n)
-            use = rows if n == 1 else [r for r in rows if r.label in QUICK or r.method == "ar"]
+            use = rows if n == 1 else [r for r in rows if r.label in QUICK or r.label == "AR"]
             studies[str(n)] = study(heads, prompts, cats, rows=use, m=m, rounds=rounds)
     finally:
         torch.set_num_threads(saved)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import torch
+
 from mtplab.decoding.generate import decode_with
 from mtplab.errors import MtplabError
 from mtplab.hf.real import shipped_heads, shipped_vocab
@@ -29,6 +31,7 @@ class Row:
     family: str | None    # the head family the method drafts with
     k: int | None
     vocab: str = "full"   # the drafts' vocabulary: full or reduced
+    dtype: str = "fp32"   # bf16: the faster mode that trades exactness (its AR is another model; mismatches counted)
 
 
 ROWS = [
@@ -43,15 +46,24 @@ ROWS = [
     Row("DeepSeek D=1 reused, k=4, reduced vocab", "deepseek-reuse", "deepseek", 4, "reduced"),
     Row("Stern K=4, k=4", "blockwise-overlap", "stern", 4),
     Row("Stern K=4, k=4, reduced vocab", "blockwise-overlap", "stern", 4, "reduced"),
+    Row("AR, bf16", "ar", None, None, dtype="bf16"),
+    Row("DeepSeek D=1 reused, k=4, reduced vocab, bf16", "deepseek-reuse", "deepseek", 4, "reduced", "bf16"),
 ]
 QUICK = ("AR", "transformers generate", "DeepSeek D=1, k=2, reduced vocab", "DeepSeek D=1 reused, k=4, reduced vocab")
 
 
 class Heads:
-    """One target with every shipped head family, swapped in per call (the trunk is loaded once)."""
+    """One target with every shipped head family, swapped in per call (the trunk is loaded once); `bf16`: the same
+    in bf16, for the rows of the faster mode, loaded on first use."""
 
-    def __init__(self, target, families: dict, vocab: list[int] | None):
-        self.target, self.families, self.vocab = target, families, vocab
+    def __init__(self, target, families: dict, vocab: list[int] | None, name: str = "smollm2"):
+        self.target, self.families, self.vocab, self.name = target, families, vocab, name
+        self._bf16: Heads | None = None
+
+    def bf16(self) -> "Heads":
+        if self._bf16 is None:
+            self._bf16 = load_heads_all(self.name, self.target.wte.weight.device, dtype=torch.bfloat16)
+        return self._bf16
 
     def use(self, family: str | None, vocab: str):
         t = self.target
@@ -65,6 +77,9 @@ def contenders(heads: Heads, rows: list[Row], m: int) -> dict:
     t = heads.target
 
     def run(row: Row):
+        if row.dtype == "bf16":
+            low = heads.bf16()
+            return lambda ids: decode_with(row.method, low.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k)
         if row.method == "hf-generate":
             return lambda ids: generate_ids(t.hf, ids, m)
         if row.method == "hf-lookup":
@@ -116,9 +131,14 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
         traces = [o for o in res.outputs[r.label] if hasattr(o, "steps")]
         toks = res.tokens[r.label]
         row = {"label": r.label, "method": r.method, "family": r.family, "k": r.k, "draft_vocab": r.vocab,
+               "dtype": r.dtype,
                "speedup": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"], "rounds": sp["rounds"],
                "identical_to_ar": res.identical(r.label), "prompts": len(prompts),
                "looping": sum(loop_period(t) is not None for t in toks)}
+        if r.dtype == "bf16" and "AR, bf16" in res.tokens:  # against AR of the same (bf16) model too
+            row["vs_ar_same_dtype"] = statistics.median(
+                b / max(1e-12, c) for b, c in zip(res.round_totals("AR, bf16"), res.round_totals(r.label)))
+            row["identical_to_ar_same_dtype"] = sum(a == b for a, b in zip(toks, res.tokens["AR, bf16"]))
         if hf_label in res.tokens:
             row["identical_to_generate"] = sum(a == b for a, b in zip(toks, res.tokens[hf_label]))
         if traces:
@@ -133,16 +153,16 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
             "ar_ms_per_token": 1e3 * statistics.median(res.round_totals("AR")) / (len(prompts) * m)}
 
 
-def load_heads_all(name: str, device) -> Heads:
+def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
     """The model with every head family the lab ships for it, and its draft vocabulary."""
-    target = load_hf(name, device=device)
+    target = load_hf(name, device=device, dtype=dtype)
     fams = {}
     for fam in ("deepseek", "stern"):
         p = shipped_heads(name, fam)
         if p is not None:
             load_heads(target, p)
             fams[fam] = (target.mtp, target.config)
-    return Heads(target, fams, shipped_vocab(name))
+    return Heads(target, fams, shipped_vocab(name), name)
 
 
 def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Row]:

@@ -1,5 +1,6 @@
 """WHAT IT COSTS AND HOW OFTEN DRAFTS SURVIVE: numbers read from decodes and forwards, no pictures.
 
+* `race`: the lab's one race of contenders (interleaved rounds, synced clock) and its busy-machine guard
 * `theory`: forward counts, expected tokens per step and its inverse, the predicted speedup
 * `acceptance`: the acceptance conventions, converted into each other, with Wilson intervals
 * `teacher_forced`: acceptance without decoding; two models' agreement position by position

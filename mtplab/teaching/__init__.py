@@ -8,6 +8,7 @@
 * `acceptance_lab` (05): the widget, as pure state, an ipywidgets view and the exercises
 * `sampling` (06): exact counts of what the accept rule emits, chi-square against the target; two checkers
 * `find_the_bug` (08): eight accept rules, six with a planted bug, and the test that finds them
+* `real` (01, 05, 09): SmolLM2 in the notebooks: its cost curve, its projection's cost, live races, word pieces
 * `peers` (10): your own Hugging Face model, the peer table's pairs on the same drafts, code against prose; a checker
 
 Imported only by notebooks and tests. May import every layer below (`hf` lazily, for the widget's own-model
