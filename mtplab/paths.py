@@ -19,3 +19,20 @@ HF_DIR = DATA_DIR / "hf"                                 # the lab's own Hugging
 PEERS_JSON = BENCH_DIR / "peers.json"                    # `bench peers`' record, read by notebook 10
 DOMAIN_JSON = BENCH_DIR / "domain.json"                  # `bench domain`'s record, read by notebook 10
 REAL_NAMES = ("smollm2",)                                # real models installed from a package (mtplab.hf.real)
+
+SHIPPED = (SHIPPED_DIR, HF_DIR)                          # what the lab ships: never replaced by a run's --out
+
+
+def shipped_folder(path) -> Path | None:
+    """The shipped folder that `path` is or lies in (data/checkpoints, data/hf), or None. Writing there needs the
+    opt-in MTPLAB_WRITE_SHIPPED=1."""
+    p = Path(path).resolve()
+    for d in SHIPPED:
+        d = d.resolve()
+        if p == d or d in p.parents:
+            return d
+    return None
+
+
+def may_write_shipped() -> bool:
+    return os.environ.get("MTPLAB_WRITE_SHIPPED") == "1"

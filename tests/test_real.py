@@ -233,3 +233,22 @@ def test_the_acceptance_lab_takes_smollm2_with_its_shipped_heads(smollm2):
     assert st.trace.tokens == ar.trace.tokens
     assert "<|im_start|>user" in st.detok(st.trace.prompt)
     assert any(len(t.label) > 1 for r in st.records for t in r.tokens)  # word pieces, not bytes
+
+
+@pytest.mark.parametrize("where", ["checkpoints", "hf", "hf/smollm2", "hf/mtplab-llama"])
+def test_shipped_folders_are_protected_from_runs(where, monkeypatch):
+    """One rule for everything the lab ships: a run's --out inside data/checkpoints or data/hf is refused unless
+    MTPLAB_WRITE_SHIPPED=1 says so (train, train --hf and train-hf-model all check --out through runs.check_out)."""
+    from mtplab import paths
+    from mtplab.training import runs
+    monkeypatch.delenv("MTPLAB_WRITE_SHIPPED", raising=False)
+    with pytest.raises(MtplabError, match="which the lab ships.*MTPLAB_WRITE_SHIPPED=1"):
+        runs.check_out(paths.DATA_DIR / where, "x", resume=False, overwrite=True)
+    assert paths.shipped_folder(paths.DATA_DIR.parent / "runs") is None
+
+
+def test_shipping_heads_needs_the_opt_in(monkeypatch, tmp_path):
+    from mtplab.hf import distill
+    monkeypatch.delenv("MTPLAB_WRITE_SHIPPED", raising=False)
+    with pytest.raises(MtplabError, match="MTPLAB_WRITE_SHIPPED=1"):
+        distill.ship(None, distill.Work(tmp_path), real.REAL_MODELS["smollm2"])

@@ -511,7 +511,7 @@ def test_hf_train_goes_through_the_run_directory(hfdirs, tmp_path, capsys, monke
     refused(capsys, f"--out {tmp_path} already holds a run 'stern-k2' (stern-k2.safetensors, stern-k2.state.json); "
             "pass --resume", *hf, "--out", tmp_path)
     assert (tmp_path / "stern-k2.safetensors").read_bytes() == before
-    refused(capsys, "is the shipped checkpoint directory; train into another --out", *hf, "--out", ckpt.SHIPPED_DIR)
+    refused(capsys, "which the lab ships; train into another --out", *hf, "--out", ckpt.SHIPPED_DIR)
     rc, _ = main(capsys, *hf, "--out", tmp_path / "dot", "--name", "my-run")
     rc2, _ = main(capsys, *hf, "--out", tmp_path / "dot", "--name", "my-run.v2")
     assert rc == rc2 == 0

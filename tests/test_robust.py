@@ -61,7 +61,7 @@ def test_shipped_checkpoints_are_never_written_by_accident(monkeypatch):
     listing = sorted((p.name, p.stat().st_mtime_ns) for p in ckpt.SHIPPED_DIR.iterdir())
     monkeypatch.delenv("MTPLAB_WRITE_SHIPPED", raising=False)
     for kw in ({}, {"overwrite": True}):
-        with pytest.raises(MtplabError, match="is the shipped checkpoint directory"):
+        with pytest.raises(MtplabError, match="which the lab ships"):
             fit(steps=2, out=ckpt.SHIPPED_DIR, **kw, **TINY)
     assert sorted((p.name, p.stat().st_mtime_ns) for p in ckpt.SHIPPED_DIR.iterdir()) == listing
 

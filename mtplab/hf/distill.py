@@ -30,7 +30,7 @@ from mtplab.errors import MtplabError
 from mtplab.model.checkpoint import atomic_write, atomic_write_text, read_json
 from mtplab.device import machine
 from mtplab.hf.real import REAL_MODELS, real_model
-from mtplab.paths import DATA_DIR
+from mtplab.paths import DATA_DIR, may_write_shipped
 from mtplab.training.steps import autocast_context, lr_at
 
 HELDOUT = DATA_DIR / "prompts" / "heldout.json"
@@ -563,6 +563,8 @@ def ship(target, work: Work, rm, *, log=None) -> None:
     of how they were made (tokens, steps, CPU time, the machine, the agreement history)."""
     from mtplab.hf.target import save_heads
     out = rm.heads_dir
+    if not may_write_shipped():
+        raise MtplabError(f"ship replaces what the lab ships in {out}; set MTPLAB_WRITE_SHIPPED=1 to do it on purpose")
     out.mkdir(parents=True, exist_ok=True)
     vocab = load_vocab(work, RECIPE["vocab"])
     record = {"model": rm.name, "package": f"{rm.package}=={rm.version}", "gguf_sha256": rm.gguf_sha256,

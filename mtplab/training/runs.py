@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from mtplab.paths import may_write_shipped, shipped_folder
 from mtplab.model import checkpoint as ckpt
 from mtplab.errors import MtplabError
 
@@ -47,8 +48,9 @@ def paths(out: Path, name: str) -> dict[str, Path]:
 
 def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
     """Refuse an unusable --out, the shipped checkpoints, or a run already there, before training starts."""
-    if out.resolve() == ckpt.SHIPPED_DIR.resolve() and os.environ.get("MTPLAB_WRITE_SHIPPED") != "1":
-        raise MtplabError(f"--out {out} is the shipped checkpoint directory; train into another --out and copy "
+    shipped = shipped_folder(out)
+    if shipped is not None and not may_write_shipped():
+        raise MtplabError(f"--out {out} is inside {shipped}, which the lab ships; train into another --out and copy "
                           "the files (or set MTPLAB_WRITE_SHIPPED=1 to write there on purpose)")
     if out.exists() and not out.is_dir():
         raise MtplabError(f"--out {out} is a file, not a directory; choose a directory")
