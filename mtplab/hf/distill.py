@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from mtplab.errors import MtplabError
 from mtplab.model.checkpoint import atomic_write, atomic_write_text, read_json
-from mtplab.device import machine
+from mtplab.device import machine, pick
 from mtplab.hf.real import REAL_MODELS, real_model
 from mtplab.paths import DATA_DIR, may_write_shipped
 from mtplab.training.steps import autocast_context, lr_at
@@ -330,7 +330,7 @@ class TrunkCache:
     def tokens(self) -> int:
         return sum(len(r["tokens"]) - r["prompt_len"] for r in self.rows)
 
-    def batch(self, idx: list[int]) -> dict:
+    def batch(self, idx: list[int], device="cpu") -> dict:
         rows = [self.rows[i] for i in idx]
         T = max(len(r["tokens"]) for r in rows)
         C = rows[0]["hidden"].shape[-1]
@@ -344,7 +344,7 @@ class TrunkCache:
             out["top_i"][b, :n] = r["top_i"]
             out["top_p"][b, :n] = r["top_p"]
             out["answer"][b, r["prompt_len"]:n] = True  # positions whose token is part of the answer
-        return out
+        return {k: v.to(device) for k, v in out.items()}
 
 
 def sub_vocab_index(vocab: torch.Tensor, V: int) -> torch.Tensor:
@@ -412,7 +412,9 @@ def fit_heads(target, cache: TrunkCache, vocab: torch.Tensor, *, heads: str, n_d
     native. `run` (a `HeadsRun`) saves and resumes. Returns the history (per-depth agreement on held-back rows)."""
     torch.manual_seed(seed)
     target.attach(heads, n_depths)
-    where = sub_vocab_index(vocab, target.config.vocab_size)
+    dev = target.wte.weight.device
+    vocab = vocab.to(dev)
+    where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
     gen = random.Random(seed)
     order = list(range(len(cache.rows)))
     gen.shuffle(order)
@@ -422,7 +424,6 @@ def fit_heads(target, cache: TrunkCache, vocab: torch.Tensor, *, heads: str, n_d
     start, history = 0, []
     if run is not None:
         start, history = run.restore(target, opt)
-    dev = torch.device("cpu")
     t0 = time.perf_counter()
     for step in range(start, steps):
         for g in opt.param_groups:
@@ -431,7 +432,7 @@ def fit_heads(target, cache: TrunkCache, vocab: torch.Tensor, *, heads: str, n_d
         if (step * batch_size) // len(train) != ((step + 1) * batch_size) // len(train):
             gen.shuffle(train)
         with autocast_context(dev, "auto"):
-            res = head_losses(target, cache.batch(idx), where, vocab, unroll=unroll)
+            res = head_losses(target, cache.batch(idx, dev), where, vocab, unroll=unroll)
         loss = sum(w * r[0] for w, r in zip(weights, res))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -458,7 +459,7 @@ def evaluate_heads(target, cache: TrunkCache, rows: list[int], where, vocab, *, 
     """Teacher-forced agreement of each depth with the target's argmax on held-back cached rows."""
     tot = None
     for i in range(0, len(rows), 8):
-        res = head_losses(target, cache.batch(rows[i:i + 8]), where, vocab, unroll=unroll)
+        res = head_losses(target, cache.batch(rows[i:i + 8], target.wte.weight.device), where, vocab, unroll=unroll)
         hits = torch.stack([r[1] for r in res]).float()
         tot = hits if tot is None else tot + hits
     return [float(h / max(1.0, n)) for h, n in tot.tolist()] if tot is not None else []
@@ -506,10 +507,13 @@ def load_vocab(work: Work, n: int) -> torch.Tensor:
 RECIPE = {"n_magpie": 320, "n_template": 1120, "max_new_tokens": 128, "answer_batch": 24, "vocab": 8192,
           "heads": {"deepseek": {"n_depths": 2, "steps": 1200, "batch_size": 8, "lr": 1e-3, "unroll": 3},
                     "stern": {"n_depths": 4, "steps": 1200, "batch_size": 8, "lr": 1e-3, "unroll": 3}}}
+# on a GPU the same stages take minutes: more prompts, larger batches, more steps (same vocabulary size)
+GPU_RECIPE = {**RECIPE, "n_magpie": 2000, "n_template": 8000, "answer_batch": 256,
+              "heads": {f: {**o, "steps": 4000, "batch_size": 32} for f, o in RECIPE["heads"].items()}}
 STAGES = ("prompts", "answers", "cache", "deepseek", "stern", "ship")
 
 
-def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, steps: int | None = None,
+def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, steps: int | None = None, device="cpu",
                 max_seconds: float | None = None, log=None) -> dict:
     """`python -m mtplab distill`: the stages in order, each resumable (a killed run continues with --resume and
     the same options). `ship` writes the heads (bf16), the draft vocabulary and the record into data/hf/MODEL."""
@@ -521,14 +525,16 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     if rm is None:
         raise MtplabError(f"distill trains heads for a real model the lab knows: {', '.join(_real_names())}")
     work = Work(work_dir)
-    target = load_hf(model)
+    dev = pick(device)
+    target = load_hf(model, device=dev)
+    R = GPU_RECIPE if dev.type == "cuda" else RECIPE
     t0, cpu0 = time.perf_counter(), time.process_time()
     with work.timed("prompts"):
-        prompts = stage_prompts(target, work, n_magpie=RECIPE["n_magpie"], n_template=RECIPE["n_template"], log=log)
+        prompts = stage_prompts(target, work, n_magpie=R["n_magpie"], n_template=R["n_template"], log=log)
     if "answers" in stages:
         with work.timed("answers"):
-            stage_answers(target, work, prompts, max_new_tokens=RECIPE["max_new_tokens"],
-                          batch_size=RECIPE["answer_batch"], max_seconds=max_seconds, log=log)
+            stage_answers(target, work, prompts, max_new_tokens=R["max_new_tokens"],
+                          batch_size=R["answer_batch"], max_seconds=max_seconds, log=log)
     if "cache" in stages:
         with work.timed("cache"):
             stage_cache(target, work, max_seconds=max_seconds, log=log)
@@ -536,14 +542,14 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     for fam in ("deepseek", "stern"):
         if fam not in stages:
             continue
-        opts = dict(RECIPE["heads"][fam])
+        opts = dict(R["heads"][fam])
         if steps is not None:
             opts["steps"] = steps
         cache = TrunkCache.load(work)
-        vocab = load_vocab(work, RECIPE["vocab"])
+        vocab = load_vocab(work, R["vocab"])
         if log:
             log(f"{fam}: {len(cache.rows)} sequences, {cache.tokens} answer tokens, draft vocabulary {len(vocab)}")
-        settings = {"heads": fam, "vocab": RECIPE["vocab"], "sequences": len(cache.rows), **opts}
+        settings = {"heads": fam, "vocab": R["vocab"], "sequences": len(cache.rows), **opts}
         run = HeadsRun(work.dir / f"{fam}.pt", resume=resume, settings=settings)
         with work.timed(fam):
             histories[fam] = fit_heads(target, cache, vocab, heads=fam, run=run, log=log, max_seconds=max_seconds,
