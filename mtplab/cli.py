@@ -18,6 +18,7 @@ from pathlib import Path
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, convert
 from mtplab import bench
+from mtplab.bench.preflight import run_preflight
 from mtplab.device import pick
 from mtplab.decoding.drafters import METHODS
 from mtplab.decoding.generate import run_generate
@@ -198,6 +199,12 @@ def _distill(a):
     print(f"done: {', '.join(stages)} in {res['seconds']:.0f} s ({res['cpu_seconds']:.0f} CPU s); work in {res['work']}")
 
 
+def _preflight(a):
+    rec = run_preflight(out=a.out, quick=a.quick, device=a.device, log=None if a.json else print)
+    if a.json:
+        _print_json(rec)
+
+
 def _check_bench_out(out: str) -> None:
     """bench --out must take the results: checked before the benchmark runs, not after."""
     p = Path(out)
@@ -336,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
     d.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (a GPU trains on more data in minutes)")
     d.set_defaults(func=_distill)
+
+    f = sub.add_parser("preflight", help="check the install, time this laptop, predict its speedups")
+    f.add_argument("--out", default=None, help="the JSON record (default build/preflight.json)")
+    f.add_argument("--quick", action="store_true")
+    f.add_argument("--json", action="store_true")
+    f.add_argument("--device", default="cpu")
+    f.set_defaults(func=_preflight)
 
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
     b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",

@@ -1,0 +1,140 @@
+"""`python -m mtplab preflight`: is this laptop ready for the lab, and what will it measure?
+
+It checks the install (torch, the notebook stack, transformers, the real model), times a forward of the classroom
+model (`ntp`, 12 x 256) and of SmolLM2-135M-Instruct over 1, 2 and 4 new tokens on this machine, and predicts
+each shipped head family's speedup here from this machine's cost curve and the acceptance the shipped records
+measured (tokens per step, and the drafter's cost in units of t(1)): speedup = tokens per step / (t(q)/t(1) +
+drafter cost). It reads the machine's load while it measures and says plainly when the machine was too busy for
+the numbers to mean anything. It writes a small JSON record (default `build/preflight.json`): a class can pool
+those records to see that a speedup is a property of the machine.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from mtplab import paths
+from mtplab.decoding.drafters import METHODS
+from mtplab.device import machine, pick
+from mtplab.errors import MtplabError
+from mtplab.hf.real import REAL_MODELS, gguf_path
+from mtplab.measuring import theory
+from mtplab.measuring.race import LoadMeter, busy_reason
+from mtplab.measuring.timing import measure_cost_curve
+from mtplab.model import checkpoint
+from mtplab.model.checkpoint import atomic_write_text, read_json
+
+NEEDS = {"notebooks": ("matplotlib", "ipywidgets", "jupyterlab", "papermill"), "hf": ("transformers", "gguf")}
+
+
+def install_checks() -> dict:
+    """What is installed, and the one line that installs what is missing."""
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "cuda": torch.cuda.is_available()}
+    for extra, mods in NEEDS.items():
+        missing = [m for m in mods if importlib.util.find_spec(m) is None]
+        out[extra] = "ok" if not missing else f"missing {', '.join(missing)}: pip install -e \".[{extra}]\""
+    try:
+        gguf_path(REAL_MODELS["smollm2"])
+        out["smollm2"] = "ok"
+    except MtplabError as e:
+        out["smollm2"] = str(e)
+    return out
+
+
+def _curve(model, qs, repeats) -> dict:
+    c = measure_cost_curve(model, qs, context=128, repeats=repeats)
+    return {"t1_ms": 1e3 * c.seconds[1], "ratio": {str(q): r for q, r in c.ratio.items()}}
+
+
+def _predict(rows: list[dict], curve: dict) -> list[dict]:
+    """Each shipped row's speedup predicted on this machine's cost curve."""
+    ratio = {int(q): r for q, r in curve["ratio"].items()}
+    out = []
+    for r in rows:
+        tps, k = r.get("tps"), r.get("k")
+        if tps is None or not k:
+            continue
+        m = METHODS.get(r["method"])
+        plain = m is not None and m.schedule == "plain"
+        q = k - 1 if plain else k  # the verify's width: plain feeds the k-1 drafts, overlap the last token and them
+        pred = theory.predicted_speedup(tps, ratio, min(q, max(ratio)), draft_cost=r.get("draft_t1", 0.0), plain=plain)
+        out.append({"row": r["row"], "k": k, "tokens_per_step": tps, "predicted_here": pred,
+                    "measured_there": r.get("measured")})
+    return out
+
+
+def _classroom_rows() -> list[dict]:
+    if not paths.DECODE_JSON.is_file():
+        return []
+    d = read_json(paths.DECODE_JSON, limit=16 << 20, what="the decode record", fix="restore it from git")
+    return [{"row": r["method"], "method": r["method"].split(" ")[0], "k": r["k"], "tps": r.get("tokens_per_step"),
+             "draft_t1": r.get("drafter_cost_t1", 0),
+             "measured": r.get("speedup_wall")} for r in d.get("rows", []) if not r["method"].startswith("oracle")]
+
+
+def _real_rows() -> list[dict]:
+    p = paths.BENCH_DIR / "real.json"
+    if not p.is_file():
+        return []
+    d = read_json(p, limit=16 << 20, what="the bench real record", fix="restore it from git")
+    st = d["threads"]["1"]
+    t1 = st["ar_ms_per_token"]
+    out = []
+    for r in st["rows"]:
+        if r.get("family") is None or r.get("dtype", "fp32") != "fp32" or "split" not in r:
+            continue
+        acc = r["acceptance"]["pooled"]
+        tps = 1 + sum(acc["accepted"]) / max(1, acc["steps"])
+        out.append({"row": r["label"], "method": r["method"], "k": r["k"], "tps": tps, "draft_t1": r["split"]["draft_ms"] / t1,
+                    "measured": r["speedup"]})
+    return out
+
+
+def run_preflight(*, out: str | None = None, quick: bool = False, device: str = "cpu", log=print) -> dict:
+    dev = pick(device)
+    rec: dict = {"install": install_checks(), "machine": machine(dev)}
+    qs, reps = ((1, 2, 4), 3) if quick else ((1, 2, 4, 8), 5)
+    meter = LoadMeter().start()
+    rec["classroom"] = _curve(checkpoint.load("ntp", device=dev), qs, reps)
+    if rec["install"]["smollm2"] == "ok" and rec["install"]["hf"] == "ok":
+        from mtplab.hf.target import load_hf  # transformers
+        rec["smollm2"] = _curve(load_hf("smollm2", device=dev), qs, reps)
+    others = meter.stop()
+    rec["others_cores"] = others
+    rec["busy"] = busy_reason(others, None)
+    rec["predictions"] = {"classroom": _predict(_classroom_rows(), rec["classroom"])}
+    if "smollm2" in rec:
+        rec["predictions"]["smollm2"] = _predict(_real_rows(), rec["smollm2"])
+    path = Path(out or paths.ROOT / "build" / "preflight.json")
+    try:
+        atomic_write_text(path, json.dumps(rec, indent=1) + "\n")
+    except OSError as e:
+        raise MtplabError(f"cannot write {path} ({e.strerror or e}); give --out a writable file") from None
+    rec["path"] = str(path)
+    if log:
+        log(report(rec))
+    return rec
+
+
+def report(rec: dict) -> str:
+    m = rec["machine"]
+    lines = [f"machine: {m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, torch {m['torch']}"]
+    lines += [f"install {k}: {v}" for k, v in rec["install"].items()]
+    for name in ("classroom", "smollm2"):
+        if name in rec:
+            c = rec[name]
+            lines.append(f"{name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(
+                f"t({q})/t(1) = {r:.2f}" for q, r in c["ratio"].items() if q != "1"))
+    for name, rows in rec["predictions"].items():
+        for r in rows:
+            there = f" (measured on the record's machine: {r['measured_there']:.2f}x)" if r["measured_there"] else ""
+            lines.append(f"{name}, {r['row']}, k={r['k']}: predicted here {r['predicted_here']:.2f}x{there}")
+    lines.append("the machine was too busy for these numbers to mean anything: " + rec["busy"] + "; close other "
+                 "work and rerun" if rec["busy"] else "the machine was idle enough: these numbers hold for this laptop")
+    lines.append(f"record: {rec.get('path', '-')}")
+    return "\n".join(lines)
