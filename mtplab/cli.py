@@ -65,7 +65,7 @@ def _train(a):
 
 
 def _train_hf(a):
-    """train --hf PATH: self-distilled heads on a local Hugging Face model (mtplab.hf_run)."""
+    """train --hf PATH: self-distilled heads on a local Hugging Face model (mtplab.hf.run)."""
     from mtplab.hf.run import run_hf_train
 
     if a.from_ is not None:

@@ -15,21 +15,6 @@ from tests.conftest import random_model
 HEAD_DRAFTERS = {"stern": SternDrafter, "meta": MetaDrafter, "deepseek": DeepSeekDrafter}
 
 
-def all_drafters(family_models, reference, k):
-    """(drafter, target model) pairs for every method that can reach k tokens per step."""
-    out = []
-    for fam, cls in HEAD_DRAFTERS.items():
-        m = family_models[fam]
-        d = cls(m)
-        if d.max_drafts >= k - 1:
-            out.append((d, m))
-    plain = family_models["none"]
-    out.append((NgramDrafter(), plain))
-    out.append((DraftModelDrafter(random_model(seed=11)), plain))
-    out.append((OracleDrafter(reference, 0.7, seed=k), plain))
-    return out
-
-
 @settings(max_examples=12, deadline=None)
 @given(prompt=st.lists(st.integers(0, 255), min_size=1, max_size=20), k=st.integers(1, 6),
        m=st.integers(1, 30), schedule=st.sampled_from(["plain", "overlap"]))

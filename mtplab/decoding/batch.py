@@ -132,7 +132,7 @@ def batched_speculative(model, make_drafter, prompts, *, max_new_tokens, k: int,
     """Greedy speculative decoding of B prompts at once (overlap schedule: one target forward a step).
 
     make_drafter: model -> a fresh B = 1 drafter (e.g. `SternDrafter`), one per row; Stern and Meta heads
-    then draft for all rows in one call (`mtplab.batched_drafters`) unless per_row=True, other drafters
+    then draft for all rows in one call (the batch drafter contract below) unless per_row=True, other drafters
     run row by row. None decodes without drafts (batched autoregressive). max_new_tokens: one int, or one
     per prompt. Row b's output equals `autoregressive(model, prompts[b], max_new_tokens=...)` greedy output.
     """

@@ -104,14 +104,6 @@ def from_trace(trace: Trace) -> Acceptance:
                       conditional=list(trace.conditional_acceptance))
 
 
-def _geometric(a: float, n: int) -> float:
-    """a + a^2 + ... + a^n: term by term for a few drafts, in closed form a (1 - a^n) / (1 - a) beyond, so that
-    the time does not grow with n."""
-    if n <= 64:
-        return sum(a ** (j + 1) for j in range(n))
-    return float(n) if a >= 1.0 else a * (1.0 - a ** n) / (1.0 - a)
-
-
 def alpha_from_length(length: float, n_drafts: int, *, bonus: bool = True) -> float:
     """The constant conditional rate alpha that gives this mean accepted length with n drafts a step:
     solves alpha + ... + alpha^n = length (- 1 with the bonus). Only the mean is known, so this is the

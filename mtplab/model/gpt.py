@@ -93,7 +93,7 @@ class GPT(nn.Module):
         """idx: (B, T) token ids. With a cache, they sit at positions len(cache)..len(cache)+T-1.
 
         `positions` (B, T) and `mask` (B or 1, 1, T, P+T) bool, both optional, override that: each token's
-        rotary position and the cached keys each query may see (`mtplab.batched`, `mtplab.trees`)."""
+        rotary position and the cached keys each query may see (`mtplab.decoding.batch`, `mtplab.decoding.tree`)."""
         B, T = idx.shape
         if positions is None:
             rot = self.rope(cache.length if cache is not None else 0, T)

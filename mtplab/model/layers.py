@@ -1,6 +1,6 @@
 """Building blocks shared by the trunk and the head families: RMSNorm, rotary positions, the KV cache,
 causal self-attention, the MLP and the pre-norm transformer block; and `RaggedKVCache`, a cache whose rows
-have their own lengths (`mtplab.batched`).
+have their own lengths (`mtplab.decoding.batch`).
 
 B batch, T time (new tokens in this call), P cached positions, C channels, H heads, D head dim (C // H).
 

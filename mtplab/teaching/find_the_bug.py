@@ -14,7 +14,7 @@ taken as p.
 
 The students see the rules under neutral names (`RULES`: rule_a, rule_b, ...); `ANSWERS` says which
 are broken and why; `check_verdicts` grades a student's verdicts. `power` runs the chi-square test of
-`mtplab.lab` over many seeds and returns how often it rejects: high for a bug, about alpha for a
+`mtplab.teaching.sampling` over many seeds and returns how often it rejects: high for a bug, about alpha for a
 correct rule.
 
 V vocabulary of the toy, N draws per test.
@@ -217,12 +217,12 @@ def check_verdicts(verdicts: dict) -> Check:
 
 
 def main(argv=None) -> int:
-    """python -m mtplab.bugs [--seeds S] [--draws N] [--quick] [--json PATH]: the power table over S seeds."""
+    """python -m mtplab.teaching.find_the_bug [--seeds S] [--draws N] [--quick] [--json PATH]: the power table over S seeds."""
     import argparse
     import json
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m mtplab.bugs", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m mtplab.teaching.find_the_bug", description=main.__doc__)
     ap.add_argument("--seeds", type=int, default=200, help="independent toys per rule (default 200)")
     ap.add_argument("--draws", type=int, default=N_DRAWS, help=f"draws per test (default {N_DRAWS})")
     ap.add_argument("--quick", action="store_true", help="5 seeds: a check that it runs")

@@ -1,6 +1,6 @@
-"""Checkers for notebook 05 (the acceptance lab). Same contract as `mtplab.exercises`: a checker runs the
+"""Checkers for notebook 05 (the acceptance lab). The contract of `mtplab.teaching.check`: a checker runs the
 student's function on several inputs, compares it with mtplab's own answer and returns a `Check`; it never
-raises because of the student's code. (A module of its own: `mtplab.exercises` is at the size limit.)
+raises because of the student's code.
 
     check_conditional_acceptance(fn)   fn(steps) -> P(draft i accepted | drafts 1..i-1 accepted), per i
     check_sampled_verdict(fn)          fn(p_d, q_d, u) -> was the sampled draft kept?
