@@ -99,8 +99,8 @@ def _is_complete(folder: Path, digest: str) -> bool:
     if not src.is_file() or not (folder / "config.json").is_file():
         return False
     try:
-        d = json.loads(src.read_text(encoding="utf-8")[:1 << 16])
-    except (OSError, ValueError):
+        d = read_json(src, limit=1 << 16, what="a conversion record", fix="convert again")
+    except MtplabError:
         return False
     return isinstance(d, dict) and d.get("gguf_sha256") == digest
 

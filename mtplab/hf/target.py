@@ -225,7 +225,37 @@ def _read_config(p: Path) -> dict:
         raise MtplabError(f"{cj} names custom code (auto_map): loading it would run Python from the model folder, "
                           "which mtplab never does; use a model whose architecture transformers ships, saved "
                           "without auto_map")
+    _check_sizes(raw, cj)
     return raw
+
+
+SIZE_KEYS = {"num_hidden_layers": (1, 1024), "n_layer": (1, 1024), "hidden_size": (2, 65536), "n_embd": (2, 65536),
+             "num_attention_heads": (1, 1024), "n_head": (1, 1024), "vocab_size": (2, 4_000_000),
+             "intermediate_size": (1, 1 << 20)}
+
+
+def _check_sizes(raw: dict, cj: Path) -> None:
+    """The sizes in config.json, checked before transformers builds anything from them: a crafted layer count or
+    width is one line here instead of gigabytes of freshly initialised layers, and the weights the config describes
+    must be about the size of the weight files beside it."""
+    for k, (lo, hi) in SIZE_KEYS.items():
+        v = raw.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
+            raise MtplabError(f"{cj}: {k} = {v!r} is not an integer in {lo}..{hi}; restore the config.json saved "
+                              "with the model")
+    L = raw.get("num_hidden_layers", raw.get("n_layer"))
+    C = raw.get("hidden_size", raw.get("n_embd"))
+    H = raw.get("num_attention_heads", raw.get("n_head"))
+    V = raw.get("vocab_size")
+    if C and H and C % H:
+        raise MtplabError(f"{cj}: hidden size {C} is not a multiple of {H} attention heads; restore the config.json "
+                          "saved with the model")
+    if L and C and V:
+        need = L * 4 * C * C + V * C  # at least the attention projections and the embedding, in parameters
+        have = sum(p.stat().st_size for p in cj.parent.glob("*.safetensors") if p.is_file())
+        if have and need * 2 > 4 * have:  # even in 16-bit, the config asks for 4x more than the weights hold
+            raise MtplabError(f"{cj} describes a model of at least {need / 1e6:.0f}M parameters, but the weight files "
+                              f"beside it hold {have / 2**20:.0f} MiB; restore the config.json saved with these weights")
 
 
 def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT) -> HFTarget:
@@ -243,7 +273,7 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     _read_config(p)
     try:
         hc = AutoConfig.from_pretrained(p, local_files_only=True, trust_remote_code=False)
-    except (ValueError, OSError, KeyError, TypeError, AttributeError) as e:
+    except Exception as e:  # any config transformers cannot read is one line
         raise MtplabError(f"cannot read {p / 'config.json'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     arch = list(getattr(hc, "architectures", None) or [])
     if arch and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch):
@@ -269,6 +299,10 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
             raise MtplabError(f"the weights in {path} do not match its config.json (the sizes differ); restore the "
                               "config.json saved with these weights") from None
         raise MtplabError(f"cannot load the weights in {path} ({str(e).splitlines()[0][:160]})") from None
+    except Exception as e:  # what transformers raises for a config it cannot build (KeyError, ImportError, ...)
+        first = str(e).splitlines()[0][:160] if str(e) else ""
+        raise MtplabError(f"transformers cannot build the model in {path} ({type(e).__name__}: {first}); restore the "
+                          "config.json saved with the model") from None
     finally:
         transformers.utils.logging.set_verbosity(level)
         if bar:

@@ -12,12 +12,12 @@ decode is one sample: `live_speedup` repeats interleaved decodes and reports the
 """
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from mtplab.measuring import theory
 from mtplab import paths
 from mtplab.errors import MtplabError
+from mtplab.model.checkpoint import read_json
 from mtplab.decoding.trace import Trace
 from mtplab.decoding.batch import batched_autoregressive, batched_speculative
 from mtplab.device import now
@@ -63,10 +63,8 @@ def read_decode_bench(path=BENCH_DECODE) -> dict:
     path = Path(path)
     if not path.exists():
         raise MtplabError(f"{path} not found; run `python -m mtplab bench decode` to write it")
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as e:
-        raise MtplabError(f"{path} is not valid JSON ({e}); regenerate it with `python -m mtplab bench decode`") from None
+    data = read_json(path, limit=16 << 20, what="a benchmark record",
+                     fix="regenerate it with `python -m mtplab bench decode`")
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise MtplabError(f"{path} has no 'rows' list; regenerate it with `python -m mtplab bench decode`")
     return data
@@ -193,8 +191,8 @@ def shipped_row(name: str, **match) -> dict | None:
     if not path.exists():
         return None
     try:
-        rows = json.loads(path.read_text()).get("rows", [])
-    except ValueError:
+        rows = read_json(path, limit=16 << 20, what="a benchmark record", fix="regenerate it").get("rows", [])
+    except (MtplabError, AttributeError):
         return None
     return next((r for r in rows if all(r.get(k) == v for k, v in match.items())), None)
 

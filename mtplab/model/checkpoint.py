@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 import torch
@@ -187,14 +188,35 @@ def read_info(path) -> dict:
     return _info_at(resolve(path))
 
 
+def read_bounded(path, *, limit: int, what: str, fix: str) -> bytes:
+    """At most `limit` bytes of a regular file, or a one-line error. Opened without blocking (a FIFO with no writer
+    would wait forever), checked to be a regular file after opening (a link to /dev/zero is refused, not read until
+    memory runs out), then read up to limit + 1 bytes, so that a file that grows while it is read is refused too."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise MtplabError(f"{path} is not a regular file (a device, a pipe or a directory), not {what}; {fix}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise MtplabError(f"{path} is larger than {limit} bytes, not {what}; {fix}")
+    return raw
+
+
 def read_json(path: Path, *, limit: int, what: str, fix: str, invalid_fix: str | None = None):
     """The lab's one reader of a JSON file it did not write in this process (a checkpoint's NAME.json, a run's
     manifest, a model folder's config.json, a benchmark record): bounded in size before it is read, and every
     failure is one line that names the file and the fix. Returns whatever the JSON holds."""
     try:
-        if path.stat().st_size > limit:
-            raise MtplabError(f"{path} is larger than {limit} bytes, not {what}; {fix}")
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_bounded(path, limit=limit, what=what, fix=fix).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise MtplabError(f"{path} is not valid JSON ({str(e)[:120]}); {invalid_fix or fix}") from None
     except RecursionError:

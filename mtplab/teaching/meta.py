@@ -8,10 +8,10 @@ import torch
 from mtplab.measuring import theory
 from mtplab.training.losses import multi_token_loss
 from mtplab.measuring.timing import peak_memory
-import json
 from pathlib import Path
 from mtplab.model import checkpoint
 from mtplab.errors import MtplabError
+from mtplab.measuring.speedup import read_decode_bench
 from mtplab.teaching.check import Check
 from mtplab.paths import DECODE_JSON
 from mtplab.teaching.check import _call
@@ -167,7 +167,7 @@ def head_families(bench_path=DECODE_JSON) -> list[dict]:
     path = Path(bench_path)
     if not path.exists():
         raise MtplabError(f"{path} not found; run the decode benchmark (mtplab bench decode) or pass bench_path")
-    bench = {r["method"]: r for r in json.loads(path.read_text())["rows"]}
+    bench = {r["method"]: r for r in read_decode_bench(path)["rows"]}
     rows = []
     for family, (name, method) in FAMILIES.items():
         if method not in bench:

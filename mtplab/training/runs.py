@@ -204,9 +204,8 @@ def read_manifest(out: Path, name: str) -> dict:
         raise MtplabError(f"nothing to resume in {out}: {p['manifest'].name} is missing; run without --resume "
                           "first (or with --overwrite)")
     try:
-        if p["manifest"].stat().st_size > ckpt.MAX_JSON:
-            raise ValueError(f"larger than {ckpt.MAX_JSON} bytes")
-        m = json.loads(p["manifest"].read_text(encoding="utf-8"))
+        m = json.loads(ckpt.read_bounded(p["manifest"], limit=ckpt.MAX_JSON, what="a run's manifest",
+                                         fix="restore it, or start again with --overwrite").decode("utf-8"))
         if not isinstance(m, dict):
             raise ValueError("not an object")
         step, history, scalars, settings = m["step"], m["history"], m["scalars"], m["settings"]
