@@ -414,7 +414,7 @@ def test_an_absurd_k_is_refused_before_anything_is_drawn_or_allocated(models):
     assert len(fig.axes[1].patches) <= 16
 
 
-def test_the_default_demo_is_read_from_the_benchmark_record():
+def test_method_auto_is_read_from_the_benchmark_record():
     record = {"device": "cpu", "threads": 1, "rows": [
         {"method": "meta", "k": 4, "speedup_wall": 0.85, "tokens_per_forward": 2.1},
         {"method": "deepseek D=3", "k": 4, "speedup_wall": 1.4, "tokens_per_forward": 2.0},
@@ -435,7 +435,7 @@ def test_the_default_demo_is_read_from_the_benchmark_record():
         best = max((r for r in shipped["rows"] if not r["method"].startswith(("oracle", "ar"))),
                    key=lambda r: r["speedup_wall"])
         assert d["method"] == best["method"].split(" ")[0] and d["k"] == best["k"]
-    st = lab_state.resolve_auto(lab_state.LabState(device="cpu"))
+    st = lab_state.resolve_auto(lab_state.LabState(method="auto", device="cpu"))
     assert st.method == d["method"] and st.k == d["k"] and st.note == d["note"]
     broken = lab_state.default_demo("cpu", path="/no/such/decode.json")
     assert broken["method"] == "blockwise-overlap" and "not found" in broken["note"]
@@ -512,3 +512,31 @@ def test_prefill_has_its_own_colour():
     assert viz.COLORS["prefill"] not in {v for k, v in viz.COLORS.items() if k != "prefill"}
     r = viz.step_record(0, Step(drafted=[], accepted=0, emitted=[65], bonus=65, bonus_source="target", forwards=1))
     assert r.kinds == ["prefill"]
+
+
+def test_projector_chips_are_legible():
+    """Projector mode: chips of at least 24 px, every text/background pair of the token kinds at 4.5:1 or more
+    (WCAG 2, computed), and a one-character rejected or discarded chip outlined rather than struck through."""
+    import re
+    from mtplab.viz.kinds import COLORS, KINDS, TEXT_COLORS, TokenView, contrast
+    for k in KINDS:
+        assert contrast(TEXT_COLORS[k], COLORS[k]) >= 4.5, k
+    assert contrast("#ffffff", "#000000") == pytest.approx(21.0)
+    for kind in KINDS:
+        chip = lab_view._chip(TokenView(65, "A", kind), projector=True)
+        assert int(re.search(r"font-size:(\d+)px", chip).group(1)) >= 24
+        if kind in ("rejected", "discarded"):
+            assert "outline" in chip and "line-through" not in chip
+    long_chip = lab_view._chip(TokenView(65, "word", "rejected"), projector=True)
+    assert "line-through" in long_chip
+
+
+def test_the_one_demo_shows_every_kind_in_its_first_four_steps(models):
+    """The lab's one demo (widget default, notebook 05, the offline page): its first four steps on the default
+    prompt hold accepted, rejected, discarded and bonus tokens."""
+    demo = lab_state.DEMO
+    assert lab_state.LabState().method == demo["method"]
+    st = lab_state.run_all(lab_state.LabState(method=demo["method"], k=demo["k"], device="cpu", repeats=1,
+                                              max_new_tokens=48), lab_state.ModelCache())
+    kinds = {t.kind for r in st.records[1:5] for t in r.tokens}
+    assert {"accepted", "rejected", "discarded"} <= kinds and kinds & {"bonus-target", "bonus-correction"}

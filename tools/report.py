@@ -313,7 +313,6 @@ rebuilds this report (it also needs npm, for the widget JavaScript).</p>
 # (label, LabState settings): one pre-rendered decode each, after the default demo (docs/bench/decode.json's pick)
 OFFLINE_DECODES = [
     ("blockwise k=4 (plain schedule)", dict(method="blockwise", k=4)),
-    ("blockwise-overlap k=4", dict(method="blockwise-overlap", k=4)),
     ("meta k=4", dict(method="meta", k=4)),
     ("deepseek D=3, k=4", dict(method="deepseek", k=4, checkpoint="deepseek-d3")),
     ("draft-model k=4, sampled at T = 1", dict(method="draft-model", k=4, temperature=1.0)),
@@ -361,8 +360,8 @@ def offline_decodes(*, device: str = "cpu", max_new_tokens: int = 48, items=None
 
     models = models or lab_state.ModelCache()
     if items is None:
-        demo = lab_state.default_demo(device)
-        items = [(f"default demo: {demo['method']} k={demo['k']}",
+        demo = lab_state.DEMO
+        items = [(f"the demo: {demo['method']} k={demo['k']}",
                   dict(method=demo["method"], k=demo["k"], checkpoint=demo["checkpoint"]))] + OFFLINE_DECODES
     out = []
     for label, settings in items:
@@ -371,8 +370,9 @@ def offline_decodes(*, device: str = "cpu", max_new_tokens: int = 48, items=None
         if st.error:
             out.append({"label": label, "error": st.error})
             continue
-        if label.startswith("default demo"):
-            st = replace(st, note=lab_state.default_demo(device)["note"])
+        if label.startswith("the demo"):
+            st = replace(st, note="the lab's demo: its first four steps show accepted, rejected, discarded and "
+                                  "bonus tokens")
         frames = [replace(st, shown=n) for n in range(st.total_steps + 1)]
         chart = png(speed_figure(st.trace, st.baseline, device_name=st.device_name, walls=st.walls,
                                  splits=st.splits), dpi=70)

@@ -18,7 +18,25 @@ COLORS = {  # Okabe-Ito: reddish purple, sky blue, blue, vermillion, grey, bluis
     "bonus-target": "#009E73",
     "bonus-correction": "#E69F00",
 }
-TEXT_COLORS = {k: ("#ffffff" if k in ("accepted", "rejected", "bonus-target") else "#000000") for k in KINDS}
+
+
+def luminance(color: str) -> float:
+    """WCAG 2 relative luminance of a #rrggbb colour."""
+    def lin(c):
+        c /= 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+
+
+def contrast(fg: str, bg: str) -> float:
+    """WCAG 2 contrast ratio of two #rrggbb colours (1 to 21; text needs at least 4.5)."""
+    a, b = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+# black or white, whichever reads better on the chip's colour (every pair is at least 4.5:1, tested)
+TEXT_COLORS = {k: max(("#000000", "#ffffff"), key=lambda fg: contrast(fg, COLORS[k])) for k in KINDS}
 LEGEND = {
     "prefill": "prefill: the target's first token, from the prompt's forward",
     "predict": "predict token (plain schedule)",

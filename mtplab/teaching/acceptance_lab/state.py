@@ -56,6 +56,9 @@ from mtplab.viz.kinds import StepRecord, step_record
 DEFAULT_CHECKPOINT = "default"  # the checkpoint the METHODS table names for the method
 DEFAULT_PROMPT = "import os\nimport sys\n\ndef main("  # the first steps are words, not indentation
 AUTO = "auto"                   # method="auto": the benchmark's fastest method on this kind of device
+# the lab's one demo (the widget's default, notebook 05, the offline page, teaching.md): on the default prompt its
+# first four steps show accepted, rejected, discarded and bonus tokens (tests/test_widgets.py checks it)
+DEMO = {"method": "blockwise-overlap", "k": 4, "checkpoint": DEFAULT_CHECKPOINT}
 SETTINGS = ("method", "k", "prompt", "temperature", "device", "max_new_tokens", "checkpoint", "seed", "heads",
             "repeats")
 
@@ -72,7 +75,7 @@ class Probe:
 @dataclass(frozen=True)
 class LabState:
     """Everything the lab shows. Settings first; then what the last decode produced."""
-    method: str = AUTO
+    method: str = DEMO["method"]
     k: int = 4                       # tokens per step: at most k-1 drafts + 1 token from the target
     prompt: str = DEFAULT_PROMPT
     temperature: float = 0.0

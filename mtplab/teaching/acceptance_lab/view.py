@@ -73,7 +73,9 @@ KEYS_HTML = (f"<img src='' alt='' style='display:none' onerror=\"{KEYS_JS}\">"
 # ---------------------------------------------------------------------------------- text views
 def _chip(t: TokenView, projector: bool) -> str:
     size = "24px" if projector else "13px"
-    extra = "text-decoration:line-through;" if t.kind in STRUCK else ""
+    # a struck-through chip of one character cannot be read: an outline says "not kept" there instead
+    extra = ("" if t.kind not in STRUCK else "text-decoration:line-through;" if len(t.label) > 1 else
+             "outline:2px dashed #000;outline-offset:-3px;")
     title = f"{t.kind}: token {t.token}"
     if t.draw is not None:
         p, q, u = t.draw
