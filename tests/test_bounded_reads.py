@@ -78,3 +78,29 @@ def test_crafted_model_configs_are_one_line_before_any_allocation(tiny_llama, tm
     with pytest.raises(MtplabError) as e:
         load_hf(d)
     assert time.monotonic() - t0 < 20 and "\n" not in str(e.value)
+
+
+def test_a_huge_corpus_is_one_line_before_tokenizing(tmp_path):
+    from mtplab.hf import run
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(run.MAX_CORPUS + 1)  # sparse: nothing is written
+    with pytest.raises(MtplabError, match="give at most 64 MiB of text"):
+        run.corpus_ids(None, str(big))
+
+
+@pytest.mark.parametrize("bench,prompts", [("peers", 10**8), ("peers", 0), ("domain", -1), ("domain", 10**8)])
+def test_bench_prompt_counts_are_bounded(bench, prompts):
+    import argparse
+    from mtplab.bench import domain, peers
+    a = argparse.Namespace(prompts=prompts, quick=False, device="cpu", dtype="fp32", hf="x", out="build/x")
+    with pytest.raises(MtplabError, match=r"--prompts must be in 1\.\.20"):
+        (peers.run_peers if bench == "peers" else domain.run_domain)(a)
+
+
+def test_train_hf_model_checks_memory_first(tmp_path):
+    pytest.importorskip("transformers")
+    from mtplab.hf.own import train_own
+    with pytest.raises(MtplabError, match="lower --batch-size|--seq-len"):
+        train_own(preset="hf-draft", steps=2, batch_size=100000, seq_len=256, out=str(tmp_path / "o"))
+    assert not (tmp_path / "o").exists()  # refused before the folder or the lock were made

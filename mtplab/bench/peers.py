@@ -21,7 +21,7 @@ import torch
 
 from mtplab.bench.report import _md, _write
 from mtplab.data import held_out_prompts
-from mtplab.decoding.drafters import NgramDrafter
+from mtplab.decoding.drafters import NgramDrafter, check_same_vocabulary
 from mtplab.decoding.generate import decode_with, max_k
 from mtplab.decoding.loop import speculative
 from mtplab.device import now
@@ -43,6 +43,15 @@ class _Counter:
     def _hit(self, *_):
         self.n += 1
 
+
+
+def _prompts(a) -> int:
+    """--prompts: held-out code prompts, 1..20 (the held-out set has 20); 8 by default."""
+    if a.prompts is None:
+        return 8
+    if isinstance(a.prompts, bool) or not isinstance(a.prompts, int) or not 1 <= a.prompts <= 20:
+        raise MtplabError(f"--prompts must be in 1..20, the held-out prompts there are (got {a.prompts})")
+    return a.prompts
 
 def _generate(hf, ids: list[int], m: int, **kw) -> list[int]:
     from mtplab.hf.run import generate_ids  # transformers
@@ -253,11 +262,17 @@ def run_peers(a) -> dict:
     if not getattr(a, "hf", None):
         raise MtplabError("bench peers needs a Hugging Face model folder: --hf PATH (and --draft-hf PATH for the "
                           "draft-model rows, --heads-checkpoint PATH for mtplab's heads on it)")
+    if getattr(a, "dtype", "fp32") != "fp32":
+        raise MtplabError("bench peers compares fp32 decodes (transformers' generate and mtplab's loop on the same "
+                          "weights); drop --dtype")
+    _prompts(a)
     dev = pick(a.device)
     target = load_hf(a.hf, device=dev)
     draft = load_hf(a.draft_hf, device=dev) if getattr(a, "draft_hf", None) else None
+    if draft is not None:
+        check_same_vocabulary(draft, target)
     heads = load_heads(target, a.heads_checkpoint) if getattr(a, "heads_checkpoint", None) else None
-    n, m, reps = (2, 16, 1) if a.quick else (a.prompts or 8, 128, 3)
+    n, m, reps = (2, 16, 1) if a.quick else (_prompts(a), 128, 3)
     prompts = [target.encode(p) for p in held_out_prompts("code", n, 160)]
     rows = peer_rows(target, draft, prompts, m=m, k=4, repeats=reps, heads=heads)
     split = profile_rows(target, draft, prompts[0], m=m, k=4, heads=heads)

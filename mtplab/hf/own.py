@@ -27,7 +27,8 @@ from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.model.checkpoint import atomic_write_text, sha256
 from mtplab.training import runs
-from mtplab.training.config import check_name, need_int, need_number
+from mtplab.model.config import ModelConfig
+from mtplab.training.config import check_memory, check_name, need_int, need_number
 from mtplab.training.steps import autocast_context, autocast_kind, lr_at
 
 try:
@@ -203,6 +204,12 @@ def check_options(*, preset, corpus, steps, batch_size, seq_len, lr, warmup, sav
         raise MtplabError(f"--save-dtype must be fp32 or bf16 (got {save_dtype!r})")
     if resume and overwrite:
         raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+    s = PRESETS[preset]  # the memory of one step, checked before the lock, the folder or the model exist
+    cfg = ModelConfig(vocab_size=VOCAB, n_layer=s["num_hidden_layers"], n_head=s["num_attention_heads"],
+                      n_embd=s["hidden_size"], block_size=512)
+    n = cfg.n_layer * 12 * cfg.n_embd ** 2 + VOCAB * cfg.n_embd
+    check_memory(cfg, batch_size=batch_size, seq_len=seq_len, trainable=n, frozen=0, dev=torch.device("cpu"),
+                 hint="use a smaller --seq-len")
     name = name or preset
     check_name(name)
     return name

@@ -29,11 +29,13 @@ from mtplab.decoding.generate import DTYPES, decode_with
 from mtplab.device import describe, now, pick
 from mtplab.hf.real import chat_ids, shipped_heads, shipped_vocab
 from mtplab.hf.target import base_record, load_hf, load_target, save_heads
+from mtplab.model.checkpoint import read_bounded
 from mtplab.model.heads import build_heads
 from mtplab.training import runs
 from mtplab.training.config import check_memory, check_name, default_name, need_int, need_number
 
 HF_LABELS = ("self", "self-argmax")
+MAX_CORPUS = 64 << 20  # bytes of --corpus text: a tokenizer takes about 5x that in memory
 
 
 def corpus_ids(target, corpus: str, split: str = "train") -> torch.Tensor:
@@ -41,10 +43,10 @@ def corpus_ids(target, corpus: str, split: str = "train") -> torch.Tensor:
     path = corpus_path(corpus, split) if corpus in CORPORA else Path(corpus)
     if not path.is_file():
         raise MtplabError(f"corpus {corpus!r} is neither one of {', '.join(CORPORA)} nor a text file")
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise MtplabError(f"cannot read corpus {path} ({e.strerror or e}); give a readable text file") from None
+    raw = read_bounded(path, limit=MAX_CORPUS, what="a training corpus the lab tokenizes in memory",
+                       fix=f"give at most {MAX_CORPUS >> 20} MiB of text (heads need far less: the shipped corpora are "
+                           "4-5 MB)")
+    text = raw.decode("utf-8", errors="replace")
     return torch.tensor(target.encode(text), dtype=torch.long)
 
 
