@@ -86,3 +86,23 @@ def test_nb05_bad_settings_give_the_labs_message_and_run_to_the_end(params, word
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert words in printed
     assert "What we learnt" in "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+
+
+def test_each_notebook_states_its_measured_run_time():
+    """The first cell's run-time line is the one tools/notebook_times.py draws from docs/bench/notebooks.json, the
+    notebook's measured run with its defaults, so the statement cannot drift from the measurement."""
+    import json
+    from tools.notebook_times import LINE, RECORD, statement
+    record = json.loads(RECORD.read_text())["notebooks"] if RECORD.exists() else {}
+    for path in NOTEBOOKS:
+        first = nbformat.read(path, as_version=4).cells[0].source
+        found = LINE.search(first)
+        assert found, f"{path.name}: no '*Run time with the defaults: ...*' line in the first cell"
+        assert path.name in record, f"{path.name} has no measured run time: python -m tools.notebook_times --write"
+        assert found.group(0) == statement(record[path.name]), f"{path.name}: rerun tools.notebook_times --write"
+
+
+def test_teaching_md_holds_the_measured_times():
+    import json
+    from tools.notebook_times import RECORD, TEACHING, table
+    assert table(json.loads(RECORD.read_text())) in TEACHING.read_text()
