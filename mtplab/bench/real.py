@@ -60,8 +60,8 @@ def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
 def run_real(a) -> dict:
     """bench real: the study at each thread count asked for, written to OUT/real.{json,md}."""
     from mtplab.hf.distill import heldout_prompts  # transformers, through the model
-    from mtplab.hf.study import QUICK, load_heads_all, pick_rows, study
-    per_cat = a.prompts if a.prompts is not None else (1 if a.quick else 2)
+    from mtplab.hf.study import QUICK, acceptance_study, load_heads_all, pick_rows, study
+    per_cat = a.prompts if a.prompts is not None else 1
     if isinstance(per_cat, bool) or not isinstance(per_cat, int) or not 1 <= per_cat <= 4:
         raise MtplabError(f"--prompts is held-out prompts per category for bench real, 1..4 (got {per_cat})")
     if a.dtype != "fp32":
@@ -80,10 +80,15 @@ def run_real(a) -> dict:
         for n in threads:
             torch.set_num_threads(n)
             use = rows if n == 1 else [r for r in rows if r.label in QUICK or r.label == "AR"]
-            studies[str(n)] = study(heads, prompts, cats, rows=use, m=m, rounds=rounds)
+            studies[str(n)] = study(heads, prompts, cats, rows=use, m=m, rounds=rounds if n == 1 else min(rounds, 2))
     finally:
         torch.set_num_threads(saved)
+    every = [chat_ids(heads.target, p) for c in held for p in held[c]]  # every held-out prompt, untimed
+    every_cats = [c for c in held for _ in held[c]]
+    torch.set_num_threads(saved)
     rec = {"model": "smollm2", "m": m, "prompts_per_category": per_cat, "threads": studies,
+           "acceptance_all": acceptance_study(heads, every[:6] if a.quick else every, every_cats[:6] if a.quick
+                                              else every_cats, m=m),
            "machine": machine(pick(a.device)), "cost_curves": cost_curves(heads.target, threads, quick=a.quick)}
     md = "\n\n".join(f"### {n} thread{'s' if n != '1' else ''}\n\n{table(s)}\n\n{s['verdict']}"
                      for n, s in studies.items())

@@ -153,6 +153,33 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
             "ar_ms_per_token": 1e3 * statistics.median(res.round_totals("AR")) / (len(prompts) * m)}
 
 
+ACCEPTANCE_ROWS = ("DeepSeek D=1, k=2, reduced vocab", "DeepSeek D=1 reused, k=4, reduced vocab")
+
+
+def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *, m: int,
+                     labels=ACCEPTANCE_ROWS, bar=None) -> dict:
+    """Untimed: each row decoded once on every prompt, for acceptance by position (pooled and per category, with
+    intervals), the looping count and exactness on more prompts than a timed race can afford."""
+    by = {r.label: r for r in ROWS}
+    ars = [decode_with("ar", heads.use(None, "full"), p, max_new_tokens=m).tokens for p in prompts]
+    out = {}
+    for label in labels:
+        r = by[label]
+        if r.family is not None and r.family not in heads.families:
+            continue
+        traces, same = [], 0
+        for p, ar in zip(prompts, ars):
+            tr = decode_with(r.method, heads.use(r.family, r.vocab), p, max_new_tokens=m, k=r.k)
+            traces.append(tr)
+            same += tr.tokens == ar
+            if bar is not None:
+                bar.update(1)
+        out[label] = {"acceptance": acceptance_table(traces, cats), "prompts": len(prompts), "identical_to_ar": same,
+                      "looping": sum(loop_period(t.tokens) is not None for t in traces),
+                      "tokens_per_forward": sum(len(t.tokens) for t in traces) / max(1, sum(t.forwards for t in traces))}
+    return out
+
+
 def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
     """The model with every head family the lab ships for it, and its draft vocabulary."""
     target = load_hf(name, device=device, dtype=dtype)
