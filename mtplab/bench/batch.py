@@ -11,9 +11,10 @@ Each writes OUT/batch.json + OUT/batch.md (OUT/tree.*; `-quick` appended with --
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 import torch
+
+from mtplab.measuring.race import race
 from mtplab.decoding.loop import autoregressive
 from mtplab.device import describe
 from mtplab.decoding.drafters import METHODS
@@ -64,32 +65,26 @@ def run_tree(a) -> dict:
     for meth in ("blockwise-overlap", "meta"):
         model, name, dev = load_for(meth, device=a.device, dtype=a.dtype)
         make = METHODS[meth].make
-        walls = {n: [] for n in ["ar", *widths]}
-        toks = {n: 0 for n in widths}
-        fwds = {n: 0 for n in widths}
-        for _ in range(reps):
-            for p in prompts:
-                t0 = time.perf_counter()
-                ref = autoregressive(model, p, max_new_tokens=m)
-                walls["ar"].append(time.perf_counter() - t0)
-                for n, w in widths.items():
-                    t0 = time.perf_counter()
-                    tr = tree_speculative(model, make(model), p, max_new_tokens=m, widths=w)
-                    walls[n].append(time.perf_counter() - t0)
-                    if tr.tokens != ref.tokens:
-                        raise AssertionError(f"{meth} {n}: tree output differs from AR")
-                    toks[n] += len(tr.tokens)
-                    fwds[n] += tr.forwards
-        ar_wall = sum(walls["ar"])
+        contenders = {"ar": lambda p, model=model: autoregressive(model, p, max_new_tokens=m)}
         for n, w in widths.items():
+            contenders[n] = (lambda p, model=model, make=make, w=w:
+                             tree_speculative(model, make(model), p, max_new_tokens=m, widths=w))
+        res = race(contenders, prompts, baseline="ar", rounds=reps, device=dev)
+        for n, w in widths.items():
+            if res.identical(n) != len(prompts):
+                raise AssertionError(f"{meth} {n}: tree output differs from AR")
+            toks = sum(len(t.tokens) for t in res.outputs[n])
+            fwds = sum(t.forwards for t in res.outputs[n])
+            sp = res.speedup(n)
             rows.append({"method": meth, "checkpoint": name, "tree": n, "nodes": sum(nodes_per_depth(w)),
-                         "verify_width": sum(nodes_per_depth(w)) + 1, "tokens_per_forward": toks[n] / fwds[n],
-                         "tokens_per_s": toks[n] / sum(walls[n]), "speedup_vs_ar": ar_wall / sum(walls[n])})
+                         "verify_width": sum(nodes_per_depth(w)) + 1, "tokens_per_forward": toks / fwds,
+                         "tokens_per_s": toks * reps / sum(res.round_totals(n)), "speedup_vs_ar": sp["median"],
+                         "speedup_min": sp["min"], "speedup_max": sp["max"], "valid": res.valid})
     data = {"device": describe(dev), "dtype": a.dtype, "threads": torch.get_num_threads(), "max_new_tokens": m,
             "prompts": n_prompts, "repeats": reps, "rows": rows}
     table = (f"tree benchmark: {n_prompts} held-out code prompts, {m} new tokens, {reps} repeats, {a.dtype}, "
              f"{describe(dev)}; verify width = nodes + 1 (the chain of k-1 = 3 drafts has width 4)\n\n"
              + _md(rows, ["method", "checkpoint", "tree", "nodes", "verify_width", "tokens_per_forward",
                           "tokens_per_s", "speedup_vs_ar"]))
-    _write(Path(a.out), "tree-quick" if a.quick else "tree", data, table)
+    _write(Path(a.out), "tree-quick" if a.quick else "tree", data, table, device=dev)
     return data

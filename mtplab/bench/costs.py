@@ -8,15 +8,16 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 import torch
+
+from mtplab.measuring.race import race
 from mtplab.model.config import preset as get_preset
 from mtplab.device import describe, pick
 from mtplab.decoding.generate import DTYPES
 from mtplab.measuring.timing import measure_cost_curve
-from mtplab.device import sync
+from mtplab.device import now
 from mtplab.model.gpt import GPT
 from mtplab.bench.report import _md
 from mtplab.bench.report import _write
@@ -59,14 +60,12 @@ def _train_probe(spec: dict) -> dict:
         torch.cuda.reset_peak_memory_stats()
     times = []
     for i in range(spec["steps"] + 1):
-        sync(dev)
-        t0 = time.perf_counter()
+        t0 = now(dev)
         train_step(model, x, freeze_trunk=False, lam=0.3, memory_efficient=spec["efficient"])
         opt.step()
         opt.zero_grad(set_to_none=True)
-        sync(dev)
         if i:
-            times.append(time.perf_counter() - t0)
+            times.append(now(dev) - t0)
     peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda"
             else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss) * 1024)
     return {"tokens_per_s": B * T / statistics.median(times), "peak_bytes": peak}
@@ -114,26 +113,21 @@ def run_crossover(a) -> dict:
         torch.manual_seed(0)
         model = GPT(cfg).to(dev, DTYPES[a.dtype]).eval()
         ref = autoregressive(model, prompt, max_new_tokens=m).tokens
-        walls = {"ar": []} | {al: [] for al in alphas}
-        fws = {}
-        for r in range(reps):
-            t0 = time.perf_counter()
-            autoregressive(model, prompt, max_new_tokens=m)
-            walls["ar"].append(time.perf_counter() - t0)
-            for al in alphas:
-                t0 = time.perf_counter()
-                tr = speculative(model, OracleDrafter(ref, al, seed=r), prompt, max_new_tokens=m, k=k)
-                walls[al].append(time.perf_counter() - t0)
-                fws[al] = tr.tokens_per_forward
-        ar = statistics.median(walls["ar"])
+        contenders = {"ar": lambda p, model=model: autoregressive(model, p, max_new_tokens=m)}
         for al in alphas:
+            contenders[str(al)] = (lambda p, model=model, al=al, ref=ref:
+                                   speculative(model, OracleDrafter(ref, al, seed=0), p, max_new_tokens=m, k=k))
+        res = race(contenders, [prompt], baseline="ar", rounds=reps, device=dev)
+        ar = statistics.median(res.round_totals("ar"))
+        for al in alphas:
+            sp = res.speedup(str(al))
             rows.append({"width": d, "params_M": model.num_params() / 1e6, "alpha": al,
-                         "tokens_per_forward": fws[al], "speedup_wall": ar / statistics.median(walls[al]),
-                         "ar_ms_per_token": ar / m * 1e3})
+                         "tokens_per_forward": res.outputs[str(al)][0].tokens_per_forward, "speedup_wall": sp["median"],
+                         "ar_ms_per_token": ar / m * 1e3, "valid": res.valid})
     data = {"device": describe(dev), "dtype": a.dtype, "k": k, "m": m, "rows": rows}
     from mtplab import viz
     _write(Path(a.out), f"crossover-{a.dtype}", data,
            f"crossover: oracle drafts, k={k}, m={m}, {a.dtype}, {describe(dev)}\n\n"
            + _md(rows, ["width", "params_M", "alpha", "tokens_per_forward", "ar_ms_per_token", "speedup_wall"]),
-           viz.crossover(rows))
+           viz.crossover(rows), device=dev)
     return data
