@@ -5,6 +5,7 @@ threads; the study itself is `mtplab.hf.study`. Writes OUT/real.{json,md}.
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 from mtplab.bench.report import _md, _write
 from mtplab.device import machine, pick
@@ -80,7 +81,9 @@ def run_real(a) -> dict:
         for n in threads:
             torch.set_num_threads(n)
             use = rows if n == 1 else [r for r in rows if r.label in QUICK or r.label == "AR"]
-            studies[str(n)] = study(heads, prompts, cats, rows=use, m=m, rounds=rounds if n == 1 else min(rounds, 2))
+            r = rounds if n == 1 else min(rounds, 2)
+            with tqdm(total=len(use) * len(prompts) * r, desc=f"bench real, {n} thread(s)", unit="decode") as bar:
+                studies[str(n)] = study(heads, prompts, cats, rows=use, m=m, rounds=r, bar=bar)
     finally:
         torch.set_num_threads(saved)
     every = [chat_ids(heads.target, p) for c in held for p in held[c]]  # every held-out prompt, untimed
@@ -88,7 +91,8 @@ def run_real(a) -> dict:
     torch.set_num_threads(saved)
     rec = {"model": "smollm2", "m": m, "prompts_per_category": per_cat, "threads": studies,
            "acceptance_all": acceptance_study(heads, every[:6] if a.quick else every, every_cats[:6] if a.quick
-                                              else every_cats, m=m),
+                                              else every_cats, m=m,
+                                              bar=tqdm(desc="acceptance, every held-out prompt", unit="decode")),
            "machine": machine(pick(a.device)), "cost_curves": cost_curves(heads.target, threads, quick=a.quick)}
     md = "\n\n".join(f"### {n} thread{'s' if n != '1' else ''}\n\n{table(s)}\n\n{s['verdict']}"
                      for n, s in studies.items())
