@@ -144,6 +144,20 @@ def real_table() -> str:
                 f"{r['label']} is {r['vs_ar_same_dtype']:.2f}x AR in bf16 and gives AR's fp32 tokens on "
                 f"{r['identical_to_ar']} of {r['prompts']} prompts (AR in bf16's on {r['identical_to_ar_same_dtype']})"
                 for r in low) + ".")
+    every = d.get("acceptance_all", {})
+    if every:
+        lines = []
+        for label, a in every.items():
+            per = "; ".join(f"{c} {v['rate'][0]:.2f} ({v['interval'][0][0]:.2f}-{v['interval'][0][1]:.2f})"
+                            for c, v in a["acceptance"].items() if c != "pooled")
+            pooled = a["acceptance"]["pooled"]
+            lines.append(f"- {label}: first draft accepted {pooled['rate'][0]:.2f} ({pooled['interval'][0][0]:.2f}-"
+                         f"{pooled['interval'][0][1]:.2f}, n = {pooled['steps']} steps); by position "
+                         + " / ".join(f"{x:.2f}" for x in pooled["rate"]) + f"; per category: {per}; "
+                         f"{a['looping']} of {a['prompts']} continuations looping; identical to AR on "
+                         f"{a['identical_to_ar']} of {a['prompts']}.")
+        parts.append("Acceptance on every held-out prompt (untimed decodes, m = " + str(d["m"]) + "):\n\n"
+                     + "\n".join(lines))
     curves = []
     for n, by in d.get("cost_curves", {}).items():
         for name, c in by.items():
