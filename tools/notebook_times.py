@@ -20,7 +20,6 @@ from pathlib import Path
 import nbformat
 
 from mtplab.device import machine
-from mtplab.measuring.race import LoadMeter
 from mtplab.model.checkpoint import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,10 +40,9 @@ START, END = "<!-- notebook times: drawn by tools/notebook_times.py -->", "<!-- 
 
 
 def table(record: dict) -> str:
-    rows = ["| notebook | run time with the defaults | slowest cell | others' load while it ran |", "|---|---|---|---|"]
+    rows = ["| notebook | run time with the defaults | slowest cell |", "|---|---|---|"]
     for name, r in sorted(record["notebooks"].items()):
-        rows.append(f"| {name[:2]} | {r['seconds']:.0f} s | {r['slowest_cell_s']:.0f} s | "
-                    f"{r['others_cores'] or 0:.2f} cores |")
+        rows.append(f"| {name[:2]} | {r['seconds']:.0f} s | {r['slowest_cell_s']:.0f} s |")
     m = next(iter(record["notebooks"].values()))["machine"] if record["notebooks"] else {}
     head = (f"Measured alone, one after the other, on an idle {m.get('cores', '?')}-core {m.get('cpu', '?')} "
             f"(torch {m.get('torch', '?')}), after `make run` had converted the real model. A browser or a video call "
@@ -64,15 +62,14 @@ def measure(path: Path) -> dict:
     import papermill as pm
     out = ROOT / "build" / "nbtimes" / path.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    meter = LoadMeter().start()
     t0 = time.perf_counter()
     pm.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent), progress_bar=False,
                         execution_timeout=900)
     seconds = time.perf_counter() - t0
     ran = nbformat.read(out, as_version=4)
     cells = [c.metadata.get("papermill", {}).get("duration") or 0.0 for c in ran.cells if c.cell_type == "code"]
-    return {"seconds": seconds, "slowest_cell_s": max(cells, default=0.0), "others_cores": meter.stop(),
-            "machine": machine("cpu")}
+    # (no load reading: the notebook runs in a kernel, another process, which a load meter would count as others)
+    return {"seconds": seconds, "slowest_cell_s": max(cells, default=0.0), "machine": machine("cpu")}
 
 
 def write_lines(record: dict) -> None:
@@ -99,8 +96,7 @@ def main(argv=None) -> int:
                 continue
             rec = measure(path)
             record["notebooks"][path.name] = rec
-            print(f"{path.name}: {rec['seconds']:.0f} s (slowest cell {rec['slowest_cell_s']:.0f} s; others used "
-                  f"{rec['others_cores'] or 0:.2f} cores)", flush=True)
+            print(f"{path.name}: {rec['seconds']:.0f} s (slowest cell {rec['slowest_cell_s']:.0f} s)", flush=True)
         atomic_write_text(RECORD, json.dumps(record, indent=1) + "\n")
     if a.write:
         write_lines(record)
