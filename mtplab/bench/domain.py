@@ -9,8 +9,7 @@ from pathlib import Path
 
 import torch
 
-from mtplab.errors import MtplabError
-from mtplab.bench.report import _md, _write
+from mtplab.bench.report import held_out_count, _md, _write
 from mtplab.data import held_out_prompts, load_corpus, val_windows
 from mtplab.device import machine_line, pick
 from mtplab.measuring.domain import domain_study
@@ -21,14 +20,6 @@ PAIR = {"code": "domain-code-d1", "prose": "domain-prose-d1"}
 
 
 
-def _prompts(a) -> int:
-    """--prompts: held-out code prompts, 1..20 (the held-out set has 20); 8 by default."""
-    if a.prompts is None:
-        return 8
-    if isinstance(a.prompts, bool) or not isinstance(a.prompts, int) or not 1 <= a.prompts <= 20:
-        raise MtplabError(f"--prompts must be in 1..20, the held-out prompts there are (got {a.prompts})")
-    return a.prompts
-
 def load_pair(device="cpu") -> dict:
     return {corpus: ckpt.load(name, device=device) for corpus, name in PAIR.items()}
 
@@ -37,7 +28,7 @@ def run_domain(a) -> dict:
     from mtplab import viz  # matplotlib
 
     dev = pick(a.device)
-    n, m, reps = (2, 32, 1) if a.quick else (_prompts(a), 128, 3)
+    n, m, reps = (2, 32, 1) if a.quick else (held_out_count(a), 128, 3)
     models = load_pair(dev)
     prompts = {c: [encode(p) for p in held_out_prompts(c, n, 160)] for c in PAIR}
     windows = {c: val_windows(load_corpus(c, "val"), 256, 8 if a.quick else 32) for c in PAIR}

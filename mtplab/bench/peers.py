@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from mtplab.bench.report import _md, _write
+from mtplab.bench.report import held_out_count, _md, _write
 from mtplab.data import held_out_prompts
 from mtplab.decoding.drafters import NgramDrafter, check_same_vocabulary
 from mtplab.decoding.generate import decode_with, max_k
@@ -44,14 +44,6 @@ class _Counter:
         self.n += 1
 
 
-
-def _prompts(a) -> int:
-    """--prompts: held-out code prompts, 1..20 (the held-out set has 20); 8 by default."""
-    if a.prompts is None:
-        return 8
-    if isinstance(a.prompts, bool) or not isinstance(a.prompts, int) or not 1 <= a.prompts <= 20:
-        raise MtplabError(f"--prompts must be in 1..20, the held-out prompts there are (got {a.prompts})")
-    return a.prompts
 
 def _generate(hf, ids: list[int], m: int, **kw) -> list[int]:
     from mtplab.hf.run import generate_ids  # transformers
@@ -265,14 +257,14 @@ def run_peers(a) -> dict:
     if getattr(a, "dtype", "fp32") != "fp32":
         raise MtplabError("bench peers compares fp32 decodes (transformers' generate and mtplab's loop on the same "
                           "weights); drop --dtype")
-    _prompts(a)
+    held_out_count(a)
     dev = pick(a.device)
     target = load_hf(a.hf, device=dev)
     draft = load_hf(a.draft_hf, device=dev) if getattr(a, "draft_hf", None) else None
     if draft is not None:
         check_same_vocabulary(draft, target)
     heads = load_heads(target, a.heads_checkpoint) if getattr(a, "heads_checkpoint", None) else None
-    n, m, reps = (2, 16, 1) if a.quick else (_prompts(a), 128, 3)
+    n, m, reps = (2, 16, 1) if a.quick else (held_out_count(a), 128, 3)
     prompts = [target.encode(p) for p in held_out_prompts("code", n, 160)]
     rows = peer_rows(target, draft, prompts, m=m, k=4, repeats=reps, heads=heads)
     split = profile_rows(target, draft, prompts[0], m=m, k=4, heads=heads)

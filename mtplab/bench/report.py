@@ -6,8 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mtplab.errors import MtplabError
 from mtplab.device import machine, machine_line
 from mtplab.model.checkpoint import atomic_write, atomic_write_text
+
+
+def held_out_count(a) -> int:
+    """--prompts of a benchmark over the held-out code prompts: 1..20 (the held-out set has 20); 8 by default."""
+    if a.prompts is None:
+        return 8
+    if isinstance(a.prompts, bool) or not isinstance(a.prompts, int) or not 1 <= a.prompts <= 20:
+        raise MtplabError(f"--prompts must be in 1..20, the held-out prompts there are (got {a.prompts})")
+    return a.prompts
 
 
 def _write(out: Path, name: str, data: dict, table: str, fig=None, *, device="cpu") -> None:
