@@ -294,6 +294,31 @@ def _train_hf_model_parser(sub) -> None:
     h.set_defaults(func=_train_hf_model)
 
 
+def _real_model_parsers(sub) -> None:
+    """convert, distill and preflight: the real model and this laptop."""
+    c = sub.add_parser("convert", help="convert a real model's GGUF once into the lab's cache (smollm2)")
+    c.add_argument("model", help="smollm2")
+    c.set_defaults(func=_convert)
+
+    d = sub.add_parser("distill", help="a real model's heads: self-distillation data, a trunk cache, training")
+    d.add_argument("model", help="smollm2")
+    d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
+    d.add_argument("--stages", default="prompts,answers,cache,deepseek,stern",
+                   help="comma-separated: prompts, answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
+    d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
+    d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")
+    d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
+    d.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (a GPU trains on more data in minutes)")
+    d.set_defaults(func=_distill)
+
+    f = sub.add_parser("preflight", help="check the install, time this laptop, predict its speedups")
+    f.add_argument("--out", default=None, help="the JSON record (default build/preflight.json)")
+    f.add_argument("--quick", action="store_true")
+    f.add_argument("--json", action="store_true")
+    f.add_argument("--device", default="cpu")
+    f.set_defaults(func=_preflight)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -329,27 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft-hf", default=None, help="--hf, method draft-model: a smaller model with the same tokenizer")
     g.set_defaults(func=_generate)
 
-    c = sub.add_parser("convert", help="convert a real model's GGUF once into the lab's cache (smollm2)")
-    c.add_argument("model", help="smollm2")
-    c.set_defaults(func=_convert)
-
-    d = sub.add_parser("distill", help="a real model's heads: self-distillation data, a trunk cache, training")
-    d.add_argument("model", help="smollm2")
-    d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
-    d.add_argument("--stages", default="prompts,answers,cache,deepseek,stern",
-                   help="comma-separated: prompts, answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
-    d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
-    d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")
-    d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
-    d.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (a GPU trains on more data in minutes)")
-    d.set_defaults(func=_distill)
-
-    f = sub.add_parser("preflight", help="check the install, time this laptop, predict its speedups")
-    f.add_argument("--out", default=None, help="the JSON record (default build/preflight.json)")
-    f.add_argument("--quick", action="store_true")
-    f.add_argument("--json", action="store_true")
-    f.add_argument("--device", default="cpu")
-    f.set_defaults(func=_preflight)
+    _real_model_parsers(sub)
 
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
     b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",

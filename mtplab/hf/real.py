@@ -116,7 +116,6 @@ def convert(rm: RealModel, *, log=None) -> Path:
         return folder
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-        import transformers
     except ImportError:
         raise MtplabError(f"converting {rm.name} needs transformers with gguf and accelerate: "
                           f'pip install -e ".[hf]" then {rm.install}') from None
@@ -128,35 +127,30 @@ def convert(rm: RealModel, *, log=None) -> Path:
     tmp = folder.with_name(f".{folder.name}.writing-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    level = transformers.utils.logging.get_verbosity()
-    transformers.utils.logging.set_verbosity_error()
-    bar = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
+    from mtplab.hf.target import quiet_transformers  # transformers
     try:
-        hf = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
-        tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
-        cfg = hf.config
-        if hasattr(cfg, "quantization_config"):  # the GGUF record stops save_pretrained; the weights are plain now
-            del cfg.quantization_config
-        plain = LlamaForCausalLM(cfg)
-        missing, unexpected = plain.load_state_dict(hf.state_dict(), strict=False)
-        if [k for k in missing if "rotary" not in k] or unexpected:
-            raise MtplabError(f"{p.name} did not convert cleanly (missing {missing[:2]}, unexpected "
-                              f"{unexpected[:2]}); reinstall {rm.package}=={rm.version}")
-        plain.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        atomic_write_text(tmp / SOURCE, json.dumps({"name": rm.name, "package": rm.package, "version": rm.version,
-                                                    "gguf": rm.gguf, "gguf_sha256": digest}, indent=1) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        with quiet_transformers():
+            hf = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
+            tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
+            cfg = hf.config
+            if hasattr(cfg, "quantization_config"):  # the GGUF record stops save_pretrained; the weights are plain now
+                del cfg.quantization_config
+            plain = LlamaForCausalLM(cfg)
+            missing, unexpected = plain.load_state_dict(hf.state_dict(), strict=False)
+            if [k for k in missing if "rotary" not in k] or unexpected:
+                raise MtplabError(f"{p.name} did not convert cleanly (missing {missing[:2]}, unexpected "
+                                  f"{unexpected[:2]}); reinstall {rm.package}=={rm.version}")
+            plain.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+            atomic_write_text(tmp / SOURCE, json.dumps({"name": rm.name, "package": rm.package, "version": rm.version,
+                                                        "gguf": rm.gguf, "gguf_sha256": digest}, indent=1) + "\n")
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
     except OSError as e:
         raise MtplabError(f"could not write the converted model to {folder.parent} ({e.strerror or e}); free "
                           "space or set MTPLAB_CACHE to a writable folder") from None
     finally:
-        transformers.utils.logging.set_verbosity(level)
-        if bar:
-            transformers.utils.logging.enable_progress_bar()
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder

@@ -26,6 +26,7 @@ import hashlib
 import inspect
 import json
 import pickle
+from contextlib import contextmanager
 from pathlib import Path
 import torch
 import torch.nn as nn
@@ -258,6 +259,47 @@ def _check_sizes(raw: dict, cj: Path) -> None:
                               f"beside it hold {have / 2**20:.0f} MiB; restore the config.json saved with these weights")
 
 
+@contextmanager
+def quiet_transformers():
+    """transformers without its progress bars and load reports (a local load is quick, and mtplab's error is one
+    line); the settings are restored afterwards."""
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    level = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.utils.logging.set_verbosity(level)
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
+
+
+def _from_pretrained(p: Path, path, dtype):
+    """The causal LM's weights and transformers' loading report, every failure one line."""
+    try:
+        with quiet_transformers():
+            return AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
+                                                        output_loading_info=True, trust_remote_code=False)
+    except pickle.UnpicklingError:
+        raise MtplabError(f"{path} holds pickled weights (pytorch_model.bin) that torch refuses to load safely "
+                          "(weights_only); nothing was run: convert them to model.safetensors on a machine you trust "
+                          "(save_pretrained(..., safe_serialization=True)) or use another copy of the model") from None
+    except ValueError as e:  # a config class with no causal-LM model
+        raise MtplabError(f"{path} is not a causal language model ({str(e).splitlines()[0][:160]})") from None
+    except OSError as e:
+        raise MtplabError(f"cannot load the weights in {path}: {str(e).splitlines()[0][:200]}") from None
+    except RuntimeError as e:  # sizes in config.json that differ from the weights (ignore_mismatched_sizes)
+        if "mismatch" in str(e) or "size" in str(e):
+            raise MtplabError(f"the weights in {path} do not match its config.json (the sizes differ); restore the "
+                              "config.json saved with these weights") from None
+        raise MtplabError(f"cannot load the weights in {path} ({str(e).splitlines()[0][:160]})") from None
+    except Exception as e:  # what transformers raises for a config it cannot build (KeyError, ImportError, ...)
+        first = str(e).splitlines()[0][:160] if str(e) else ""
+        raise MtplabError(f"transformers cannot build the model in {path} ({type(e).__name__}: {first}); restore the "
+                          "config.json saved with the model") from None
+
+
 def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT) -> HFTarget:
     """A local model directory (config.json, weights, tokenizer) as an `HFTarget`. Nothing is downloaded and
     nothing in the folder is run (trust_remote_code=False; an auto_map config is refused)."""
@@ -279,34 +321,7 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     if arch and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch):
         raise MtplabError(f"{path} holds a {', '.join(arch)}, which has no causal LM head; save the model with its "
                           "head (e.g. AutoModelForCausalLM ... save_pretrained) and point --hf at that")
-    bar = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()  # a local load is quick; keep stderr for errors
-    level = transformers.utils.logging.get_verbosity()
-    transformers.utils.logging.set_verbosity_error()  # its load report is a table; mtplab's error is one line
-    try:
-        hf, info = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
-                                                        output_loading_info=True, trust_remote_code=False)
-    except pickle.UnpicklingError:
-        raise MtplabError(f"{path} holds pickled weights (pytorch_model.bin) that torch refuses to load safely "
-                          "(weights_only); nothing was run: convert them to model.safetensors on a machine you trust "
-                          "(save_pretrained(..., safe_serialization=True)) or use another copy of the model") from None
-    except ValueError as e:  # a config class with no causal-LM model
-        raise MtplabError(f"{path} is not a causal language model ({str(e).splitlines()[0][:160]})") from None
-    except OSError as e:
-        raise MtplabError(f"cannot load the weights in {path}: {str(e).splitlines()[0][:200]}") from None
-    except RuntimeError as e:  # sizes in config.json that differ from the weights (ignore_mismatched_sizes)
-        if "mismatch" in str(e) or "size" in str(e):
-            raise MtplabError(f"the weights in {path} do not match its config.json (the sizes differ); restore the "
-                              "config.json saved with these weights") from None
-        raise MtplabError(f"cannot load the weights in {path} ({str(e).splitlines()[0][:160]})") from None
-    except Exception as e:  # what transformers raises for a config it cannot build (KeyError, ImportError, ...)
-        first = str(e).splitlines()[0][:160] if str(e) else ""
-        raise MtplabError(f"transformers cannot build the model in {path} ({type(e).__name__}: {first}); restore the "
-                          "config.json saved with the model") from None
-    finally:
-        transformers.utils.logging.set_verbosity(level)
-        if bar:
-            transformers.utils.logging.enable_progress_bar()
+    hf, info = _from_pretrained(p, path, dtype)
     missing = [k for k in info.get("missing_keys", []) if "rotary" not in k]
     if missing:
         raise MtplabError(f"the weights in {path} lack {missing[:3]}{'...' if len(missing) > 3 else ''}; "
