@@ -46,8 +46,8 @@ def test_the_shipped_bench_reads_and_bad_files_give_one_line(tmp_path):
     bad.write_text(json.dumps({"rows": None}))
     with pytest.raises(MtplabError, match="no 'rows'"):
         speedup.read_decode_bench(bad)
-    with pytest.raises(MtplabError, match="not found"):
-        speedup.read_decode_bench(tmp_path / "none.json")
+    with pytest.raises(MtplabError, match="missing; `python -m mtplab bench decode` writes it"):
+        speedup.read_decode_bench(tmp_path / "gone" / "decode.json")
     table = viz.markdown_table([{"a": 1.234, "b": [0.5, 0.25]}], ["a", "b"])
     assert "| 1.23 | 0.50 0.25 |" in table
 
@@ -93,8 +93,8 @@ def test_interleaved_warms_up_and_repeats_every_callable():
 
 def test_bench_rows_are_matched_by_method_and_checkpoint():
     row = speedup.bench_row("deepseek", "deepseek-d1")
-    assert row is not None and row["method"] == "deepseek D=1"
-    assert speedup.bench_row("deepseek", "deepseek-d3")["method"] == "deepseek D=3"
+    assert row is not None and row["label"] == "deepseek D=1"
+    assert speedup.bench_row("deepseek", "deepseek-d3")["label"] == "deepseek D=3"
     assert speedup.bench_row("meta", "no-such-checkpoint") is None
     assert speedup.bench_speedup_text(None) == "not in the benchmark"
     assert "prompts" in speedup.bench_source()

@@ -14,7 +14,7 @@ together as the drafter's cost. A new drafter is one class here and one row in `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 import torch
 from mtplab.model.config import ModelConfig
 from mtplab.decoding.accept import distribution
@@ -259,9 +259,10 @@ class DraftModelDrafter(BaseDrafter):
 
 
 class NgramDrafter(BaseDrafter):
-    """Prompt lookup (Saxena 2023, "Prompt Lookup Decoding"): find the latest earlier occurrence of the current
-    suffix and copy what followed. earliest=True takes the earliest occurrence instead (transformers' rule,
-    with max_ngram=2)."""
+    """Prompt lookup (Saxena 2023, "Prompt Lookup Decoding"): find an earlier occurrence of the current suffix
+    and copy what followed. Saxena's reference (`find_candidate_pred_tokens`) and transformers take the earliest
+    match (earliest=True; transformers with max_ngram=2); the lab's default takes the latest match instead, its
+    own variant: in code that loops, the latest occurrence is the likeliest to continue alike."""
     name = "ngram"
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1, *, earliest: bool = False):
@@ -359,6 +360,49 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            lambda model, *, reference=None, alpha=0.8, seed=0, **_: OracleDrafter(reference or [], alpha, seed=seed),
            needs_reference=True),
 ]}
+
+
+def default_for_family(family: str) -> Method:
+    """The method that decodes a head family's checkpoint by default: the family's first overlapped method in
+    `METHODS` (stern -> blockwise-overlap, meta -> meta, deepseek -> deepseek)."""
+    for m in METHODS.values():
+        if m.family == family and m.schedule == "overlap":
+            return m
+    families = sorted({m.family for m in METHODS.values() if m.family})
+    raise MtplabError(f"no method decodes head family {family!r}; the families are {', '.join(families)}")
+
+
+class Pair(NamedTuple):
+    """One shipped (method, checkpoint) pair as the benchmarks name it. k None: the most the checkpoint supports."""
+    label: str
+    method: str
+    checkpoint: str
+    k: int | None
+
+    @property
+    def family(self) -> str | None:
+        return METHODS[self.method].family
+
+
+# What ships: every (label, method, checkpoint, k) a benchmark measures; the benchmarks' tables are filters of it.
+PAIRS: list[Pair] = [
+    Pair("blockwise", "blockwise", METHODS["blockwise"].checkpoint, 4),
+    Pair("blockwise-overlap", "blockwise-overlap", METHODS["blockwise-overlap"].checkpoint, 4),
+    Pair("meta", "meta", METHODS["meta"].checkpoint, 4),
+    Pair("deepseek D=1", "deepseek", "deepseek-d1", None),
+    Pair("deepseek D=3", "deepseek", "deepseek-d3", None),
+    Pair("deepseek D=1 reused", "deepseek-reuse", "deepseek-d1", None),
+    Pair("draft-model", "draft-model", METHODS["draft-model"].checkpoint, 4),
+    Pair("ngram", "ngram", METHODS["ngram"].checkpoint, 4),
+    Pair("oracle alpha=0.8", "oracle", METHODS["oracle"].checkpoint, 4),
+]
+
+
+def pair(label: str) -> Pair:
+    for p in PAIRS:
+        if p.label == label:
+            return p
+    raise MtplabError(f"no shipped pair is labelled {label!r}; choose one of {', '.join(p.label for p in PAIRS)}")
 
 
 def method(name: str) -> Method:

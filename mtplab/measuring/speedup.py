@@ -8,16 +8,15 @@ Python) is what the prediction leaves out. Measured, it is small (well under a t
 here), so a gap between the two columns is mostly timing noise and the difference between the cost curve's
 cache length and the decode's; overhead can only make the measured speedup *lower* than predicted. A single
 decode is one sample: `live_speedup` repeats interleaved decodes and reports the median and range, and
-`bench_row` reads the shipped benchmark's figure for the same pair to print beside it.
+`bench_row` reads the shipped benchmark's figure for the same pair to print beside it (`record.Record`).
 """
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from mtplab.measuring import theory
 from mtplab import paths
 from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import read_json
+from mtplab.measuring.record import Record
 from mtplab.decoding.trace import Trace
 from mtplab.decoding.batch import batched_autoregressive, batched_speculative
 from mtplab.device import now
@@ -58,46 +57,38 @@ def speedup_row(label: str, trace: Trace, baseline: Trace, cost_curve: dict[int,
             "predicted": predicted, "measured": tps * ar_per_token / split["wall_s"] if split["wall_s"] else 0.0}
 
 
+# The notebooks' names for `record.Record` (03, 04, 05, 07) and the widget's; new code calls Record itself.
 def read_decode_bench(path=BENCH_DECODE) -> dict:
-    """The shipped decode benchmark (written by `python -m mtplab bench decode`), read by path."""
-    path = Path(path)
-    if not path.exists():
-        raise MtplabError(f"{path} not found; run `python -m mtplab bench decode` to write it")
-    data = read_json(path, limit=16 << 20, what="a benchmark record",
-                     fix="regenerate it with `python -m mtplab bench decode`")
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-        raise MtplabError(f"{path} has no 'rows' list; regenerate it with `python -m mtplab bench decode`")
-    return data
-
-
-# (method, checkpoint) -> the decode benchmark's row label for the same pair (mtplab.bench.decode.ROWS)
-BENCH_LABELS = {("blockwise", "stern-k4"): "blockwise", ("blockwise-overlap", "stern-k4"): "blockwise-overlap",
-                ("meta", "meta-k4"): "meta", ("deepseek", "deepseek-d1"): "deepseek D=1",
-                ("deepseek", "deepseek-d3"): "deepseek D=3", ("draft-model", "ntp"): "draft-model",
-                ("ngram", "ntp"): "ngram", ("oracle", "ntp"): "oracle alpha=0.8"}
+    """The decode benchmark's record as written (`Record.load(path).data`), checked to hold rows."""
+    rec = Record.load(path)
+    rec.table()  # one line when it has no rows
+    return rec.data
 
 
 def bench_row(method: str, checkpoint: str, path=BENCH_DECODE) -> dict | None:
     """The shipped decode benchmark's row for this (method, checkpoint) pair, or None when it has none."""
-    label = BENCH_LABELS.get((method, checkpoint))
     try:
-        rows = read_decode_bench(path)["rows"]
+        return Record.load(path).row(method=method, checkpoint=checkpoint)
     except MtplabError:
         return None
-    return next((r for r in rows if r.get("method") == label), None)
 
 
 def bench_source(path=BENCH_DECODE) -> str:
-    """One line naming the shipped benchmark: prompts, new tokens, repeats and the machine it ran on."""
+    """One line naming the shipped decode benchmark: prompts, new tokens, repeats and the machine it ran on."""
     try:
-        d = read_decode_bench(path)
+        d = Record.load(path)
     except MtplabError as e:
         return str(e)
-    m = d.get("machine")
-    machine = (f"{m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, torch {m['torch']}"
-               if isinstance(m, dict) else m or f"device {d.get('device')}, {d.get('threads')} thread(s)")
-    return (f"docs/bench/decode.json: {d.get('prompts')} prompts, m = {d.get('max_new_tokens')}, "
-            f"median of {d.get('repeats')} interleaved repeats, {d.get('dtype')}, {machine}")
+    return (f"docs/bench/{d.path.name}: {d.get('prompts')} prompts, m = {d.get('max_new_tokens')}, "
+            f"median of {d.get('repeats')} interleaved repeats, {d.get('dtype')}, {d.machine_text()}")
+
+
+def shipped_row(name: str, **match) -> dict | None:
+    """The first row of docs/bench/NAME.json whose fields equal `match`, or None."""
+    try:
+        return Record.load(name).row(**match)
+    except MtplabError:
+        return None
 
 
 def bench_speedup_text(row: dict | None) -> str:
@@ -183,18 +174,6 @@ def batch_sweep(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: in
                          "speedup_vs_ar": t[name]["median"], "speedup_min": t[name]["min"],
                          "speedup_max": t[name]["max"], "repeats": repeats})
     return rows
-
-
-def shipped_row(name: str, **match) -> dict | None:
-    """The first row of a shipped bench record (docs/bench/<name>.json) whose fields equal `match`, or None."""
-    path = BENCH_DECODE.parent / f"{name}.json"
-    if not path.exists():
-        return None
-    try:
-        rows = read_json(path, limit=16 << 20, what="a benchmark record", fix="regenerate it").get("rows", [])
-    except (MtplabError, AttributeError):
-        return None
-    return next((r for r in rows if all(r.get(k) == v for k, v in match.items())), None)
 
 
 def live_text(live: dict) -> str:

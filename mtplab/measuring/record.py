@@ -1,0 +1,135 @@
+"""The one reader of benchmark records: docs/bench/NAME.json, each written by a `python -m mtplab bench ...` command.
+
+    rec = Record.load("decode")                             # or a path; missing: one line naming the command
+    rec.row(method="deepseek", checkpoint="deepseek-d3")    # the row of that pair, or None
+    rec.machine_text()                                      # 'measured on <cpu>, 1 of 2 cores, ...'
+
+A record is read bounded in size (`checkpoint.read_json`), and every failure is one line that names the file and
+the command that writes it again. Rows are found by what they measured (method, checkpoint, k, or any other field),
+never by parsing a label. Records written from now on store `label`, `method` and `checkpoint` in every row that
+measures a shipped pair; records written before (decode*.json, k.json, regime.json's by_depth), where `method`
+holds the label, are read through `_compat_fields`, the one place that maps an old label to its pair.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtplab import paths
+from mtplab.decoding.drafters import PAIRS
+from mtplab.errors import MtplabError
+from mtplab.model.checkpoint import read_json
+
+LIMIT = 16 << 20  # bytes: the largest record the lab writes is well under 1 MB
+BENCHES = ("cost-curve", "crossover", "decode", "domain", "train", "batch", "regime", "peers", "tree", "real", "k")
+
+
+def command(name: str) -> str | None:
+    """The command that writes docs/bench/NAME.json ('python -m mtplab bench decode --quick --dtype bf16'), read
+    from the name the bench gave it; None for a record no bench command writes."""
+    what = next((b for b in BENCHES if name == b or name.startswith(b + "-")), None)
+    if what is None:
+        return None
+    rest = name[len(what) + 1:].split("-") if name != what else []
+    opts = []
+    if what == "cost-curve" and rest:
+        opts.append(f"--preset {rest[0]}")
+    if "quick" in rest:
+        opts.append("--quick")
+    if "bf16" in rest:
+        opts.append("--dtype bf16")
+    threads = [r[:-len("threads")] for r in rest if r.endswith("threads")]
+    tail = f" (with {threads[0]} torch threads, OMP_NUM_THREADS={threads[0]})" if threads else ""
+    if what == "peers":
+        opts.append("--hf PATH")
+    return " ".join(["python -m mtplab bench", what, *opts]) + tail
+
+
+def machine_text(m, *, device=None, threads=None) -> str:
+    """The line naming the machine a record was measured on, in the words `device.machine_line` uses live.
+    `m`: the record's machine dict (or an older record's string); without one, its device and threads."""
+    if isinstance(m, dict) and m.get("cpu"):
+        return (f"measured on {m['cpu']}, {m.get('threads', '?')} of {m.get('cores', '?')} cores, last-level cache "
+                f"{m.get('llc', 'unknown')}, torch {m.get('torch', '?')}, device {m.get('device', device or '?')}")
+    if isinstance(m, str) and m:
+        return f"measured on {m}"
+    n = threads if threads is not None else "?"
+    return f"measured on {device or 'an unknown device'}, {n} thread{'' if n == 1 else 's'} (machine not recorded)"
+
+
+# ------------------------------------------------------------------------------------ compatibility (old records)
+OLD_KINDS = ("decode", "k", "regime")  # the records whose rows named a pair by its label only
+OLD_LABELS = {"stern overlapped": "blockwise-overlap"}  # bench k's label before the catalogue
+
+
+def _compat_fields(name: str, row: dict) -> dict:
+    """COMPATIBILITY with records written before rows kept `method` and `checkpoint` beside the label: there the
+    `method` field holds the label ('deepseek D=3'); other records' rows (domain, peers, batch) gain only a label.
+    The label -> pair mapping is read from `PAIRS`. regime's
+    by_depth rows measured the 4-layer family (`stern-k4-l4`, ...), so their checkpoint gains '-l4'. Delete this
+    when every shipped record has been measured again."""
+    label = row.get("method")
+    if "label" in row or "checkpoint" in row or name.split("-")[0] not in OLD_KINDS:
+        return {"label": label, **row}
+    pair = next((p for p in PAIRS if p.label == OLD_LABELS.get(label, label)), None)
+    if pair is None:
+        return {"label": label, **row}
+    checkpoint = pair.checkpoint + ("-l4" if name.startswith("regime") else "")
+    return {**row, "label": label, "method": pair.method, "checkpoint": checkpoint,
+            "k": row.get("k", pair.k)}
+
+
+# ------------------------------------------------------------------------------------ the reader
+@dataclass
+class Record:
+    name: str      # NAME of docs/bench/NAME.json (the file's stem)
+    path: Path
+    data: dict     # the record as written
+
+    @classmethod
+    def load(cls, name_or_path="decode") -> "Record":
+        """docs/bench/NAME.json by name, or any record by path."""
+        s = str(name_or_path)
+        path = Path(s) if s.endswith(".json") or "/" in s else paths.BENCH_DIR / f"{s}.json"
+        cmd = command(path.stem)
+        fix = f"`{cmd}` writes it" if cmd else "restore it from git"
+        if not path.exists():
+            raise MtplabError(f"{path} is missing; {fix}")
+        data = read_json(path, limit=LIMIT, what="a benchmark record", fix=fix)
+        if not isinstance(data, dict):
+            raise MtplabError(f"{path} is not a benchmark record (no JSON object); {fix}")
+        return cls(path.stem, path, data)
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def get(self, key, default=None):
+        return self.data.get(key, default)
+
+    def table(self, key: str = "rows") -> list[dict]:
+        """The record's rows under `key` ('rows'; regime: 'by_size', 'by_depth'), each with label, method and
+        checkpoint where it measured a shipped pair."""
+        rows = self.data.get(key)
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            cmd = command(self.name)
+            raise MtplabError(f"{self.path} has no {key!r} list of rows; "
+                              + (f"run `{cmd}` again" if cmd else "restore it from git"))
+        return [_compat_fields(self.name, r) for r in rows]
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.table("rows")
+
+    def row(self, key: str = "rows", **match) -> dict | None:
+        """The first row whose fields equal `match` (method=..., checkpoint=..., k=..., label=..., batch_size=...),
+        or None when the record has none."""
+        return next((r for r in self.table(key) if all(r.get(f) == v for f, v in match.items())), None)
+
+    def machine_text(self) -> str:
+        return machine_text(self.data.get("machine"), device=self.data.get("device"),
+                            threads=self.data.get("threads"))
+
+    def device(self) -> str:
+        """The device the record was measured on ('cpu', 'cuda (NVIDIA H200)'), '' when it does not say."""
+        m = self.data.get("machine")
+        return str((m.get("device") if isinstance(m, dict) else None) or self.data.get("device") or "")

@@ -1,0 +1,70 @@
+"""The one reader of benchmark records: rows found by method and checkpoint, old records read through one
+compatibility function, one machine line, and one line naming the command when a record is missing or broken."""
+import json
+
+import pytest
+
+from mtplab.decoding.drafters import METHODS, PAIRS, default_for_family, pair
+from mtplab.errors import MtplabError
+from mtplab.measuring.record import Record, command, machine_text
+
+
+def test_shipped_decode_rows_are_found_by_method_and_checkpoint():
+    rec = Record.load("decode")
+    d3 = rec.row(method="deepseek", checkpoint="deepseek-d3")
+    assert d3["label"] == "deepseek D=3" and d3["k"] == 4
+    assert rec.row(method="deepseek", checkpoint="deepseek-d1")["k"] == 2
+    assert rec.row(method="meta", checkpoint="no-such-checkpoint") is None
+    assert {r["label"] for r in rec.rows} == {p.label for p in PAIRS if p.method != "deepseek-reuse"}
+    assert rec.machine_text().startswith("measured on ") and "cores" in rec.machine_text()
+
+
+def test_old_labels_of_other_records_map_to_their_pairs():
+    k = Record.load("k")
+    assert k.row(method="blockwise-overlap", checkpoint="stern-k4", k=2, adapt="fixed")["label"] == "stern overlapped"
+    assert k.row(method="deepseek-reuse", k=2)["checkpoint"] == "deepseek-d1"
+    depth = Record.load("regime").table("by_depth")
+    assert {r["checkpoint"] for r in depth} == {"stern-k4-l4", "meta-k4-l4", "deepseek-d1-l4", "deepseek-d3-l4"}
+    # domain rows ran on the domain pair: their method names are not read as shipped pairs
+    assert all("checkpoint" not in r for r in Record.load("domain").rows)
+
+
+def test_new_rows_keep_their_own_fields(tmp_path):
+    p = tmp_path / "decode.json"
+    p.write_text(json.dumps({"rows": [{"label": "meta", "method": "meta", "checkpoint": "meta-k9", "k": 3}]}))
+    assert Record.load(p).row(method="meta")["checkpoint"] == "meta-k9"
+
+
+def test_missing_and_broken_records_name_the_command(tmp_path):
+    with pytest.raises(MtplabError, match="python -m mtplab bench decode --quick --dtype bf16` writes it"):
+        Record.load(tmp_path / "decode-quick-bf16.json")
+    bad = tmp_path / "tree.json"
+    bad.write_text("{not json")
+    with pytest.raises(MtplabError, match="not valid JSON.*bench tree"):
+        Record.load(bad)
+    bad.write_text(json.dumps({"rows": None}))
+    with pytest.raises(MtplabError, match="no 'rows' list.*bench tree"):
+        Record.load(bad).table()
+    bad.write_text("[1, 2]")
+    with pytest.raises(MtplabError, match="no JSON object"):
+        Record.load(bad)
+    assert command("cost-curve-classroom-fp32") == "python -m mtplab bench cost-curve --preset classroom"
+    assert command("loops") is None
+
+
+def test_one_machine_line_for_every_kind_of_record():
+    m = {"cpu": "X", "threads": 1, "cores": 2, "llc": "1 MiB", "torch": "2", "device": "cpu"}
+    assert machine_text(m) == "measured on X, 1 of 2 cores, last-level cache 1 MiB, torch 2, device cpu"
+    assert machine_text(None, device="cpu", threads=1) == "measured on cpu, 1 thread (machine not recorded)"
+    assert machine_text("a laptop") == "measured on a laptop"
+
+
+def test_the_catalogue_names_each_familys_default_and_every_pair_ships():
+    assert [default_for_family(f).name for f in ("stern", "meta", "deepseek")] == ["blockwise-overlap", "meta",
+                                                                                    "deepseek"]
+    with pytest.raises(MtplabError, match="no method decodes head family"):
+        default_for_family("eagle")
+    assert all(p.method in METHODS for p in PAIRS) and len({p.label for p in PAIRS}) == len(PAIRS)
+    assert pair("deepseek D=3").checkpoint == "deepseek-d3"
+    with pytest.raises(MtplabError, match="no shipped pair"):
+        pair("nope")
