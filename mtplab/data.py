@@ -63,14 +63,27 @@ def val_windows(data: torch.Tensor, block_size: int, n: int) -> torch.Tensor:
     return torch.stack([data[s:s + block_size + 1] for s in starts]).long()
 
 
+BENCH_PROMPTS = 8  # `bench decode`, `bench peers` and `bench domain` decode the first 8 held-out prompts
+
+
+def _spread(r: int) -> float:
+    """0, 1/2, 1/4, 3/4, 1/8, ...: where round r's prompts sit between the first round's (van der Corput order)."""
+    f, half = 0.0, 0.5
+    while r:
+        f, r, half = f + half * (r & 1), r >> 1, half / 2
+    return f
+
+
 def held_out_prompts(corpus: str = "code", n: int = 20, length: int = 64) -> list[str]:
-    """n prompts cut from the validation split at line starts, evenly spaced, each `length` bytes at most."""
+    """The first n of ONE ordered set of held-out prompts, cut from the validation split at line starts, each `length`
+    bytes at most. The first 8 are evenly spaced and are the benchmarks' set; the next ones fall between them. So a
+    notebook's 3 or 6 prompts are the benchmarks' first 3 or 6, never another sample."""
     text = corpus_path(corpus, "val").read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
-    stride = max(1, len(lines) // n)
+    stride = max(1, len(lines) // BENCH_PROMPTS)
     prompts = []
     for j in range(n):
-        i = j * stride
+        i = min(len(lines) - 1, (j % BENCH_PROMPTS) * stride + int(_spread(j // BENCH_PROMPTS) * stride))
         chunk = ""
         while i < len(lines) and len(chunk.encode()) < length:
             chunk += lines[i]
