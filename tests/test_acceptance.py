@@ -1,4 +1,4 @@
-"""One metric converter (mtplab.metrics): the conventions agree with each other on random traces."""
+"""One metric converter (mtplab.measuring.acceptance and .theory): the conventions agree on random traces."""
 import math
 import os
 import subprocess
