@@ -1,5 +1,8 @@
 """Notebook 02, blockwise parallel decoding: forward counts with a perfect drafter, one verify forward laid out row by
-row, the cache's length through a step; and the checkers of its exercises.
+row, the cache's length through a step, the shipped heads' whole training record; and the checkers of its exercises.
+
+Also used by notebooks 03, 04 and 06: `loop_split`, which counts the greedy continuations that fall into a loop and
+keeps the steps taken before each loop began, so that every acceptance rate shown in class carries its loop count.
 """
 from __future__ import annotations
 
@@ -19,6 +22,9 @@ from mtplab.teaching.check import _call
 from mtplab.teaching.check import _number
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.loop import iter_steps
+from mtplab.decoding.trace import Trace
+from mtplab.measuring.quality import loop_period
+from mtplab.model import checkpoint
 
 
 @torch.inference_mode()
@@ -64,7 +70,7 @@ def _check_counts(fn, name, exact, best_case, why_ok, hints):
             for test, text in hints:
                 if test(m, k, g):
                     hint += " " + text
-            return Check(name, False, f"for m={m}, k={k} you gave {got!r}, mtplab counts {want}.{hint}")
+            return Check(name, False, f"wrong on a case like m={m}, k={k} (you gave {got!r}).{hint}")
     return Check(name, True, why_ok)
 
 
@@ -108,7 +114,7 @@ def check_accepted_prefix(fn) -> Check:
             if _number(got) == sum(a == b for a, b in zip(drafts, target)):
                 hint = (" You counted every match; only the prefix before the first mismatch survives, because "
                         "every later draft was conditioned on the wrong token.")
-            return Check(name, False, f"drafts {drafts}, target {target}: you kept {got!r}, mtplab keeps {want}.{hint}")
+            return Check(name, False, f"wrong on a case like drafts {drafts}, target {target} (you kept {got!r}).{hint}")
     return Check(name, True, "the longest prefix of the drafts that the target would also have chosen "
                              "(decoding.accept, greedy)")
 
@@ -155,9 +161,12 @@ def correlation_study(model, prompts, *, k: int, max_new_tokens: int, seed: int 
     rows = tf.verdict_rows(model, paths, k)
     if not rows:
         raise MtplabError("no step drafted all k-1 drafts; use more prompts or more new tokens")
+    loops = [loop_onset(ids[n:]) is not None for ids, n in paths]  # the greedy continuation falls into a loop
+    free = [r for (ids, n), looped in zip(paths, loops) if not looped for r in tf.verdict_rows(model, [(ids, n)], k)]
     return {"k": k, "steps": len(rows), "observed": tf.within_step_rates(rows),
             "shuffled": tf.within_step_rates(tf.shuffled_across_steps(rows, seed)),
-            "pair": tf.kept_given_previous(rows), "prompts": len(prompts), "max_new_tokens": max_new_tokens}
+            "pair": tf.kept_given_previous(rows), "prompts": len(prompts), "max_new_tokens": max_new_tokens,
+            "looping": sum(loops), "no_loop": tf.within_step_rates(free) if free else None}
 
 
 def _interval(a: int, n: int) -> str:
@@ -169,31 +178,82 @@ def correlation_lines(study: dict) -> list[str]:
     """The study's numbers, every rate with its 95% Wilson interval and its n."""
     obs, shu = study["observed"], study["shuffled"]
     n = len(obs["reached"])
-    out = [f"{study['steps']} drafting steps ({study['prompts']} prompts x {study['max_new_tokens']} tokens, k = {study['k']})"]
+    out = [f"{study['steps']} drafting steps of the overlapped schedule ({study['prompts']} prompts x "
+           f"{study['max_new_tokens']} tokens, k = {study['k']}); {study['looping']} of {study['prompts']} greedy "
+           f"continuations fall into a loop"]
     for name, r in (("observed", obs), ("shuffled across steps", shu)):
         out.append(f"  {name:>22}: conditional by position " + "; ".join(
             f"{j + 1}: {_interval(r['accepted'][j], r['reached'][j])}" for j in range(n)))
     out.append("  unconditional (headline)  by position " + "; ".join(
         f"{j + 1}: {_interval(obs['accepted'][j], obs['steps'])}" for j in range(n)))
+    free = study.get("no_loop")
+    if study.get("looping") and free:
+        out.append(f"  without the {study['looping']} looping continuations ({free['steps']} steps), observed conditional "
+                   "by position " + "; ".join(f"{j + 1}: {_interval(free['accepted'][j], free['reached'][j])}"
+                                              for j in range(n)))
     (a1, n1), (a0, n0) = study["pair"]["after_kept"], study["pair"]["after_rejected"]
     out.append(f"  draft 2 kept when draft 1 was kept: {_interval(a1, n1)}; when draft 1 was rejected: {_interval(a0, n0)}")
     return out
 
 
+def compare_rates(a: tuple[int, int], b: tuple[int, int], up: str, down: str) -> str:
+    """Words for rate b against rate a, each given as (successes, n), chosen from their 95% Wilson intervals: `up` or
+    `down` only when the intervals do not overlap; otherwise which way the point estimate went, and that they overlap."""
+    (ka, na), (kb, nb) = a, b
+    if not na or not nb:
+        return "cannot be compared (no steps counted)"
+    (alo, ahi), (blo, bhi) = wilson(ka, na), wilson(kb, nb)
+    if blo > ahi:
+        return up
+    if bhi < alo:
+        return down
+    moved = kb / nb - ka / na
+    way = "ends higher" if moved > 0 else ("ends lower" if moved < 0 else "ends where it started")
+    return f"{way}, but within overlapping 95% intervals"
+
+
+def rise_words(counts: list[tuple[int, int]]) -> str:
+    """Does conditional acceptance rise from the first draft position to the last? A sentence chosen from the
+    (accepted, reached) counts of both ends and their 95% Wilson intervals."""
+    counts = [c for c in counts if c[1]]
+    if len(counts) < 2:
+        return "conditional acceptance has fewer than two positions with steps: nothing to compare"
+    (a0, n0), (a1, n1) = counts[0], counts[-1]
+    words = compare_rates((a0, n0), (a1, n1), "rises", "falls")
+    return (f"from position 1 to {len(counts)} conditional acceptance {words}: "
+            f"{rate_text(a0, n0)} -> {rate_text(a1, n1)}")
+
+
 def correlation_verdict(study: dict) -> str:
-    """One sentence chosen from the numbers: does the observed conditional rate rise, and does the shuffle undo it?"""
-    obs, shu = study["observed"]["conditional"], study["shuffled"]["conditional"]
-    rise = obs[-1] - obs[0]
-    srise = shu[-1] - shu[0]
-    (a1, n1), (a0, n0) = study["pair"]["after_kept"], study["pair"]["after_rejected"]
-    p1, p0 = (a1 / n1 if n1 else float("nan")), (a0 / n0 if n0 else float("nan"))
-    words = "rises" if rise > 0.02 else ("falls" if rise < -0.02 else "stays about level")
-    swords = "rises" if srise > 0.02 else ("falls" if srise < -0.02 else "stays about level")
-    corr = ("positively correlated" if p1 > p0 else "not positively correlated")
-    return (f"Observed, conditional acceptance {words} from position 1 to {len(obs)} ({obs[0]:.2f} -> {obs[-1]:.2f}); "
-            f"with each position's verdicts shuffled across steps it {swords} ({shu[0]:.2f} -> {shu[-1]:.2f}). "
-            f"Within a step the verdicts are {corr}: draft 2 matched {p1:.0%} of the time after draft 1 matched, "
-            f"{p0:.0%} after it did not.")
+    """One sentence chosen from the numbers and their 95% Wilson intervals: does the observed conditional rate
+    rise, does the shuffle undo it, and is draft 2 kept more often after draft 1 was kept?"""
+    obs, shu = study["observed"], study["shuffled"]
+    last = len(obs["reached"]) - 1
+    first_o, last_o = (obs["accepted"][0], obs["reached"][0]), (obs["accepted"][last], obs["reached"][last])
+    first_s, last_s = (shu["accepted"][0], shu["reached"][0]), (shu["accepted"][last], shu["reached"][last])
+    words = compare_rates(first_o, last_o, "rises", "falls")
+    swords = compare_rates(first_s, last_s, "rises", "falls")
+    kept, rejected = study["pair"]["after_kept"], study["pair"]["after_rejected"]
+    corr = compare_rates(rejected, kept, "positively correlated", "negatively correlated")
+    if corr.startswith(("ends", "cannot")):
+        corr = "not clearly correlated (the 95% intervals of the two rates below overlap)"
+    rate = lambda kn: f"{kn[0] / kn[1]:.0%}" if kn[1] else "n/a"
+    return (f"Observed, from position 1 to {last + 1} conditional acceptance {words} "
+            f"({obs['conditional'][0]:.2f} -> {obs['conditional'][last]:.2f}); with each position's verdicts shuffled "
+            f"across steps it {swords} ({shu['conditional'][0]:.2f} -> {shu['conditional'][last]:.2f}). "
+            f"Within a step the verdicts are {corr}: draft 2 matched {rate(kept)} of the time after draft 1 matched "
+            f"(n = {kept[1]}), {rate(rejected)} after it did not (n = {rejected[1]})." + _without_loops(study))
+
+
+def _without_loops(study: dict) -> str:
+    free = study.get("no_loop")
+    if not study.get("looping") or not free:
+        return ""
+    last = len(free["reached"]) - 1
+    words = compare_rates((free["accepted"][0], free["reached"][0]), (free["accepted"][last], free["reached"][last]),
+                     "rises", "falls")
+    return (f" Without the {study['looping']} looping continuations ({free['steps']} steps) the observed rate {words} "
+            f"({free['conditional'][0]:.2f} -> {free['conditional'][last]:.2f}).")
 
 
 def correlation_figure(study: dict):
@@ -234,3 +294,123 @@ def bench_rise_line() -> str:
     table = "; ".join(f"{r['method']} " + "/".join(f"{c:.2f}" for c in r["conditional_acceptance"]) for r in rows)
     return (f"The benchmark ({bench_source()}): conditional acceptance ends higher than it starts for {len(rise)} of "
             f"{len(rows)} trained drafters: {table}.")
+
+
+# ---------------------------------------------------------------------------------- loops, for 02, 03, 04 and 06
+def loop_onset(tokens: list[int]) -> int | None:
+    """Where a greedy continuation starts repeating itself, or None when it does not loop.
+
+    It loops when its second half repeats with a period of at most a quarter of its length (`quality.loop_period`,
+    window = half the continuation); the loop starts at the first token from which every token equals the one a
+    period earlier, to the end."""
+    window = len(tokens) // 2
+    if window < 4:
+        return None
+    p = loop_period(tokens, window=window, max_period=window // 2)
+    if p is None:
+        return None
+    t = len(tokens)
+    while t - 1 - p >= 0 and tokens[t - 1] == tokens[t - 1 - p]:
+        t -= 1
+    return t
+
+
+def loop_split(traces: list[Trace]) -> dict:
+    """Greedy continuations that loop, and the steps taken before each loop began.
+
+    Returns {"continuations", "looping", "free": one Trace of the steps that started before their
+    continuation's loop (all steps of a continuation that does not loop), "in_loop": steps dropped}."""
+    steps, looping, dropped = [], 0, 0
+    for tr in traces:
+        onset = loop_onset(tr.tokens)
+        looping += onset is not None
+        pos = 0
+        for s in tr.steps:
+            if onset is None or pos < onset:
+                steps.append(s)
+            else:
+                dropped += 1
+            pos += len(s.emitted)
+    t0 = traces[0] if traces else Trace(method="", prompt=[])
+    free = Trace(method=t0.method, prompt=[], steps=steps, k=t0.k, schedule=t0.schedule)
+    return {"continuations": len(traces), "looping": looping, "free": free, "in_loop": dropped}
+
+
+def rate_text(k: int, n: int) -> str:
+    """'0.61 [0.51, 0.70] (n = 95)': a rate with its 95% Wilson interval and its n."""
+    if not n:
+        return "n/a (n = 0)"
+    lo, hi = wilson(k, n)
+    return f"{k / n:.2f} [{lo:.2f}, {hi:.2f}] (n = {n})"
+
+
+def loop_line(traces: list[Trace]) -> str:
+    """How many continuations loop, and the unconditional acceptance by position with and without the loops."""
+    sp = loop_split(traces)
+    allp = Trace(method="", prompt=[], steps=[s for t in traces for s in t.steps])
+    free = sp["free"]
+    line = lambda t: ", ".join(rate_text(a, t.num_drafts) for a in t.accepted_per_position)
+    out = (f"{sp['looping']} of {sp['continuations']} greedy continuations fall into a loop; unconditional acceptance "
+           f"by position, all steps: {line(allp)}")
+    if sp["looping"]:
+        out += f"; the {free.num_drafts} drafting steps before any loop began: {line(free) or 'none'}"
+    return out
+
+
+# ---------------------------------------------------------------------------------- training records, 02 and 03
+def heads_history(name: str) -> dict[str, list[dict]]:
+    """The shipped heads' whole training record: {checkpoint: meta.history} for every phase, oldest first.
+
+    A checkpoint whose heads started from another's (`meta.heads_from`, e.g. stern-k4 from stern-k4-l4) carries
+    only its own phase; the earlier phases are read from the checkpoints it names."""
+    phases: dict[str, list[dict]] = {}
+    seen = name
+    while seen and seen not in phases:
+        meta = checkpoint.read_info(seen)["meta"]
+        phases[seen] = meta.get("history") or []
+        seen = meta.get("heads_from")
+    return dict(reversed(list(phases.items())))
+
+
+def history_lines(phases: dict[str, list[dict]]) -> list[str]:
+    """What the training record shows, in words chosen from its numbers: validation bits per byte at each draft
+    depth from the first record to the last, and the spread of the one-batch training loss in the last phase."""
+    rows = [r for h in phases.values() for r in h]
+    if not rows:
+        return ["no training history was recorded"]
+    first, last = rows[0], rows[-1]
+    K = len(last["val_bpb_depth"])
+    moves = []
+    for d in range(1, K):
+        a, b = first["val_bpb_depth"][d], last["val_bpb_depth"][d]
+        moves.append(f"depth {d + 1}: {a:.2f} -> {b:.2f} ({'fell' if b < a else 'rose' if b > a else 'unchanged'})")
+    out = [f"validation bits per byte over the whole record ({len(phases)} phase(s): {', '.join(phases)}; "
+           f"{sum(h[-1]['tokens'] for h in phases.values() if h):,} tokens): " + "; ".join(moves)]
+    tail = list(phases.values())[-1]
+    if len(tail) >= 2:
+        losses = [r["loss"] for r in tail]
+        va, vb = tail[0]["val_bpb_depth"][1:], tail[-1]["val_bpb_depth"][1:]
+        down = sum(y < x for x, y in zip(va, vb))
+        out.append(f"last phase ({list(phases)[-1]}): the training loss, one batch at each point, moved between "
+                   f"{min(losses):.3f} and {max(losses):.3f} ({losses[0]:.3f} first, {losses[-1]:.3f} last), while "
+                   f"validation on the same fixed windows fell at {down} of {len(va)} draft depths")
+    return out
+
+
+def accuracy_against_acceptance(acc_live: list[float], agree: list[float], pooled_k: Trace) -> list[str]:
+    """Per depth: accuracy against the true text, agreement with the target's greedy choice (both teacher-forced),
+    and unconditional acceptance of the draft at that depth (which also needs every earlier draft kept)."""
+    acc = pooled_k.acceptance_rate_per_position
+    out = []
+    for j, a in enumerate(acc):
+        d = j + 2
+        if d > len(acc_live) or d > len(agree):
+            break
+        out.append(f"depth {d}: accuracy {acc_live[d - 1]:.2f}, agreement with the target {agree[d - 1]:.2f}, "
+                   f"unconditional acceptance {a:.2f}")
+    above = [j + 2 for j, a in enumerate(acc) if j + 2 <= len(agree) and agree[j + 1] > acc_live[j + 1]]
+    below = [j + 2 for j, a in enumerate(acc) if j + 2 <= len(acc_live) and a < acc_live[j + 1]]
+    words = lambda ds: ("depth " if len(ds) == 1 else "depths ") + ", ".join(str(d) for d in ds) if ds else "no depth"
+    out.append(f"agreement with the target exceeds accuracy against the true text at {words(above)}; "
+               f"unconditional acceptance falls below accuracy at {words(below)}")
+    return out

@@ -13,6 +13,8 @@ from mtplab.teaching.check import _call
 from mtplab.teaching.check import _number
 from mtplab.measuring.teacher_forced import greedy_windows
 from mtplab.training.losses import label_layout
+from mtplab.measuring.acceptance import wilson
+from mtplab.teaching.blockwise import compare_rates, loop_split
 
 
 def forced_and_free_greedy(model, windows: torch.Tensor, prompt_lens, *, progress: bool = False) -> dict:
@@ -58,8 +60,8 @@ def check_deepseek_labels(fn) -> Check:
                 hint = f" The last label is t_{T + 1}: eq. (24) scores labels t_(2+k)..t_(T+1)."
             if len(got[0]) != len(want[0]):
                 hint += f" Module {k} has T-k = {T - k} positions: it needs t_(i+k) to exist."
-            return Check(name, False, f"T={T}, k={k}: you gave reads {got[0]}, labels {got[1]}; "
-                                      f"expected reads {want[0]}, labels {want[1]}.{hint}")
+            return Check(name, False, f"wrong on a case like T={T}, k={k} (you gave reads {got[0]}, labels "
+                                      f"{got[1]}).{hint}")
     return Check(name, True, "depth k at position i = 1..T-k reads t_(i+k) and is scored against t_(i+k+1): "
                              "labels t_(2+k)..t_(T+1), eq. (24)")
 
@@ -76,7 +78,7 @@ def check_deepseek_forwards(fn) -> Check:
             hint = ""
             if _number(got) == theory.overlap_forwards(m, D):
                 hint = " D modules give D drafts, so a step commits D+1 tokens (k = D+1 tokens per step)."
-            return Check(name, False, f"fn(m={m}, D={D}) gave {got!r}, mtplab counts {want}.{hint}")
+            return Check(name, False, f"wrong on a case like m={m}, D={D} (you gave {got!r}).{hint}")
     return Check(name, True, "D drafts a step make blocks of D+1 tokens on the overlapped schedule: "
                              "1 + ceil((m-1)/(D+1)) (theory.deepseek_forwards)")
 
@@ -161,3 +163,71 @@ def forced_and_free(model, windows: torch.Tensor, prompt_lens, *, progress: bool
         raise MtplabError("no (window, prompt length) pair fits; use longer windows or shorter prompts")
     return {"main": [main / n], "teacher-forced": (forced / n).tolist(), "free-running": (free / n).tolist(),
             "n": n}
+
+
+# ---------------------------------------------------------------------------------- the second token, D = 1 against D = 3
+def second_token(traces: dict[str, list]) -> dict[str, dict]:
+    """Per checkpoint: the second token's acceptance (the first draft's, unconditional) over every drafting step
+    and over the steps taken before the continuation fell into a loop, each as (kept, n) with its 95% Wilson
+    interval, and how many greedy continuations loop."""
+    out = {}
+    for name, trs in traces.items():
+        sp = loop_split(trs)
+        rows = {}
+        for label, steps in (("all steps", [s for t in trs for s in t.steps]), ("before any loop", sp["free"].steps)):
+            drafting = [s for s in steps if s.drafted]
+            k, n = sum(s.accepted > 0 for s in drafting), len(drafting)
+            rows[label] = {"kept": k, "n": n, "rate": k / n if n else float("nan"), "interval": wilson(k, n)}
+        out[name] = rows | {"looping": sp["looping"], "continuations": sp["continuations"]}
+    return out
+
+
+def second_token_lines(st: dict[str, dict], band: tuple[float, float] = (0.85, 0.90)) -> list[str]:
+    """The second token's acceptance with n, interval and loop count, and where its interval lies against a band."""
+    out = []
+    for name, r in st.items():
+        parts = []
+        for label in ("all steps",) + (("before any loop",) if r["looping"] else ()):  # the same steps when none loops
+            x = r[label]
+            lo, hi = x["interval"]
+            if not x["n"]:
+                parts.append(f"{label}: no drafting step")
+                continue
+            where = ("above" if lo > band[1] else "below" if hi < band[0] else "overlapping")
+            parts.append(f"{label}: {x['kept']} of {x['n']}, {x['rate']:.1%} [95%: {lo:.1%}, {hi:.1%}], "
+                         f"{where} the {band[0]:.0%}-{band[1]:.0%} band")
+        out.append(f"{name}: {r['looping']} of {r['continuations']} greedy continuations loop; " + "; ".join(parts))
+    return out
+
+
+def d1_against_d3(forwards: tuple[int, int], live: tuple[dict, dict], bench: tuple[dict | None, dict | None]) -> str:
+    """D = 3 against D = 1 in words chosen from the numbers: target forwards, then time, live when the live ranges
+    separate the two, otherwise from the benchmark's repeats (and says so)."""
+    (f1, f3), (l1, l3), (b1, b3) = forwards, live, bench
+    fewer = "fewer" if f3 < f1 else ("as many" if f3 == f1 else "more")
+    out = f"D = 3 needed {fewer} target forwards than D = 1 ({f3} vs {f1})"
+    apart = l3["min"] > l1["max"] or l3["max"] < l1["min"]
+    if apart:
+        more = "more" if l3["median"] > l1["median"] else "less"
+        return (out + f" and, live, gained {more} time ({l3['median']:.2f}x, range {l3['min']:.2f}-{l3['max']:.2f}, "
+                f"vs {l1['median']:.2f}x, range {l1['min']:.2f}-{l1['max']:.2f}).")
+    out += (f". Live, the two speedups' ranges overlap ({l3['min']:.2f}-{l3['max']:.2f} vs {l1['min']:.2f}-"
+            f"{l1['max']:.2f}), so this run cannot say which gained more time")
+    if b1 is None or b3 is None:
+        return out + "; the benchmark has no row for both."
+    r1, r3 = b1.get("speedup_wall_reps") or [b1["speedup_wall"]], b3.get("speedup_wall_reps") or [b3["speedup_wall"]]
+    if min(r3) > max(r1):
+        verdict = "D = 3 gained more time"
+    elif max(r3) < min(r1):
+        verdict = "D = 3 gained less time"
+    else:
+        verdict = "their ranges overlap too"
+    return (out + f"; in the benchmark {verdict} ({b3['speedup_wall']:.2f}x, range {min(r3):.2f}-{max(r3):.2f}, vs "
+            f"{b1['speedup_wall']:.2f}x, range {min(r1):.2f}-{max(r1):.2f}).")
+
+
+def depth_trend(counts: list[tuple[int, int]]) -> str:
+    """Teacher-forced agreement from the first module to the last, in words chosen from the 95% intervals."""
+    words = compare_rates(counts[0], counts[-1], "rises", "falls")
+    (a0, n0), (a1, n1) = counts[0], counts[-1]
+    return f"teacher-forced agreement {words} with depth ({a0 / n0:.2f} -> {a1 / n1:.2f})"

@@ -34,15 +34,26 @@ def _finite(xs):
 
 
 def bars(values: dict[str, float], *, ylabel: str, title: str = "", fmt: str = "{:.2f}",
-         reference: float | tuple[float, float] | None = None, reference_label: str = "") -> Figure:
+         reference: float | tuple[float, float] | None = None, reference_label: str = "",
+         errors: dict[str, tuple[float, float]] | None = None) -> Figure:
     """One bar per label, each with its value written on top; an optional reference line,
-    or a shaded band when `reference` is a (low, high) pair."""
+    or a shaded band when `reference` is a (low, high) pair. `errors` maps a label to its (low, high) interval,
+    drawn as a whisker; the value is then written beside the whisker's top, never under it."""
     fig, axes = _figure(width=max(4.0, 1.3 * len(values) + 1.5))
     ax = axes[0][0]
     labels = list(values)
     vals = [values[k] for k in labels]
     b = ax.bar(range(len(labels)), vals, color=[f"C{i}" for i in range(len(labels))])
-    ax.bar_label(b, labels=[fmt.format(v) for v in vals], fontsize=8)
+    errors = errors or {}
+    for i, k in enumerate(labels):
+        if k in errors:
+            lo, hi = errors[k]
+            ax.errorbar([i], [values[k]], yerr=[[values[k] - lo], [hi - values[k]]], color="black", capsize=4)
+    ax.bar_label(b, labels=[fmt.format(v) if k not in errors else "" for k, v in zip(labels, vals)], fontsize=8)
+    for i, k in enumerate(labels):
+        if k in errors:  # beside the whisker's top, so that the whisker does not cross the number
+            ax.annotate(fmt.format(values[k]), (i, errors[k][1]), xytext=(6, 0), textcoords="offset points",
+                        ha="left", va="center", fontsize=8)
     ax.set_xticks(range(len(labels)), labels, fontsize=8, rotation=15 if len(labels) > 3 else 0)
     if isinstance(reference, tuple):
         ax.axhspan(*reference, color="tab:red", alpha=0.2, label=reference_label)

@@ -70,6 +70,37 @@ def training_curves(histories) -> Figure:
     return fig
 
 
+def training_lineage(phases: dict[str, list[dict]]) -> Figure:
+    """A head set's whole training record, phase after phase (`teaching.blockwise.heads_history`), against tokens.
+
+    Left: validation bits per byte at each depth, measured on the same fixed windows every time (depth 1 is the
+    frozen trunk: flat within a phase). Right: the training loss, which the record keeps for one batch at each
+    point, so it moves from batch to batch. A dotted line marks where a phase started from the previous one."""
+    fig, axes = _figure(2, width=4.6)
+    left, right = axes[0]
+    offset, styles = 0, ["-", "--", "-.", ":"]
+    for j, (label, hist) in enumerate(phases.items()):
+        if not hist:
+            continue
+        xs = [(offset + r["tokens"]) / 1e6 for r in hist]
+        if offset:
+            for ax in (left, right):
+                ax.axvline(offset / 1e6, color="0.5", ls=":", lw=1)
+        for d in range(len(hist[-1]["val_bpb_depth"])):
+            left.plot(xs, [r["val_bpb_depth"][d] for r in hist], styles[d % 4], marker="o", ms=3, color=f"C{d}",
+                      label=f"depth {d + 1}" if j == len(phases) - 1 else None)
+        right.plot(xs, [r["loss"] for r in hist], "o-", ms=3, lw=0.8, color=f"C{j}", label=label)
+        left.annotate(label, (xs[0], 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
+                      textcoords="offset points", fontsize=6, color="0.3")
+        offset += hist[-1]["tokens"]
+    left.set_title("validation bits per byte, same windows each time", fontsize=9)
+    right.set_title("training loss of the one batch at each point", fontsize=9)
+    for ax in (left, right):
+        ax.set_xlabel("tokens seen (millions), all phases")
+        ax.legend(fontsize=6)
+    return fig
+
+
 # family -> boxes from the trunk up: (label, kind); kind "trunk", "head" or "shared"
 _DIAGRAMS = {
     "stern": [("trunk, all L layers -> h", "trunk"), ("shared FFN h -> 4h (ReLU)", "head"),
