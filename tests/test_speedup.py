@@ -131,7 +131,8 @@ def test_decode_bench_row_counts_conditional_acceptance_as_the_trace_does(family
     model = family_models["stern"]
     traces = [decode_with("blockwise-overlap", model, p, max_new_tokens=24, k=4) for p in ([5, 6, 7], [9, 3, 1, 4])]
     curve = CostCurve(seconds={q: 1e-3 * (1 + 0.1 * q) for q in range(1, 9)}, context=16, device="cpu")
-    row = _row("x", "blockwise-overlap", 4, traces, [1.0, 1.0], [1.5, 1.5], curve, 0, 1)
+    row = _row("x", "blockwise-overlap", "stern-k4", 4, traces, [1.0, 1.0], [1.5, 1.5], curve, 0, 1)
+    assert (row["label"], row["method"], row["checkpoint"]) == ("x", "blockwise-overlap", "stern-k4")
     want = pooled(traces).conditional_acceptance
     assert len(row["conditional_acceptance"]) == 3
     for got, w in zip(row["conditional_acceptance"], want):

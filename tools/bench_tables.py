@@ -8,23 +8,13 @@ tests/test_layout.py checks that README.md holds what this prints.
 """
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
+from mtplab.errors import MtplabError
+from mtplab.measuring.record import Record, machine_text
 from tools import readme_section
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "docs" / "bench"
 START, END = "<!-- bench: drawn by tools/bench_tables.py from docs/bench/*.json -->", "<!-- /bench -->"
-
-
-def _machine(data: dict) -> str:
-    m = data.get("machine")
-    if not m:
-        return f"{data.get('device', '?')}, {data.get('threads', '?')} threads (machine not recorded)"
-    return (f"{m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, torch {m['torch']}, "
-            f"device {m['device']}")
 
 
 def _f(v, digits=2) -> str:
@@ -37,12 +27,12 @@ def _f(v, digits=2) -> str:
     return str(v)
 
 
-def _record(name: str, command: str) -> dict | str:
+def _record(name: str) -> Record | str:
     """docs/bench/NAME.json, or the line that says which command writes it."""
-    path = BENCH / f"{name}.json"
-    if not path.exists():
-        return f"(`docs/bench/{name}.json` is not there: `python -m mtplab {command}` writes it)"
-    return json.loads(path.read_text())
+    try:
+        return Record.load(name)
+    except MtplabError as e:
+        return f"({e})"
 
 
 def _table(intro: str, columns: list[str], rows: list[str]) -> str:
@@ -51,25 +41,25 @@ def _table(intro: str, columns: list[str], rows: list[str]) -> str:
 
 
 def decode_table(name: str) -> str:
-    d = _record(name, "bench decode")
+    d = _record(name)
     if isinstance(d, str):
         return d
     lines = [f"`docs/bench/{name}.md`: {d['prompts']} held-out prompts, m = {d['max_new_tokens']}, {d['repeats']} "
-             f"interleaved repeats, medians, {d['dtype']}; measured on {_machine(d)}; t(1) = {d['t1_ms']:.2f} ms.", "",
+             f"interleaved repeats, medians, {d['dtype']}; {d.machine_text()}; t(1) = {d['t1_ms']:.2f} ms.", "",
              "| method | k | tokens per forward | acceptance by position | drafter ms / step | wall clock vs AR | "
              "predicted | efficiency | greedy mismatches |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in d["rows"]:
-        lines.append(f"| {r['method']} | {r['k']} | {_f(r['tokens_per_forward'])} | {_f(r['acceptance_per_position'])} | "
+    for r in d.rows:
+        lines.append(f"| {r['label']} | {r['k']} | {_f(r['tokens_per_forward'])} | {_f(r['acceptance_per_position'])} | "
                      f"{_f(r['step_ms_drafter'])} | {_f(r['speedup_wall'])}x | {_f(r['speedup_predicted'])}x | "
                      f"{_f(r['efficiency'])} | {r['greedy_mismatches']} |")
     return "\n".join(lines)
 
 
 def regime_table() -> str:
-    d = _record("regime", "bench regime")
+    d = _record("regime")
     if isinstance(d, str):
         return d
-    lines = [f"`docs/bench/regime.md`, measured on {_machine(d)}: random models, one cached forward over q tokens.", "",
+    lines = [f"`docs/bench/regime.md`, {d.machine_text()}: random models, one cached forward over q tokens.", "",
              "| layers x width | weights (MB, fp32) | fits in the last-level cache | t(1) ms | t(4)/t(1) | t(8)/t(1) |",
              "|---|---|---|---|---|---|"]
     for r in d["by_size"]:
@@ -78,20 +68,20 @@ def regime_table() -> str:
     lines += ["", "The 4-layer family's heads on trunks grown with identity blocks (same output, same acceptance):", "",
               "| heads | trunk layers | tokens per forward | AR ms per token | wall clock vs AR (range) | identical |",
               "|---|---|---|---|---|---|"]
-    for r in d["by_depth"]:
-        lines.append(f"| {r['method']} | {r['n_layer']} | {r['tokens_per_forward']:.2f} | {r['ar_ms_per_token']:.2f} | "
+    for r in d.table("by_depth"):
+        lines.append(f"| {r['label']} | {r['n_layer']} | {r['tokens_per_forward']:.2f} | {r['ar_ms_per_token']:.2f} | "
                      f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | "
                      f"{r['identical']}/{r['prompts']} |")
     return "\n".join(lines)
 
 
 def peers_table() -> str:
-    d = _record("peers", "bench peers --hf ...")
+    d = _record("peers")
     if isinstance(d, str):
         return d
     intro = (f"`docs/bench/peers.md`: `{d['hf']}` (draft `{d['draft_hf']}`), greedy, m = {d['max_new_tokens']}, "
              f"{d['prompts']} held-out prompts, {d['repeats']} interleaved rounds, medians against HF's plain greedy "
-             f"`generate`; measured on {_machine(d)}.")
+             f"`generate`; {d.machine_text()}.")
     return _table(intro, ["row", "tokens per forward", "wall clock vs HF greedy (range)", "share in the target's forward",
                           "identical to HF greedy"],
                   [f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['speedup_vs_hf_greedy']:.2f}x "
@@ -100,12 +90,12 @@ def peers_table() -> str:
 
 
 def domain_table() -> str:
-    d = _record("domain", "bench domain")
+    d = _record("domain")
     if isinstance(d, str):
         return d
     intro = (f"`docs/bench/domain.md`: two 4-layer trunks, one recipe, only the corpus differs, DeepSeek D = 1 heads; "
              f"greedy, m = {d['max_new_tokens']}, {d['prompts']} held-out prompts of each text, {d['repeats']} "
-             f"interleaved rounds against AR of the same trunk; measured on {_machine(d)}.")
+             f"interleaved rounds against AR of the same trunk; {d.machine_text()}.")
     return _table(intro, ["trunk", "text", "bits per byte", "teacher-forced agreement", "method", "k",
                           "acceptance by position", "tokens per forward", "wall clock vs AR (range)", "identical"],
                   [f"| {r['trained_on']} | {r['text']} | {r['bpb']:.2f} | {r['teacher_forced_agree']:.2f} | "
@@ -115,15 +105,15 @@ def domain_table() -> str:
 
 
 def real_table() -> str:
-    d = _record("real", "bench real")
+    d = _record("real")
     if isinstance(d, str):
         return d
     parts = []
     for n, st in d["threads"].items():
         intro = (f"`docs/bench/real.md`, {n} thread{'s' if n != '1' else ''}: SmolLM2-135M-Instruct, greedy, fp32, "
                  f"{st['prompts']} held-out chat prompts ({d['prompts_per_category']} per category), m = {d['m']}, "
-                 f"{st['rounds']} interleaved rounds, medians; {st['verdict'].split(':')[0]}; measured on "
-                 f"{_machine({'machine': st['machine']})}; AR: {st['ar_ms_per_token']:.1f} ms per token.")
+                 f"{st['rounds']} interleaved rounds, medians; {st['verdict'].split(':')[0]}; "
+                 f"{machine_text(st['machine'])}; AR: {st['ar_ms_per_token']:.1f} ms per token.")
         rows = []
         for r in st["rows"]:
             acc = r.get("acceptance", {}).get("pooled")

@@ -121,7 +121,7 @@ def run_crossover(a) -> dict:
         ar = statistics.median(res.round_totals("ar"))
         for al in alphas:
             sp = res.speedup(str(al))
-            rows.append({"width": d, "params_M": model.num_params() / 1e6, "alpha": al,
+            rows.append({"method": "oracle", "k": k, "width": d, "params_M": model.num_params() / 1e6, "alpha": al,
                          "tokens_per_forward": res.outputs[str(al)][0].tokens_per_forward, "speedup_wall": sp["median"],
                          "ar_ms_per_token": ar / m * 1e3, "valid": res.valid})
     data = {"device": describe(dev), "dtype": a.dtype, "k": k, "m": m, "rows": rows}

@@ -56,7 +56,7 @@ def _first_tokens_per_forward(traces: list[Trace], limit: int = 64) -> float:
     return toks / max(1, fw)
 
 
-def _row(label, method, k, traces, walls, walls_ar, curve, mismatches, reps) -> dict:
+def _row(label, method, name, k, traces, walls, walls_ar, curve, mismatches, reps) -> dict:
     n = len(walls) // reps
     per_rep = [sum(walls_ar[i * n:(i + 1) * n]) / sum(walls[i * n:(i + 1) * n]) for i in range(reps)]
     toks = sum(len(t.tokens) for t in traces)
@@ -78,7 +78,7 @@ def _row(label, method, k, traces, walls, walls_ar, curve, mismatches, reps) -> 
     wall_step = statistics.median(s.wall_s for s in steps)
     predicted = predicted_speedup(tps, curve.ratio, q, plain=plain, draft_cost=draft_step / t1)
     measured = statistics.median(per_rep)
-    return {"method": label, "k": k, "tokens_per_forward": toks / fw,
+    return {"label": label, "method": method, "checkpoint": name, "k": k, "tokens_per_forward": toks / fw,
             "tokens_per_forward_first64": _first_tokens_per_forward(traces), "tokens_per_step": tps,
             "acceptance_per_position": acc, "conditional_acceptance": cond,
             "drafting_steps": sum(1 for s in steps if s.drafted), "reached": reached,
@@ -141,7 +141,7 @@ def run_decode(a) -> dict:
     rows = []
     for label, method, name, k in ROWS:
         kk = k if k is not None else max_k(method, models[name])
-        rows.append(_row(label, method, kk, traces[label], walls[label], walls_ar[label], curve,
+        rows.append(_row(label, method, name, kk, traces[label], walls[label], walls_ar[label], curve,
                          mismatches[label], reps))
     data = {"device": describe(dev), "machine": machine(dev),
             "dtype": a.dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
@@ -151,7 +151,7 @@ def run_decode(a) -> dict:
              f"(median), {a.dtype}, {describe(dev)}, {torch.get_num_threads()} threads; t(1) = "
              f"{curve.seconds[1] * 1e3:.2f} ms, t(q)/t(1): " + " ".join(f"{q}:{v:.2f}" for q, v in curve.ratio.items())
              + "\nstep_ms_*: median per decoding step (target forwards, drafter, the rest of the loop), measured.\n\n"
-             + _md(rows, ["method", "k", "tokens_per_forward", "tokens_per_step", "acceptance_per_position",
+             + _md(rows, ["label", "k", "tokens_per_forward", "tokens_per_step", "acceptance_per_position",
                           "conditional_acceptance", "mean_accepted_length", "step_ms_target", "step_ms_drafter",
                           "step_ms_overhead", "speedup_wall", "speedup_predicted", "efficiency",
                           "greedy_mismatches"]))

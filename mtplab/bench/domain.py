@@ -32,7 +32,7 @@ def run_domain(a) -> dict:
     models = load_pair(dev)
     prompts = {c: [encode(p) for p in held_out_prompts(c, n, 160)] for c in PAIR}
     windows = {c: val_windows(load_corpus(c, "val"), 256, 8 if a.quick else 32) for c in PAIR}
-    rows = domain_study(models, prompts, windows, max_new_tokens=m, repeats=reps)
+    rows = domain_study(models, prompts, windows, max_new_tokens=m, repeats=reps, checkpoints=PAIR)
     line = machine_line(dev)
     data = {"checkpoints": PAIR, "prompts": n, "max_new_tokens": m, "repeats": reps,
             "threads": torch.get_num_threads(), "rows": rows}

@@ -26,14 +26,15 @@ SWEEP = [("stern overlapped", "blockwise-overlap", "stern-k4"), ("meta", "meta",
          ("ngram", "ngram", "ntp")]
 
 
-def _row(label, method, k, race, curve, adapt=None) -> dict:
+def _row(label, method, name, k, race, curve, adapt=None) -> dict:
     tr = pooled(race["traces"])
     ar = pooled(race["ar_traces"])
     steps = max(1, len(tr.steps) - len(race["traces"]))  # drafting steps (the prefills left out)
     tps = sum(len(s.emitted) for t in race["traces"] for s in t.steps[1:]) / steps
     draft_cost = tr.time_split()["draft_s"] / max(1e-12, ar.time_split()["target_s"])
     plain = METHODS[method].schedule == "plain"
-    return {"method": label, "k": k, "adapt": adapt or "fixed", "tokens_per_forward": race["tokens_per_forward"],
+    return {"label": label, "method": method, "checkpoint": name, "k": k, "adapt": adapt or "fixed",
+            "tokens_per_forward": race["tokens_per_forward"],
             "tokens_per_step": tps, "acceptance_per_position": tr.acceptance_rate_per_position,
             "speedup": race["speedup"], "speedup_min": race["speedup_min"], "speedup_max": race["speedup_max"],
             "speedup_predicted": predicted_speedup(tps, curve.ratio, k - 1 if plain else k, draft_cost=draft_cost,
@@ -59,14 +60,14 @@ def run_k(a) -> dict:
     rows = []
     for label, method, name, k, ad in tqdm(plan, desc="bench k", unit="setting"):
         race = interleaved_race(method, models[name], prompts, max_new_tokens=m, k=k, repeats=reps, adapt=ad)
-        rows.append(_row(label, method, k, race, curve, ad))
+        rows.append(_row(label, method, name, k, race, curve, ad))
     best = {}
     for r in rows:
-        if r["adapt"] == "fixed" and r["speedup"] > best.get(r["method"], {"speedup": 0})["speedup"]:
-            best[r["method"]] = r
+        if r["adapt"] == "fixed" and r["speedup"] > best.get(r["label"], {"speedup": 0})["speedup"]:
+            best[r["label"]] = r
     data = {"prompts": n, "max_new_tokens": m, "repeats": reps, "cost_curve": {str(q): v for q, v in curve.ratio.items()},
             "rows": rows, "best": {k: {"k": v["k"], "speedup": v["speedup"]} for k, v in best.items()}}
-    cols = ["method", "k", "adapt", "tokens_per_forward", "tokens_per_step", "acceptance_per_position", "speedup",
+    cols = ["label", "k", "adapt", "tokens_per_forward", "tokens_per_step", "acceptance_per_position", "speedup",
             "speedup_min", "speedup_max", "speedup_predicted", "identical", "prompts"]
     table = (f"k sweep: greedy, fp32, m = {m}, {n} held-out prompts, {reps} interleaved rounds with AR of the same "
              "checkpoint (median, range); predicted = tokens per step / (t(q)/t(1) + drafter time in units of t(1)); "

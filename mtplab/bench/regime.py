@@ -32,11 +32,13 @@ def run_regime(a) -> dict:
     quick = a.quick
     by_size = cost_by_size(QUICK_SHAPES if quick else SHAPES, repeats=3 if quick else 7, device=dev, progress=True)
     models = {label: (method, ckpt.load(name, device=dev)) for label, (method, name) in HEADS.items()}
+    names = {label: name for label, (_, name) in HEADS.items()}
     if quick:
         models = dict(list(models.items())[:2])
     prompts = held_out_ids(2 if quick else 4)
     by_depth = speedup_by_depth(models, prompts, (4, 8) if quick else (4, 8, 12, 16),
-                                max_new_tokens=32 if quick else 128, repeats=1 if quick else 3, progress=True)
+                                max_new_tokens=32 if quick else 128, repeats=1 if quick else 3, progress=True,
+                                checkpoints=names)
     line = machine_line(dev)
     data = {"threads": torch.get_num_threads(), "by_size": by_size, "by_depth": by_depth}
     size_rows = [{**r, "t2/t1": r["ratio"]["2"], "t4/t1": r["ratio"]["4"], "t8/t1": r["ratio"].get("8")}
@@ -48,8 +50,9 @@ def run_regime(a) -> dict:
              + "\n\nthe same trained heads (the 4-layer family) on trunks grown with identity blocks: greedy, m = "
              f"{32 if quick else 128}, {len(prompts)} held-out prompts, interleaved with AR of the same trunk, median "
              "(range) over rounds; `identical` counts prompts whose output equals AR's\n\n"
-             + _md(by_depth, ["method", "n_layer", "k", "tokens_per_forward", "ar_ms_per_token", "speedup",
+             + _md(by_depth, ["label", "n_layer", "k", "tokens_per_forward", "ar_ms_per_token", "speedup",
                               "speedup_min", "speedup_max", "identical", "prompts"]))
-    fig = viz.regime_map(by_size, by_depth, machine=line)
+    # viz.regime_map draws one series per row 'method' (a label in older rows): give it the label
+    fig = viz.regime_map(by_size, [{**r, "method": r["label"]} for r in by_depth], machine=line)
     _write(Path(a.out), "regime-quick" if quick else "regime", data, table, fig, device=dev)
     return data

@@ -70,9 +70,9 @@ def decode_row(model, prompts: list[list[int]], method: str, k: int, *, max_new_
 
 
 def domain_study(models: dict, prompts: dict, windows: dict, *, max_new_tokens: int = 128, repeats: int = 3,
-                 methods=DOMAIN_METHODS, bar=None) -> list[dict]:
-    """models: trained-on -> model with heads; prompts / windows: text -> held-out prompt ids / windows.
-    One row per (model, text, method)."""
+                 methods=DOMAIN_METHODS, bar=None, checkpoints: dict | None = None) -> list[dict]:
+    """models: trained-on -> model with heads; prompts / windows: text -> held-out prompt ids / windows;
+    checkpoints: trained-on -> the checkpoint's name, stored in each row. One row per (model, text, method)."""
     rows = []
     for trained_on, model in models.items():
         for text in prompts:
@@ -80,6 +80,7 @@ def domain_study(models: dict, prompts: dict, windows: dict, *, max_new_tokens: 
             for method, k in methods:
                 row = decode_row(model, prompts[text], method, k, max_new_tokens=max_new_tokens, repeats=repeats,
                                  bar=bar)
-                rows.append({"trained_on": trained_on, "text": text, "bpb": tf["bpb"],
+                rows.append({"trained_on": trained_on, "checkpoint": (checkpoints or {}).get(trained_on),
+                             "text": text, "bpb": tf["bpb"],
                              "teacher_forced_agree": tf["agree_by_depth"][0], **row})
     return rows

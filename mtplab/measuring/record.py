@@ -58,18 +58,19 @@ def machine_text(m, *, device=None, threads=None) -> str:
 
 
 # ------------------------------------------------------------------------------------ compatibility (old records)
-OLD_KINDS = ("decode", "k", "regime")  # the records whose rows named a pair by its label only
+OTHER_PAIRS = ("domain",)  # records whose method names ran on other checkpoints (the domain pair)
 OLD_LABELS = {"stern overlapped": "blockwise-overlap"}  # bench k's label before the catalogue
 
 
 def _compat_fields(name: str, row: dict) -> dict:
     """COMPATIBILITY with records written before rows kept `method` and `checkpoint` beside the label: there the
-    `method` field holds the label ('deepseek D=3'); other records' rows (domain, peers, batch) gain only a label.
+    `method` field holds the label ('deepseek D=3'); rows that match no shipped label (peers) or ran on other
+    checkpoints (domain) gain only a label.
     The label -> pair mapping is read from `PAIRS`. regime's
     by_depth rows measured the 4-layer family (`stern-k4-l4`, ...), so their checkpoint gains '-l4'. Delete this
     when every shipped record has been measured again."""
     label = row.get("method")
-    if "label" in row or "checkpoint" in row or name.split("-")[0] not in OLD_KINDS:
+    if "label" in row or "checkpoint" in row or name.split("-")[0] in OTHER_PAIRS:
         return {"label": label, **row}
     pair = next((p for p in PAIRS if p.label == OLD_LABELS.get(label, label)), None)
     if pair is None:

@@ -65,8 +65,9 @@ def cost_by_size(shapes, *, qs=(1, 2, 4, 8), context: int = 128, repeats: int = 
 
 @torch.inference_mode()
 def speedup_by_depth(models: dict, prompts, depths, *, max_new_tokens: int = 128, repeats: int = 3,
-                     progress: bool = False) -> list[dict]:
-    """models: label -> (method, trained model with heads). For every trunk depth in `depths`, each model is
+                     progress: bool = False, checkpoints: dict | None = None) -> list[dict]:
+    """models: label -> (method, trained model with heads); checkpoints: label -> the checkpoint's name, stored in
+    the rows beside the label and the method. For every trunk depth in `depths`, each model is
     grown to that depth with `deepen` (the function is unchanged) and decoded against AR of the same grown
     model: AR and the method interleaved per prompt, `repeats` rounds, medians. Greedy output must equal AR's
     (in fp32 it does; a mismatch is counted, not hidden)."""
@@ -79,7 +80,8 @@ def speedup_by_depth(models: dict, prompts, depths, *, max_new_tokens: int = 128
         for label, (method, base) in models.items():
             model = base if depth == base.config.n_layer else deepen(base, depth).eval()
             r = interleaved_race(method, model, prompts, max_new_tokens=max_new_tokens, repeats=repeats, bar=bar)
-            rows.append({"method": label, "n_layer": depth, "k": r["k"], "tokens_per_forward": r["tokens_per_forward"],
+            rows.append({"label": label, "method": method, "checkpoint": (checkpoints or {}).get(label),
+                         "n_layer": depth, "k": r["k"], "tokens_per_forward": r["tokens_per_forward"],
                          "ar_ms_per_token": r["ar_ms_per_token"], "speedup": r["speedup"],
                          "speedup_min": r["speedup_min"], "speedup_max": r["speedup_max"], "identical": r["identical"],
                          "prompts": len(prompts)})

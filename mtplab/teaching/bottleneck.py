@@ -14,7 +14,9 @@ from mtplab.teaching.check import Check
 from mtplab.teaching.check import _call
 from mtplab.teaching.check import _number
 from mtplab.errors import MtplabError
-from mtplab.measuring.speedup import read_decode_bench
+from mtplab import paths
+from mtplab.decoding.drafters import pair
+from mtplab.measuring.record import Record
 
 
 # ---------------------------------------------------------------------------------- notebook 01
@@ -102,18 +104,15 @@ def spread(values) -> str:
     return f"{statistics.median(v):.2f} (range {v[0]:.2f}-{v[-1]:.2f}, n = {len(v)})"
 
 
-def benchmark_row(label: str, path=None) -> tuple[dict | None, str]:
-    """The shipped decode benchmark's row for `label` and the machine it was measured on (a line), or
-    (None, why) when the record has no such row."""
-    data = read_decode_bench(path) if path is not None else read_decode_bench()
-    row = next((r for r in data["rows"] if r.get("method") == label), None)
-    m = data.get("machine")
-    where = (f"{m['cpu']}, {m['threads']} threads, last-level cache {m['llc']}, torch {m['torch']}"
-             if isinstance(m, dict) else m if isinstance(m, str) and m else
-             f"{data.get('device', 'unknown device')}, {data.get('threads', '?')} threads (machine not recorded)")
+def benchmark_row(label: str, path=paths.DECODE_JSON) -> tuple[dict | None, str]:
+    """The shipped decode benchmark's row for the pair labelled `label` and the machine it was measured on (a
+    line), or (None, why) when the record has no such row."""
+    rec = Record.load(path)
+    p = pair(label)
+    row = rec.row(method=p.method, checkpoint=p.checkpoint)
     if row is None:
-        return None, f"docs/bench/decode.json has no row {label!r}"
-    return row, where
+        return None, f"{rec.path.name} has no row for {label!r}"
+    return row, rec.machine_text().removeprefix("measured on ")  # notebook 01 prints "measured on {where}"
 
 
 def ms_per_token(trace: Trace) -> float:

@@ -8,10 +8,10 @@ import torch
 from mtplab.measuring import theory
 from mtplab.training.losses import multi_token_loss
 from mtplab.measuring.timing import peak_memory
-from pathlib import Path
 from mtplab.model import checkpoint
 from mtplab.errors import MtplabError
-from mtplab.measuring.speedup import read_decode_bench
+from mtplab.measuring.record import Record
+from mtplab.decoding.drafters import PAIRS, default_for_family
 from mtplab.teaching.check import Check
 from mtplab.paths import DECODE_JSON
 from mtplab.teaching.check import _call
@@ -155,27 +155,25 @@ def peaked_logits(x: torch.Tensor, K: int, V: int, *, shift: int, strength: floa
                 logits[torch.arange(B), i, k, x[:, j]] = strength
     return logits.view(B, T, K * V)  # (B, T, K*V)
 
-# family -> (shipped checkpoint, row of docs/bench/decode.json measured with it)
-FAMILIES = {"stern": ("stern-k4", "blockwise-overlap"),
-            "meta": ("meta-k4", "meta"),
-            "deepseek": ("deepseek-d3", "deepseek D=3")}
+# family -> the shipped pair decode.json measured it with: the family's default method, on its deepest checkpoint
+# (the last such pair in PAIRS: deepseek D=3)
+FAMILIES = {p.family: p for p in PAIRS if p.family and p.method == default_for_family(p.family).name}
 
 
 def head_families(bench_path=DECODE_JSON) -> list[dict]:
     """Per family: parameters of the heads (`model.mtp`) and of the trunk (everything else, shared output head
     included) from the shipped checkpoint, and ms per step of drafter and target from the decode benchmark."""
-    path = Path(bench_path)
-    if not path.exists():
-        raise MtplabError(f"{path} not found; run the decode benchmark (mtplab bench decode) or pass bench_path")
-    bench = {r["method"]: r for r in read_decode_bench(path)["rows"]}
+    rec = Record.load(bench_path)
     rows = []
-    for family, (name, method) in FAMILIES.items():
-        if method not in bench:
-            raise MtplabError(f"{path} has no row for method {method!r}; rerun the decode benchmark")
-        model = checkpoint.load(name)
-        heads = sum(p.numel() for p in model.mtp.parameters())
-        rows.append({"family": family, "checkpoint": name, "method": method, "k": bench[method]["k"],
+    for family, p in FAMILIES.items():
+        r = rec.row(method=p.method, checkpoint=p.checkpoint)
+        if r is None:
+            raise MtplabError(f"{rec.path} has no row for method {p.method!r} on {p.checkpoint}; rerun the decode "
+                              "benchmark (python -m mtplab bench decode)")
+        model = checkpoint.load(p.checkpoint)
+        heads = sum(q.numel() for q in model.mtp.parameters())
+        rows.append({"family": family, "checkpoint": p.checkpoint, "method": p.label, "k": r["k"],
                      "head_params": heads, "trunk_params": model.num_params() - heads,
-                     "step_ms_drafter": bench[method]["step_ms_drafter"],
-                     "step_ms_target": bench[method]["step_ms_target"], "source": f"docs/bench/{path.name}"})
+                     "step_ms_drafter": r["step_ms_drafter"], "step_ms_target": r["step_ms_target"],
+                     "source": f"docs/bench/{rec.path.name}"})
     return rows

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtplab import paths
-from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import MAX_JSON, read_json
+from mtplab.measuring.record import Record
 from mtplab.teaching.check import Check, _call
 
 TARGET, DRAFT, HEADS = "mtplab-llama", "mtplab-llama-draft", "mtplab-llama-deepseek-d1.safetensors"
@@ -19,11 +18,8 @@ PAIRS = (("HF generate, greedy", "mtplab AR"),
 
 
 def read_record(path) -> dict:
-    """A benchmark record (JSON), or one line that says which command writes it."""
-    p = Path(path)
-    if not p.is_file():
-        raise MtplabError(f"{p} is missing; `python -m mtplab bench {p.stem}` writes it (see the README's commands)")
-    return read_json(p, limit=MAX_JSON, what="a benchmark record", fix=f"rerun `python -m mtplab bench {p.stem}`")
+    """A benchmark record (or a model folder's JSON) as written: `Record.load(path).data`."""
+    return Record.load(path).data
 
 
 def load_own(device="cpu") -> dict:
