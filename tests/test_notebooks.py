@@ -106,3 +106,32 @@ def test_teaching_md_holds_the_measured_times():
     import json
     from tools.notebook_times import RECORD, TEACHING, table
     assert table(json.loads(RECORD.read_text())) in TEACHING.read_text()
+
+
+def test_teaching_plan_fits_two_sessions_and_quotes_the_record():
+    """Issue 31: each session's plan is contiguous minutes that add up to at most 90, has live and in-class time,
+    and every notebook time it quotes ("NN: S s idle, slowest cell C s") is docs/bench/notebooks.json's."""
+    import json
+    import re
+    from tools.notebook_times import END, RECORD, TEACHING
+    record = {name[:2]: r for name, r in json.loads(RECORD.read_text())["notebooks"].items()}
+    text = TEACHING.read_text()
+    plan = text[text.index("## The plan"):]
+    plan = plan[:plan.index("\n## ", 4)]
+    sessions = re.split(r"^### Session \d", plan, flags=re.M)[1:]
+    assert len(sessions) == 2
+    for n, body in enumerate(sessions, start=1):
+        spans = [(int(a), int(b), kind) for a, b, kind in re.findall(r"^\| (\d+)-(\d+) \| ([a-z ]+) \|", body, flags=re.M)]
+        assert spans and spans[0][0] == 0, f"session {n}: the plan starts at minute 0"
+        assert all(b > a for a, b, _ in spans) and all(s[1] == t[0] for s, t in zip(spans, spans[1:])), \
+            f"session {n}: the slots must follow each other without gaps or overlaps: {spans}"
+        minutes = sum(b - a for a, b, _ in spans)
+        assert minutes <= 90, f"session {n} plans {minutes} minutes"
+        assert {"live", "in class"} <= {k for _, _, k in spans}, f"session {n}: live and in-class time both planned"
+    quoted = re.findall(r"\b(\d\d): (\d+) s idle, slowest cell (\d+) s", text[text.index(END):])
+    assert len({q[0] for q in quoted}) >= 5, quoted
+    for nb, secs, slow in quoted:
+        assert nb in record, f"teaching.md quotes notebook {nb}, which the record lacks"
+        want = (f"{record[nb]['seconds']:.0f}", f"{record[nb]['slowest_cell_s']:.0f}")
+        assert (secs, slow) == want, f"teaching.md quotes {nb} at {secs} s / {slow} s; the record says {want}"
+    assert "build/NN_name.html" in plan and "over 20 s" in plan  # the fallback for slow live cells is named

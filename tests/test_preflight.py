@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,7 +48,8 @@ def test_preflight_writes_its_record(tmp_path):
 def test_an_unwritable_record_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "_curve", lambda *a, **k: {"t1_ms": 1.0, "ratio": {"1": 1.0, "4": 1.2}})
     monkeypatch.setattr(preflight, "install_checks", lambda: {"smollm2": "missing", "hf": "ok"})
-    monkeypatch.setattr(preflight.checkpoint, "load", lambda *a, **k: None)
+    monkeypatch.setattr(preflight.checkpoint, "load",
+                        lambda *a, **k: SimpleNamespace(config=SimpleNamespace(n_layer=12, n_embd=256)))
     (tmp_path / "f").write_text("")
     with pytest.raises(MtplabError, match="give --out a writable file"):
         preflight.run_preflight(out=str(tmp_path / "f" / "x.json"), quick=True, log=None)

@@ -5,8 +5,9 @@ model (`ntp`, 12 x 256) and of SmolLM2-135M-Instruct over 1, 2 and 4 new tokens 
 each shipped head family's speedup here from this machine's cost curve and the acceptance the shipped records
 measured (tokens per step, and the drafter's cost in units of t(1)): speedup = tokens per step / (t(q)/t(1) +
 drafter cost). It reads the machine's load while it measures and says plainly when the machine was too busy for
-the numbers to mean anything. It writes a small JSON record (default `build/preflight.json`): a class can pool
-those records to see that a speedup is a property of the machine.
+the numbers to mean anything. It writes a small JSON record (default `build/preflight.json`): a class pools
+those records in one folder (each student: `python -m mtplab preflight --out FOLDER/NAME.json`), and notebook 01's
+going-further section plots them with `mtplab.teaching.classroom`: a speedup is a property of the machine.
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def install_checks() -> dict:
     return out
 
 
-def _curve(model, qs, repeats) -> dict:
+def _curve(model, qs, repeats, *, name: str) -> dict:
+    """t(1) and t(q)/t(1) with 128 tokens in the cache; `name` says which weights (the class compares like with like)."""
     c = measure_cost_curve(model, qs, context=128, repeats=repeats)
-    return {"t1_ms": 1e3 * c.seconds[1], "ratio": {str(q): r for q, r in c.ratio.items()}}
+    return {"model": name, "t1_ms": 1e3 * c.seconds[1], "ratio": {str(q): r for q, r in c.ratio.items()}}
 
 
 def _predict(rows: list[dict], curve: dict) -> list[dict]:
@@ -100,10 +102,11 @@ def run_preflight(*, out: str | None = None, quick: bool = False, device: str = 
     rec: dict = {"install": install_checks(), "machine": machine(dev)}
     qs, reps = ((1, 2, 4), 3) if quick else ((1, 2, 4, 8), 5)
     meter = LoadMeter().start()
-    rec["classroom"] = _curve(checkpoint.load("ntp", device=dev), qs, reps)
+    ntp = checkpoint.load("ntp", device=dev)
+    rec["classroom"] = _curve(ntp, qs, reps, name=f"ntp, {ntp.config.n_layer} x {ntp.config.n_embd}")
     if rec["install"]["smollm2"] == "ok" and rec["install"]["hf"] == "ok":
         from mtplab.hf.target import load_hf  # transformers
-        rec["smollm2"] = _curve(load_hf("smollm2", device=dev), qs, reps)
+        rec["smollm2"] = _curve(load_hf("smollm2", device=dev), qs, reps, name="SmolLM2-135M-Instruct, float32")
     others = meter.stop()
     rec["others_cores"] = others
     rec["busy"] = busy_reason(others, None)

@@ -7,7 +7,10 @@
 * `deepseek` (04): eq. 24 checked against the model, teacher forcing against free running; two checkers
 * `acceptance_lab` (05): the widget, as pure state, an ipywidgets view and the exercises
 * `sampling` (06): exact counts of what the accept rule emits, chi-square against the target; two checkers
-* `find_the_bug` (08): eight accept rules, six with a planted bug, and the test that finds them
+* `batches` (07): the batch sweep's and the tree's verdicts in words read from the rows; two checkers
+* `find_the_bug` (08): eight accept rules, six with a planted bug, the test that finds them, the key kept hidden until earned
+* `engines` (09): acceptance with n, intervals and loops; typical acceptance against the exact rule; two records reconciled
+* `classroom` (01): the class as data: a folder of preflight records, speedup against cores, cache and threads
 * `real` (01, 05, 09): SmolLM2 in the notebooks: its cost curve, its projection's cost, live races, word pieces
 * `peers` (10): your own Hugging Face model, the peer table's pairs on the same drafts, code against prose; a checker
 

@@ -1,0 +1,132 @@
+"""The class as data (notebook 01, going further): one speedup per laptop, against its cores, cache and threads.
+
+Each student runs `python -m mtplab preflight --out NAME.json`; the teacher collects the files in one folder.
+`read_records` reads such a folder: preflight records, which *predict* each shipped row's speedup on that
+laptop from its own cost curve (speedup = tokens per step / (t(q)/t(1) + drafter cost)), and the lab's own
+points in data/classroom/, which hold the same fields plus `measured`: the speedups the lab *raced* on that
+machine, with the commit and file they were copied from (`provenance`; `python -m tools.classroom_points`).
+`points` flattens the records into one row per (record, model, row); `figure` draws a speedup against cores,
+last-level cache and threads, raced filled and predicted hollow; `spread` says in words how far they differ.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from mtplab.errors import MtplabError
+from mtplab.model.checkpoint import read_json
+from mtplab.paths import DATA_DIR
+
+SHIPPED = DATA_DIR / "classroom"  # the machines this lab was measured on: its first points
+LIMIT = 1 << 20                   # a preflight record is a few kB
+FIX = "each student writes one with: python -m mtplab preflight --out FOLDER/NAME.json"
+
+
+def read_records(folder=SHIPPED) -> list[dict]:
+    """Every *.json in `folder` that names its machine, sorted by file name; each gains `source` (its file name)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise MtplabError(f"{folder} is not a folder of records; {FIX}")
+    out = []
+    for p in sorted(folder.glob("*.json")):
+        rec = read_json(p, limit=LIMIT, what="a preflight record", fix=FIX)
+        m = rec.get("machine") if isinstance(rec, dict) else None
+        if not isinstance(m, dict) or not {"cpu", "threads"} <= set(m):
+            raise MtplabError(f"{p} names no machine (cpu, threads), so it is no preflight record; {FIX}")
+        out.append({**rec, "source": p.name})
+    if not out:
+        raise MtplabError(f"{folder} holds no *.json record; {FIX}")
+    return out
+
+
+def _llc_mib(m: dict) -> float | None:
+    b = m.get("llc_bytes")
+    return b / 2**20 if isinstance(b, (int, float)) and b > 0 else None
+
+
+def points(records: list[dict]) -> list[dict]:
+    """One row per (record, model, row): the machine's cores, threads and cache beside the speedup, `kind` raced
+    (measured there) or predicted (a preflight's forecast from that machine's cost curve)."""
+    out = []
+    for rec in records:
+        m = rec["machine"]
+        base = {"source": rec["source"], "cpu": m["cpu"], "cores": m.get("cores"), "threads": m["threads"],
+                "llc_mib": _llc_mib(m), "busy": bool(rec.get("busy"))}
+        for key, kind, field in (("measured", "raced", "speedup"), ("predictions", "predicted", "predicted_here")):
+            for model, rows in (rec.get(key) or {}).items():
+                variant = (rec.get(model) or {}).get("model")  # which weights: the lab's models changed over time
+                out += [{**base, "model": model, "variant": variant, "row": r["row"], "speedup": r[field], "kind": kind}
+                        for r in rows]
+    return out
+
+
+def rows_of(pts: list[dict], model: str = "classroom") -> list[str]:
+    """The rows that at least two machines share, for this model (the ones worth plotting across a class)."""
+    seen: dict[str, set] = {}
+    for p in pts:
+        if p["model"] == model:
+            seen.setdefault(p["row"], set()).add(p["source"])
+    return [r for r, s in seen.items() if len(s) >= 2]
+
+
+def select(pts: list[dict], row: str, model: str = "classroom") -> list[dict]:
+    chosen = [p for p in pts if p["model"] == model and p["row"] == row]
+    if not chosen:
+        have = sorted({p["row"] for p in pts if p["model"] == model})
+        raise MtplabError(f"no record holds the row {row!r} of {model}; choose among: {', '.join(have) or 'none'}")
+    return chosen
+
+
+def spread(pts: list[dict], row: str, model: str = "classroom") -> str:
+    """The lowest and highest speedup of one row across the records, in words read off the numbers."""
+    chosen = select(pts, row, model)
+    lo, hi = min(chosen, key=lambda p: p["speedup"]), max(chosen, key=lambda p: p["speedup"])
+
+    def where(p):
+        return f"{p['cpu']}, {p['threads']} thread(s), {p['kind']} ({p['source']})"
+    machines = len({p["source"] for p in chosen})
+    text = (f"{row} ({model}) on {machines} record(s): from {lo['speedup']:.2f}x ({where(lo)}) to "
+            f"{hi['speedup']:.2f}x ({where(hi)}), median {statistics.median(p['speedup'] for p in chosen):.2f}x")
+    if lo["speedup"] < 1 < hi["speedup"]:
+        text += "; slower than plain decoding on one machine and faster on another"
+    elif hi["speedup"] / lo["speedup"] >= 1.1:
+        text += f"; the fastest machine gains {hi['speedup'] / lo['speedup']:.2f}x what the slowest does"
+    variants = sorted({p["variant"] for p in chosen if p["variant"]})
+    if len(variants) > 1:
+        text += f"; the records raced different weights ({'; '.join(variants)}), so part of the spread is the model's"
+    busy = sum(p["busy"] for p in chosen)
+    if busy:
+        text += f" ({busy} record(s) say their machine was busy: their numbers mean little)"
+    return text
+
+
+def figure(pts: list[dict], row: str, model: str = "classroom"):
+    """Speedup of one row against cores, last-level cache (MiB, log scale) and threads: raced filled, predicted
+    hollow, a busy machine's point crossed; the line at 1 is plain decoding."""
+    from matplotlib.figure import Figure
+    chosen = select(pts, row, model)
+    fig = Figure(figsize=(10.5, 3.4))
+    fig.subplots_adjust(bottom=0.17, left=0.07, right=0.98, wspace=0.28, top=0.83)
+    axes = fig.subplots(1, 3, sharey=True)
+    no_cache = sum(p["llc_mib"] is None for p in chosen)
+    for ax, key, label in zip(axes, ("cores", "llc_mib", "threads"),
+                              ("cores", "last-level cache (MiB)", "threads the run used")):
+        for p in chosen:
+            x = p[key]
+            if x is None:
+                continue
+            raced = p["kind"] == "raced"
+            ax.scatter([x], [p["speedup"]], s=46, marker="x" if p["busy"] else "o",
+                       facecolors="#0072B2" if raced else "none", edgecolors="#0072B2")
+            ax.annotate(Path(p["source"]).stem, (x, p["speedup"]), xytext=(4, 2), textcoords="offset points", fontsize=6)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xlabel(label + (f" ({no_cache} record(s) without one)" if key == "llc_mib" and no_cache else ""))
+        if key == "llc_mib":
+            ax.set_xscale("log")
+        else:
+            ax.set_xticks(sorted({p[key] for p in chosen if p[key] is not None}))
+    axes[0].set_ylabel(f"speedup over AR, {row}")
+    raced = sum(p["kind"] == "raced" for p in chosen)
+    fig.suptitle(f"{model}, {row}: {len({p['source'] for p in chosen})} record(s); {raced} raced (filled), "
+                 f"{len(chosen) - raced} predicted by preflight (hollow); dashed: plain decoding", fontsize=9)
+    return fig
