@@ -68,3 +68,17 @@ def test_the_catalogue_names_each_familys_default_and_every_pair_ships():
     assert pair("deepseek D=3").checkpoint == "deepseek-d3"
     with pytest.raises(MtplabError, match="no shipped pair"):
         pair("nope")
+
+
+def test_every_benchmark_table_is_a_filter_of_the_catalogue():
+    from mtplab.bench.batch import BATCH_METHODS
+    from mtplab.bench.decode import ROWS
+    from mtplab.bench.engines import SWEEP
+    from mtplab.bench.regime import HEADS
+    from mtplab.teaching.meta import FAMILIES
+    assert set(ROWS) <= set(PAIRS) and set(SWEEP) <= set(PAIRS)
+    assert BATCH_METHODS == ("blockwise-overlap", "meta", "deepseek")
+    assert {label: m for label, (m, _) in HEADS.items()} == {p.label: p.method for p in PAIRS if p.label in HEADS}
+    assert all(name == pair(label).checkpoint + "-l4" for label, (_, name) in HEADS.items())
+    assert {f: p.checkpoint for f, p in FAMILIES.items()} == {"stern": "stern-k4", "meta": "meta-k4",
+                                                              "deepseek": "deepseek-d3"}

@@ -17,7 +17,7 @@ import torch
 from mtplab.measuring.race import race
 from mtplab.decoding.loop import autoregressive
 from mtplab.device import describe
-from mtplab.decoding.drafters import METHODS
+from mtplab.decoding.drafters import FAMILIES, METHODS, default_for_family
 from mtplab.decoding.generate import load_for, max_k
 from mtplab.decoding.tree import nodes_per_depth, tree_speculative
 from mtplab.measuring.timing import batch_cost_ratio
@@ -25,7 +25,7 @@ from mtplab.data import held_out_ids
 from mtplab.measuring.timing import measure_batch
 from mtplab.bench.report import _md, _write
 
-BATCH_METHODS = ("blockwise-overlap", "meta", "deepseek")  # one per head family, each against AR of its model
+BATCH_METHODS = tuple(default_for_family(f).name for f in FAMILIES)  # one per head family, each against AR of its model
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 TREE_WIDTHS = {  # name -> widths; nodes = verify width - 1
     "chain (1,1,1)": (1, 1, 1), "tree (3)": (3,), "tree (2,1)": (2, 1),

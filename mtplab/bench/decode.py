@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from mtplab.device import now
 from mtplab.device import describe, machine, pick
+from mtplab.decoding.drafters import PAIRS
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.decoding.trace import Trace, conditional_counts, pooled
@@ -31,11 +32,9 @@ from mtplab.errors import MtplabError
 from mtplab.model import checkpoint as ckpt
 from mtplab.tokenizer import encode
 
-# (label, method, checkpoint, k): k None = the most the checkpoint supports
-ROWS = [("blockwise", "blockwise", "stern-k4", 4), ("blockwise-overlap", "blockwise-overlap", "stern-k4", 4),
-        ("meta", "meta", "meta-k4", 4), ("deepseek D=1", "deepseek", "deepseek-d1", None),
-        ("deepseek D=3", "deepseek", "deepseek-d3", None), ("draft-model", "draft-model", "ntp", 4),
-        ("ngram", "ngram", "ntp", 4), ("oracle alpha=0.8", "oracle", "ntp", 4)]
+# every shipped pair (label, method, checkpoint, k; k None = the most the checkpoint supports), but the reused
+# module, which `bench k` studies
+ROWS = [p for p in PAIRS if p.method != "deepseek-reuse"]
 
 
 def oracle_seed(repeat: int, prompt: int) -> int:

@@ -13,17 +13,15 @@ from pathlib import Path
 
 from mtplab.bench.report import _md, _write
 from mtplab.data import held_out_ids
-from mtplab.decoding.drafters import METHODS
+from mtplab.decoding.drafters import METHODS, pair
 from mtplab.decoding.generate import load_for, max_k
 from mtplab.decoding.trace import pooled
 from mtplab.device import pick
 from mtplab.measuring.theory import predicted_speedup
 from mtplab.measuring.timing import interleaved_race, measure_cost_curve
 
-# (label, method, checkpoint)
-SWEEP = [("stern overlapped", "blockwise-overlap", "stern-k4"), ("meta", "meta", "meta-k4"),
-         ("deepseek D=3", "deepseek", "deepseek-d3"), ("deepseek D=1 reused", "deepseek-reuse", "deepseek-d1"),
-         ("ngram", "ngram", "ntp")]
+# the shipped pairs swept over k: each family's default on its deepest checkpoint, one module reused, n-gram
+SWEEP = [pair(label) for label in ("blockwise-overlap", "meta", "deepseek D=3", "deepseek D=1 reused", "ngram")]
 
 
 def _row(label, method, name, k, race, curve, adapt=None) -> dict:
@@ -49,10 +47,10 @@ def run_k(a) -> dict:
     n, m, reps = (2, 24, 1) if a.quick else (4, 64, 3)
     prompts = held_out_ids(n)
     sweep = SWEEP[:2] + SWEEP[-1:] if a.quick else SWEEP
-    models = {name: load_for(method, name, device=a.device)[0] for _, method, name in sweep}
-    curve = measure_cost_curve(models[sweep[0][2]], qs=range(1, 9), context=128, repeats=3 if a.quick else 9)
+    models = {p.checkpoint: load_for(p.method, p.checkpoint, device=a.device)[0] for p in sweep}
+    curve = measure_cost_curve(models[sweep[0].checkpoint], qs=range(1, 9), context=128, repeats=3 if a.quick else 9)
     plan = []
-    for label, method, name in sweep:
+    for label, method, name, _ in sweep:
         top = max_k(method, models[name]) or 8
         top = min(top, 4 if a.quick else 8)
         plan += [(label, method, name, k, None) for k in range(2, top + 1)]

@@ -21,7 +21,7 @@ import torch
 
 from mtplab.bench.report import held_out_count, _md, _write
 from mtplab.data import held_out_prompts
-from mtplab.decoding.drafters import NgramDrafter, check_same_vocabulary
+from mtplab.decoding.drafters import NgramDrafter, check_same_vocabulary, default_for_family
 from mtplab.decoding.generate import decode_with, max_k
 from mtplab.decoding.loop import speculative
 from mtplab.device import now
@@ -88,7 +88,7 @@ def variants(target, draft, k: int, heads=None):
         out[f"mtplab draft-model, k={k}"] = ("mtplab", lambda ids, m: decode_with(
             "draft-model", target, ids, max_new_tokens=m, k=k, draft_model=draft).tokens)
     if heads is not None:
-        method = {"deepseek": "deepseek", "meta": "meta", "stern": "blockwise-overlap"}[heads.config.heads]
+        method = default_for_family(heads.config.heads).name
         kh = max_k(method, heads)  # the most the heads give
         out[f"mtplab {heads.config.heads} heads, k={kh} (no HF peer)"] = ("mtplab", lambda ids, m: decode_with(
             method, heads, ids, max_new_tokens=m, k=kh).tokens)

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from mtplab.bench.report import _md, _write
+from mtplab.decoding.drafters import PAIRS, default_for_family
 from mtplab.data import held_out_ids
 from mtplab.device import machine_line, pick
 from mtplab.measuring.regime import cost_by_size, speedup_by_depth
@@ -20,9 +21,8 @@ from mtplab.model import checkpoint as ckpt
 SHAPES = [(2, 256), (4, 256), (8, 256), (12, 256), (16, 256), (4, 512), (8, 512), (12, 512), (4, 768), (12, 768),
           (24, 768)]
 QUICK_SHAPES = [(2, 128), (4, 256), (12, 256)]
-# label -> (method, the cache-resident family's checkpoint)
-HEADS = {"blockwise-overlap": ("blockwise-overlap", "stern-k4-l4"), "meta": ("meta", "meta-k4-l4"),
-         "deepseek D=1": ("deepseek", "deepseek-d1-l4"), "deepseek D=3": ("deepseek", "deepseek-d3-l4")}
+# label -> (method, the cache-resident 4-layer family's checkpoint): every shipped pair of a family's default method
+HEADS = {p.label: (p.method, f"{p.checkpoint}-l4") for p in PAIRS if p.family and p.method == default_for_family(p.family).name}
 
 
 def run_regime(a) -> dict:

@@ -362,14 +362,16 @@ METHODS: dict[str, Method] = {m.name: m for m in [
 ]}
 
 
+FAMILIES = tuple(dict.fromkeys(m.family for m in METHODS.values() if m.family))  # ('stern', 'meta', 'deepseek')
+
+
 def default_for_family(family: str) -> Method:
     """The method that decodes a head family's checkpoint by default: the family's first overlapped method in
     `METHODS` (stern -> blockwise-overlap, meta -> meta, deepseek -> deepseek)."""
     for m in METHODS.values():
         if m.family == family and m.schedule == "overlap":
             return m
-    families = sorted({m.family for m in METHODS.values() if m.family})
-    raise MtplabError(f"no method decodes head family {family!r}; the families are {', '.join(families)}")
+    raise MtplabError(f"no method decodes head family {family!r}; the families are {', '.join(FAMILIES)}")
 
 
 class Pair(NamedTuple):

@@ -16,6 +16,7 @@ from mtplab.decoding.loop import autoregressive
 from mtplab.decoding.checks import check_prompt
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import pooled
+from mtplab.decoding.drafters import FAMILIES, PAIRS, default_for_family
 from mtplab.decoding.generate import run_prompts
 from mtplab.model.layers import CausalSelfAttention
 from mtplab.measuring.acceptance import Acceptance, from_trace
@@ -72,9 +73,9 @@ def no_causal_mask(model):
 
 def _family(model) -> str:
     fam = model.config.heads
-    if fam not in ("stern", "meta", "deepseek"):
-        raise MtplabError(f"estimate_acceptance needs a checkpoint with stern, meta or deepseek heads "
-                          f"(this one has {fam!r}); use stern-k4, meta-k4, deepseek-d1 or deepseek-d3")
+    if fam not in FAMILIES:
+        raise MtplabError(f"estimate_acceptance needs a checkpoint with {', '.join(FAMILIES)} heads (this one has "
+                          f"{fam!r}); use " + ", ".join(dict.fromkeys(p.checkpoint for p in PAIRS if p.family)))
     return fam
 
 
@@ -244,7 +245,7 @@ def live_trace(model, prompts, *, max_new_tokens: int = 64, k: int | None = None
     """The live greedy verify loop (overlapped schedule) of the checkpoint's own drafter on every prompt,
     pooled into one `Trace`."""
     fam = _family(model)
-    name = {"stern": "blockwise-overlap", "meta": "meta", "deepseek": "deepseek"}[fam]
+    name = default_for_family(fam).name
     k = model.config.n_depths if k is None else k
     ids = [_prompt_ids(model, p, max_new_tokens, k) for p in prompts]
     return pooled(run_prompts(name, model, ids, max_new_tokens=max_new_tokens, k=k))
