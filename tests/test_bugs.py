@@ -1,4 +1,5 @@
-"""Find the bug (mtplab.bugs): the chi-square test catches every planted bug and passes the correct rules."""
+"""Find the bug (mtplab.teaching.find_the_bug): the chi-square test catches every planted bug and passes the correct
+rules; the answer key stays hidden until the student's verdicts pass."""
 import pytest
 import torch
 
@@ -57,17 +58,45 @@ def test_bf16_rule_changes_p_only_through_rounding():
     assert (logits - logits.round()).abs().max() == 0  # bf16 steps by 1 between 128 and 256
 
 
-def test_check_verdicts_grades_the_answers():
+def test_check_verdicts_grades_the_answers_without_naming_them():
     right = {n: a.broken for n, a in bugs.ANSWERS.items()}
     assert bugs.check_verdicts(right)
-    one_off = dict(right, rule_e=False)
-    verdict = bugs.check_verdicts(one_off)
-    assert not verdict and "rule_e is broken" in verdict.why and "1 of 8" in verdict.why
-    cried_wolf = bugs.check_verdicts(dict(right, rule_b=True))
-    assert not cried_wolf and "rule_b is correct" in cried_wolf.why
+    verdict = bugs.check_verdicts(dict(right, rule_e=False))
+    assert not verdict and "1 of 8 verdicts is off" in verdict.why and "1 you called correct is broken" in verdict.why
+    cried_wolf = bugs.check_verdicts(dict(right, rule_b=True, rule_c=False))
+    assert not cried_wolf and "2 of 8 verdicts are off" in cried_wolf.why and "1 you called broken is correct" in \
+        cried_wolf.why
+    for wrong in (verdict, cried_wolf):  # a wrong answer never names a rule: with two answers a name is the key
+        assert not any(name in wrong.why for name in bugs.ANSWERS)
     assert "no verdict yet for rule_h" in bugs.check_verdicts({n: v for n, v in right.items() if n != "rule_h"}).why
     assert not bugs.check_verdicts(["rule_a"])
     assert "unknown rule" in bugs.check_verdicts(dict(right, rule_z=True)).why
+
+
+def test_the_key_is_earned_only_by_a_passing_check():
+    right = {n: a.broken for n, a in bugs.ANSWERS.items()}
+    assert bugs.earned(bugs.check_verdicts({n: None for n in bugs.ANSWERS})) is None
+    assert bugs.earned(bugs.check_verdicts(dict(right, rule_a=False))) is None
+    assert bugs.earned(bugs.check_verdicts(right)) == right
+    assert bugs.label("rule_a") == "rule_a"
+    assert "broken" in bugs.label("rule_a", right) and "correct" in bugs.label("rule_b", right)
+
+
+def test_nothing_drawn_or_printed_shows_the_key_before_it_is_earned():
+    """Review finding: 08's power figure was coloured from ANSWERS two cells after the exercise."""
+    right = {n: a.broken for n, a in bugs.ANSWERS.items()}
+    power = {n: (1.0 if a.broken else 0.5) for n, a in bugs.ANSWERS.items()}
+    before = bugs.power_figure(power, seeds=2)
+    assert len({b.get_facecolor() for b in before.axes[0].patches}) == 1
+    after = bugs.power_figure(power, seeds=2, key=right)
+    assert len({b.get_facecolor() for b in after.axes[0].patches}) == 2
+    text = bugs.power_text(power, seeds=2, n=300)
+    assert "6 of 8 rules were rejected on every one of 2 seeds" in text
+    assert "broken" not in text and "correct rules" not in text
+    runs = {n: bugs.judge(r, 0, n=60) for n, r in bugs.RULES.items()}
+    revealed = bugs.power_text(power, seeds=2, n=300, key=right, runs=runs)
+    assert "rule_b and rule_f emitted the same tokens draw for draw" in revealed and "1 of 2 seeds, counted once" \
+        in revealed
 
 
 def test_bad_input_names_the_fix():

@@ -37,3 +37,15 @@ def _number(v) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
+
+
+def number_from(fn, *args, case: str) -> tuple[float | None, str | None]:
+    """(the student's number, None), or (None, why not) when fn raised or returned something else; `case` names
+    the inputs in words, for the message ('on widths (3, 2, 1)')."""
+    got, err = _call(fn, *args)
+    if err:
+        return None, f"your function raised {err} {case}"
+    v = _number(got)
+    if v is None:
+        return None, f"return a number (got {got!r} {case})"
+    return v, None

@@ -8,14 +8,16 @@ Speculative sampling (Leviathan et al. 2023, sec. 2.3; Chen et al. 2023, alg. 2)
 with probability min(1, p(d)/q(d)) and replaces a rejected one by a draw from norm(max(0, p - q)); the
 emitted token then follows p exactly. Four planted bugs have the shape of public reports: the draft
 sampled at a temperature the rule ignores (z-lab/dflash#74), p in another dtype than q (deepseek-ai/DeepSpec#31),
-an argmax where a sample was due (jaymody/speculative-sampling#3), sampling settings (top-k) applied to p but
-not q (vllm-project/vllm PR #10198); two are the lab's own: the first draft never verified, the residual
-taken as p.
+an argmax where a sample was due (jaymody/speculative-sampling#3), sampling settings applied to one side only
+(vllm-project/vllm PR #10198, where top-p filtered the draft's q and not the target's p; here top-k filters p and
+not q); two are the lab's own: the first draft never verified, the residual taken as p.
 
 The students see the rules under neutral names (`RULES`: rule_a, rule_b, ...); `ANSWERS` says which
-are broken and why; `check_verdicts` grades a student's verdicts. `power` runs the chi-square test of
-`mtplab.teaching.sampling` over many seeds and returns how often it rejects: high for a bug, about alpha for a
-correct rule.
+are broken and why; `check_verdicts` grades a student's verdicts without naming which are off. `power` runs the
+chi-square test of `mtplab.teaching.sampling` over many seeds and returns how often it rejects: high for a bug,
+about alpha for a correct rule. Nothing a notebook draws or prints shows the key before the student's verdicts
+pass: `earned(check)` is the key only after a passing check, and `power_figure`, `power_text` and `label` are
+neutral without it.
 
 V vocabulary of the toy, N draws per test.
 """
@@ -194,26 +196,94 @@ def power_table(*, seeds: int = 20, n: int = N_DRAWS) -> dict[str, float]:
 
 
 def check_verdicts(verdicts: dict) -> Check:
-    """verdicts: {rule name: True if you think it is broken}. Right when every rule is judged right."""
+    """verdicts: {rule name: True if you think it is broken}. Right when every rule is judged right.
+
+    A wrong answer says how many verdicts are off and in which direction, never which rule: with two answers
+    per rule, naming the rule would give the key away."""
     name = "find the bug"
     if not isinstance(verdicts, dict):
         return Check(name, False, "give a dict such as {'rule_a': True, 'rule_b': False, ...} (True = broken)")
-    missing = [r for r in ANSWERS if verdicts.get(r) is None]
-    if missing:
-        return Check(name, False, f"no verdict yet for {', '.join(missing)}")
     unknown = [r for r in verdicts if r not in ANSWERS]
     if unknown:
         return Check(name, False, f"unknown rule {', '.join(map(str, unknown))}; the rules are {', '.join(ANSWERS)}")
+    missing = [r for r in ANSWERS if verdicts.get(r) is None]
+    if missing:
+        return Check(name, False, f"no verdict yet for {', '.join(missing)}")
     wrong = [r for r, a in ANSWERS.items() if bool(verdicts[r]) != a.broken]
     if wrong:
+        passed = sum(ANSWERS[r].broken for r in wrong)  # broken rules you called correct
         hints = []
-        for r in wrong:
-            if ANSWERS[r].broken:
-                hints.append(f"{r} is broken but passed your check: test it on more seeds (power)")
-            else:
-                hints.append(f"{r} is correct: one small p-value on one seed happens at rate {ALPHA}")
-        return Check(name, False, f"{len(wrong)} of {len(ANSWERS)} verdicts are off. " + "; ".join(hints))
+        if passed:
+            hints.append(f"{passed} you called correct {'is' if passed == 1 else 'are'} broken: a bug can hide on "
+                         "one seed; run bugs.power(bugs.RULES[name], seeds=20) on the rules you passed, and read "
+                         "their listings against the shared helpers")
+        if len(wrong) - passed:
+            hints.append(f"{len(wrong) - passed} you called broken {'is' if len(wrong) - passed == 1 else 'are'} "
+                         f"correct: one small p-value on one seed happens at rate {ALPHA}")
+        verb = "is" if len(wrong) == 1 else "are"
+        return Check(name, False, f"{len(wrong)} of {len(ANSWERS)} verdicts {verb} off. " + "; ".join(hints))
     return Check(name, True, "; ".join(f"{r}: {a.why}" for r, a in ANSWERS.items() if a.broken))
+
+
+def earned(check) -> dict[str, bool] | None:
+    """The answer key {rule: broken} once `check` is a passing `check_verdicts`; None before (nothing to reveal)."""
+    if isinstance(check, Check) and check.ok and check.name == "find the bug":
+        return {n: a.broken for n, a in ANSWERS.items()}
+    return None
+
+
+def label(name: str, key: dict[str, bool] | None = None) -> str:
+    """A rule's name for a legend: neutral before the key is earned, with its verdict and why after."""
+    if name not in ANSWERS:
+        raise MtplabError(f"unknown rule {name!r}; the rules are {', '.join(ANSWERS)}")
+    if key is None:
+        return name
+    return f"{name} ({'broken' if key[name] else 'correct'}: {ANSWERS[name].why.split(':')[0]})"
+
+
+def power_figure(power: dict[str, float], *, seeds: int, key: dict[str, bool] | None = None):
+    """The rejection rate per rule: grey bars before the key is earned, red (broken) and green (correct) after."""
+    from mtplab.viz import stats as viz_stats
+
+    fig = viz_stats.power_bars(power, alpha=ALPHA, broken=key, seeds=seeds)
+    fig.axes[0].set_title(f"chi-square test against the exact p, {seeds} seeds: one rejection draws a bar at "
+                          f"{1 / seeds:.2f}\n" + ("coloured by the answers you earned" if key else
+                                                  "grey until your verdicts pass the checker"), fontsize=9)
+    return fig
+
+
+def power_text(power: dict[str, float], *, seeds: int, n: int = N_DRAWS, key: dict[str, bool] | None = None,
+               runs: dict | None = None) -> str:
+    """What the power table says, in words computed from it. Before the key: the spread of the rates only.
+    After: the broken rules' lowest power and the correct rules' rejections, counted once per seed when the
+    correct rules emitted the same tokens on the same draws (`runs`: judge() per rule on one seed)."""
+    if set(power) != set(ANSWERS):
+        raise MtplabError(f"power must hold every rule ({', '.join(ANSWERS)}); got {', '.join(power)}")
+    chance = 1 - (1 - ALPHA) ** seeds
+    if key is None:
+        high = sorted(r for r, v in power.items() if v == 1.0)
+        every = "on the one seed" if seeds == 1 else f"on every one of {seeds} seeds"
+        return (f"{len(high)} of {len(power)} rules were rejected {every} ({n} draws each, "
+                f"ALPHA = {ALPHA}); a correct rule is rejected at least once in {seeds} seed{'s' * (seeds != 1)} "
+                "with probability "
+                f"{chance:.0%}, so a bar above zero is not a verdict. The colours appear once your verdicts pass.")
+    broken = [r for r in power if key[r]]
+    correct = [r for r in power if not key[r]]
+    lines = [f"lowest power among the broken rules: {min(power[r] for r in broken):.2f} (over {seeds} seeds, "
+             f"{n} draws each, ALPHA = {ALPHA})"]
+    hits = {r: round(power[r] * seeds) for r in correct}
+    same = runs is not None and len(correct) > 1 and all(
+        torch.equal(runs[correct[0]]["counts"], runs[r]["counts"]) for r in correct[1:])
+    if same:
+        lines.append(f"the correct rules {' and '.join(correct)} emitted the same tokens draw for draw (u * q < p is "
+                     f"u < p / q on the same random numbers), so their rejections fall on the same seeds: "
+                     f"{max(hits.values())} of {seeds} seeds, counted once")
+    else:
+        lines.append("the correct rules were rejected on " + ", ".join(f"{r}: {h} of {seeds}" for r, h in hits.items())
+                     + " seeds")
+    lines.append(f"too few seeds to estimate a false-alarm rate (at ALPHA a correct rule is rejected at least once in "
+                 f"{seeds} seeds with probability {chance:.0%}); notebook 06 shows it over 40 seeds")
+    return "; ".join(lines)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,145 @@
+"""Notebook 07's companion: what a batch and a tree do to speculation, read in words computed from the numbers.
+
+The studies are `measuring.speedup.batch_sweep`, `measuring.timing.batch_cost_ratio` and
+`decoding.tree.tree_speculative`; this module turns their rows into the sentences the notebook prints (every verdict
+word, "shrank", "grew", "within noise", comes from the rows, so a rerun cannot contradict it) and holds the two
+exercises' checkers. A checker says which kind of case it failed on, never the expected value.
+
+B batch size (prompts decoded at once), k tokens per step, t(q) the time of one forward over q tokens a row.
+"""
+from __future__ import annotations
+
+import math
+
+from mtplab.decoding.tree import nodes_per_depth
+from mtplab.errors import MtplabError
+from mtplab.teaching.check import Check, number_from
+
+NOISE = 0.05  # a median that moved by less than this fraction "stayed about the same"
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    """Do two rows' speedup ranges (min-max over the rounds) overlap?"""
+    return a["speedup_min"] <= b["speedup_max"] and b["speedup_min"] <= a["speedup_max"]
+
+
+def trend(before: float, after: float, *, noise: float = NOISE) -> str:
+    """'grew', 'shrank' or 'stayed about the same' (within `noise`, a fraction of `before`)."""
+    if before <= 0:
+        raise MtplabError(f"a speedup must be positive (got {before})")
+    if after > (1 + noise) * before:
+        return "grew"
+    if after < (1 - noise) * before:
+        return "shrank"
+    return "stayed about the same"
+
+
+def ratio_text(ratios: dict[int, float]) -> str:
+    """What t(k)/t(1) did over the batch sizes, in words; flags a ratio below 1 (a disturbed timing)."""
+    if not ratios:
+        raise MtplabError("no cost ratios: give {batch size: t(k)/t(1)} for at least one batch size")
+    text = "t(k)/t(1) by batch size: " + ", ".join(f"B = {B}: {r:.2f}" for B, r in sorted(ratios.items()))
+    if len(ratios) > 1:
+        b0, b1 = min(ratios), max(ratios)
+        move = trend(ratios[b0], ratios[b1])
+        text += (f"; from B = {b0} to B = {b1} the ratio "
+                 + {"grew": "climbs", "shrank": "falls", "stayed about the same": "barely moves"}[move]
+                 + f" ({ratios[b0]:.2f} -> {ratios[b1]:.2f})")
+    low = [B for B, r in sorted(ratios.items()) if r < 0.95]
+    if low:
+        text += (f". A forward over k tokens a row cannot cost less than one over 1 token, yet B = "
+                 f"{', '.join(map(str, low))} measured below 1: the machine was busy while it was timed; rerun alone")
+    return text
+
+
+def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, shipped: dict | None = None) -> list[str]:
+    """One line per batch size (speedup, range, tokens per row-forward, the rule's prediction, the shipped record's
+    row where `shipped` {B: row} has one), then the verdict: did the speedup shrink or grow from the smallest B to
+    the largest, and is that change larger than the noise?"""
+    spec = sorted((r for r in rows if r["kind"] == "spec"), key=lambda r: r["batch_size"])
+    if not spec:
+        raise MtplabError(f"no speculative rows for {method}: run speedup.batch_sweep first")
+    lines = []
+    for r in spec:
+        B = r["batch_size"]
+        line = (f"B = {B:2d}: {r['speedup_vs_ar']:.2f}x over batched AR (range {r['speedup_min']:.2f}-"
+                f"{r['speedup_max']:.2f}), {r['tokens_per_forward']:.2f} tokens per row-forward")
+        if B in ratios and ratios[B] > 0:
+            line += f"; the rule tokens / (t(k)/t(1)) predicts {r['tokens_per_forward'] / ratios[B]:.2f}x"
+        if shipped and shipped.get(B):
+            line += f"; shipped batch-quick.json: {shipped[B]['speedup_vs_ar']:.2f}x (1 repeat)"
+        lines.append(line)
+    pays = [r["batch_size"] for r in spec if r["speedup_min"] > 1]
+    loses = [r["batch_size"] for r in spec if r["speedup_max"] < 1]
+    lines.append(f"{method}: batch sizes that paid in every round: {', '.join(map(str, pays)) or 'none'}; that lost "
+                 f"in every round: {', '.join(map(str, loses)) or 'none'}")
+    if len(spec) > 1:
+        first, last = spec[0], spec[-1]
+        moved = trend(first["speedup_vs_ar"], last["speedup_vs_ar"])
+        noise = _overlap(first, last)
+        lines.append(f"{method}: from B = {first['batch_size']} to B = {last['batch_size']} the median speedup "
+                     f"{moved} ({first['speedup_vs_ar']:.2f}x -> {last['speedup_vs_ar']:.2f}x)"
+                     + ("; the two ranges overlap, so this run cannot tell the two batch sizes apart"
+                        if noise and moved != "stayed about the same" else
+                        "; the ranges do not overlap" if not noise else ""))
+    return lines
+
+
+def tree_lines(summary: dict[str, float], width: dict[str, int], timed: dict, *, widths, prompts: int,
+               tokens: int) -> list[str]:
+    """The tree against the chain: tokens per forward, verify width, wall clock over AR, and the verdict words
+    ('faster', 'slower', 'within noise') from the timed ranges."""
+    for name in ("chain", "tree"):
+        if name not in summary or name not in timed or name not in width:
+            raise MtplabError(f"no {name!r} row: give the chain's and the tree's tokens per forward, width and timing")
+    ch, tr = timed["chain"], timed["tree"]
+    lines = [f"{name} {w}: {summary[name]:.2f} tokens per forward at a verify width of {width[name]}; wall clock "
+             f"over AR {timed[name]['median']:.2f}x (median of {timed[name]['repeats']}, range "
+             f"{timed[name]['min']:.2f}-{timed[name]['max']:.2f})"
+             for name, w in (("chain", (1,) * len(widths)), ("tree", tuple(widths)))]
+    apart = tr["min"] > ch["max"] or ch["min"] > tr["max"]
+    pace = ("faster than" if tr["median"] > ch["median"] else "slower than") if apart else "within noise of"
+    lines.append(f"the tree commits {summary['tree'] / summary['chain']:.2f}x the chain's tokens per forward and ran "
+                 f"{pace} the chain ({prompts} held-out prompt{'s' * (prompts != 1)} x {tokens} tokens, not the drawn step's "
+                 "prompt)")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------- exercises
+TREES = [(1, 1, 1), (3, 2, 1), (2, 2), (4,), (3, 3, 3)]
+
+
+def check_tree_width(fn) -> Check:
+    """fn(widths) -> positions one tree verify forward reads, the root included."""
+    name = "tree width"
+    for w in TREES:
+        got, why = number_from(fn, w, case=f"on widths {w}")
+        if why:
+            return Check(name, False, why)
+        if got != 1 + sum(nodes_per_depth(w)):
+            if got == 1 + sum(w):
+                hint = "depth d holds w_1 x ... x w_d nodes (every depth-(d-1) node has w_d children), not w_d"
+            elif got == sum(nodes_per_depth(w)):
+                hint = "the root (the last committed token) goes through the same forward: count it"
+            else:
+                hint = "every depth-d node gets w_(d+1) children; add the nodes of every depth and the root"
+            return Check(name, False, f"wrong on a case like widths {w}: {hint}")
+    return Check(name, True, "1 + w_1 + w_1 w_2 + ... + w_1 ... w_D: the products, plus the root")
+
+
+BATCH_CASES = [(2.0, 1.5), (2.4, 1.2), (1.8, 2.0)]
+
+
+def check_batch_speedup(fn) -> Check:
+    """fn(tokens_per_row_forward, cost_ratio) -> the speedup the simple rule predicts."""
+    name = "batch speedup"
+    for tpf, c in BATCH_CASES:
+        v, why = number_from(fn, tpf, c, case=f"on {tpf} tokens per row-forward at t(k)/t(1) = {c}")
+        if why or v is None:
+            return Check(name, False, why or "return a number")
+        if not math.isclose(v, tpf / c, rel_tol=1e-9):
+            hint = ("you multiplied by the cost; a step that costs more buys less" if math.isclose(v, tpf * c) else
+                    "a speedup over 1 needs more tokens than the step costs in AR steps" if v > tpf else
+                    "tokens a step commits, over what the step costs in AR steps")
+            return Check(name, False, f"wrong on a case like {tpf} tokens per row-forward at t(k)/t(1) = {c}: {hint}")
+    return Check(name, True, "tokens / (t(k)/t(1)); it leaves out the drafter's time and the ragged-row bookkeeping")

@@ -1,0 +1,89 @@
+"""Notebook 07's companion (mtplab.teaching.batches): verdict words computed from the rows, checkers that never
+print the expected value."""
+import pytest
+
+from mtplab.decoding.tree import nodes_per_depth
+from mtplab.errors import MtplabError
+from mtplab.teaching import batches
+
+
+def _row(B, median, lo, hi, tpf=2.0, kind="spec"):
+    return {"kind": kind, "batch_size": B, "speedup_vs_ar": median, "speedup_min": lo, "speedup_max": hi,
+            "tokens_per_forward": tpf}
+
+
+def test_trend_words_follow_the_numbers():
+    assert batches.trend(0.78, 0.86) == "grew"
+    assert batches.trend(0.90, 0.75) == "shrank"
+    assert batches.trend(0.85, 0.86) == "stayed about the same"
+    with pytest.raises(MtplabError, match="must be positive"):
+        batches.trend(0.0, 1.0)
+
+
+def test_a_speedup_that_grew_is_never_called_shrinking():
+    """Review finding: 'why the speedup shrinks' beside 0.78x -> 0.86x. The verdict now reads the rows."""
+    rows = [_row(1, 0.78, 0.75, 0.80), _row(8, 0.86, 0.84, 0.90), _row(1, 1.0, 1.0, 1.0, kind="ar")]
+    last = batches.batch_lines(rows, {1: 1.34, 8: 1.37}, "blockwise-overlap")[-1]
+    assert "grew (0.78x -> 0.86x)" in last and "shrank" not in last and "do not overlap" in last
+    noisy = batches.batch_lines([_row(1, 0.90, 0.83, 0.94), _row(8, 0.75, 0.69, 0.89)], {}, "m")[-1]
+    assert "shrank" in noisy and "cannot tell" in noisy
+
+
+def test_batch_lines_give_the_rule_and_the_shipped_row():
+    lines = batches.batch_lines([_row(4, 1.2, 1.1, 1.3, tpf=2.4)], {4: 1.2}, "meta",
+                                shipped={4: {"speedup_vs_ar": 1.44}})
+    assert "predicts 2.00x" in lines[0] and "batch-quick.json: 1.44x" in lines[0]
+    assert "paid in every round: 4" in lines[1]
+    with pytest.raises(MtplabError, match="no speculative rows"):
+        batches.batch_lines([_row(1, 1.0, 1.0, 1.0, kind="ar")], {}, "meta")
+
+
+def test_ratio_text_flags_a_ratio_below_one():
+    assert "barely moves" in batches.ratio_text({1: 1.34, 8: 1.37})
+    assert "climbs" in batches.ratio_text({1: 1.1, 8: 1.6})
+    assert "busy" in batches.ratio_text({1: 0.42, 8: 1.32})
+    assert "busy" not in batches.ratio_text({1: 1.34, 8: 1.37})
+    with pytest.raises(MtplabError, match="no cost ratios"):
+        batches.ratio_text({})
+
+
+def test_tree_lines_say_within_noise_when_the_ranges_overlap():
+    t = {"chain": {"median": 0.92, "min": 0.55, "max": 1.50, "repeats": 5},
+         "tree": {"median": 0.94, "min": 0.61, "max": 1.72, "repeats": 5}}
+    lines = batches.tree_lines({"chain": 1.1, "tree": 1.65}, {"chain": 4, "tree": 16}, t, widths=(3, 2, 1),
+                               prompts=1, tokens=24)
+    assert "within noise of the chain" in lines[-1] and "1.50x the chain's tokens per forward" in lines[-1]
+    t["tree"] = {"median": 1.3, "min": 1.2, "max": 1.4, "repeats": 5}
+    t["chain"] = {"median": 1.0, "min": 0.9, "max": 1.1, "repeats": 5}
+    assert "faster than" in batches.tree_lines({"chain": 1.1, "tree": 1.65}, {"chain": 4, "tree": 16}, t,
+                                               widths=(3, 2, 1), prompts=2, tokens=24)[-1]
+
+
+def test_checkers_accept_the_right_answers():
+    assert batches.check_tree_width(lambda w: 1 + sum(nodes_per_depth(w)))
+    assert batches.check_batch_speedup(lambda tpf, c: tpf / c)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda w: 1 + sum(w), "wrong on a case like widths (3, 2, 1)"),
+    (lambda w: sum(nodes_per_depth(w)), "count it"),
+    (lambda w: None, "return a number"),
+    (lambda w: 1 / 0, "ZeroDivisionError"),
+])
+def test_tree_width_checker_names_the_case_not_the_answer(fn, words):
+    verdict = batches.check_tree_width(fn)
+    assert not verdict and words in verdict.why
+    for w in batches.TREES:  # the expected value of the failing case is never printed
+        assert f"expected {1 + sum(nodes_per_depth(w))}" not in verdict.why
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda tpf, c: tpf * c, "multiplied by the cost"),
+    (lambda tpf, c: tpf - c, "wrong on a case like 2.0 tokens per row-forward at t(k)/t(1) = 1.5"),
+    (lambda tpf, c: "fast", "return a number"),
+])
+def test_batch_checker_names_the_case_not_the_answer(fn, words):
+    verdict = batches.check_batch_speedup(fn)
+    assert not verdict and words in verdict.why
+    for tpf, c in batches.BATCH_CASES:
+        assert f"{tpf / c:.3f}" not in verdict.why and f"{tpf / c:.2f}" not in verdict.why
