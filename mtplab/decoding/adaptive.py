@@ -4,9 +4,10 @@ only what the target agrees with, so changing the number of drafts changes the s
 * `Fixed`: k-1 drafts every step (the lab's default).
 * `Schedule`: Hugging Face assisted generation's heuristic schedule: after a step that kept every draft, ask for
   2 more next time, otherwise 1 fewer, between 1 and k-1.
-* `ConfidenceStop`: draft while the drafter's own top-1 probability stays at or above a threshold (EAGLE-2 and
-  HF's assistant confidence threshold stop drafting when the drafter is unsure); the step keeps the drafts up to
-  the first unsure one.
+* `ConfidenceStop`: draft while the drafter's own top-1 probability stays at or above a threshold, as Hugging Face's
+  `assistant_confidence_threshold` stops drafting when the drafter is unsure (after Mamou et al. 2024, "Dynamic
+  Speculation Lookahead", arXiv 2405.04304); the step keeps the drafts up to the first unsure one. EAGLE-2 uses the
+  drafter's confidence differently: to choose which branches of a draft tree to grow, not to stop a chain.
 """
 from __future__ import annotations
 

@@ -69,10 +69,12 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128),
     # a small, fast draft model for two-model speculative decoding (same context as classroom)
     "draft": ModelConfig(n_layer=2, n_head=4, n_embd=128, block_size=384),
-    # the shipped default: 12 layers x 256 (9.5M parameters, 38 MB in fp32), in the regime where speculative
-    # decoding pays on a 2-core CPU (data/README.md); grown from classroom-l4 with mtplab.model.gpt.deepen
+    # the shipped default: 12 layers x 256 (9.5M parameters, 38 MB in fp32), where the drafters are a small share of
+    # the step and speculative decoding paid on the benchmark's CPU (data/README.md gives the measurements); grown
+    # from classroom-l4 with mtplab.model.gpt.deepen
     "classroom": ModelConfig(n_layer=12, n_head=4, n_embd=256, block_size=384),
-    # the old 4-layer shape (13 MB in fp32): the cache-resident regime of notebook 01's section 5 (the *-l4 family)
+    # the old 4-layer shape (13 MB in fp32, the *-l4 family): notebook 01's section 5 runs the same heads on it and on
+    # deeper trunks, where three Meta head layers are 75% of this trunk and 25% of the 12-layer one
     "classroom-l4": ModelConfig(n_layer=4, n_head=4, n_embd=256, block_size=384),
     # a larger width, for cost-curve studies
     "wide": ModelConfig(n_layer=4, n_head=8, n_embd=768, block_size=384),
