@@ -227,3 +227,41 @@ def test_the_notebook_check_catches_a_wrong_count():
     assert notebook_count_errors("The ten notebooks are listed.", 11, [1, 2])
     assert notebook_count_errors("After the core notebooks 01-05.", 10, [1, 2, 3, 4, 5, 6])
     assert not notebook_count_errors("Ten notebooks, 01-06 the core; the six core notebooks.", 10, [1, 2, 3, 4, 5, 6])
+
+
+# ---------------------------------------------------------------------------------- verdict words from the numbers
+def test_verdict_words_say_rises_only_when_the_intervals_separate():
+    from mtplab.teaching.blockwise import compare_rates, rise_words
+    from mtplab.teaching.deepseek import d1_against_d3
+
+    assert compare_rates((50, 100), (90, 100), "rises", "falls") == "rises"
+    assert compare_rates((90, 100), (50, 100), "rises", "falls") == "falls"
+    assert compare_rates((5, 10), (7, 10), "rises", "falls").startswith("ends higher, but within overlapping")
+    assert "rises" not in rise_words([(5, 10), (3, 5), (7, 10)])  # 0.5 -> 0.7 on 10 steps: cannot tell
+    assert rise_words([(60, 120), (40, 60), (38, 40)]).startswith("from position 1 to 3 conditional acceptance rises")
+    live = lambda lo, med, hi: {"min": lo, "median": med, "max": hi}
+    row = lambda med, reps: {"speedup_wall": med, "speedup_wall_reps": reps}
+    overlap = d1_against_d3((164, 105), (live(1.2, 1.3, 1.7), live(1.1, 1.29, 1.5)),
+                            (row(1.47, [1.42, 1.48]), row(1.63, [1.57, 1.76])))
+    assert "cannot say" in overlap and "in the benchmark D = 3 gained more time" in overlap
+    apart = d1_against_d3((164, 105), (live(1.2, 1.3, 1.4), live(0.5, 0.6, 0.7)), (None, None))
+    assert "live, gained less time" in apart
+
+
+def test_loop_split_drops_the_steps_inside_a_loop():
+    from mtplab.decoding.trace import Step, Trace
+    from mtplab.teaching.blockwise import loop_line, loop_onset, loop_split
+
+    assert loop_onset([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]) is None
+    assert loop_onset([9, 8, 7, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2]) == 5  # from the second "1, 2" on, each token repeats
+
+    def step(emitted, accepted):
+        return Step(drafted=[0, 0, 0], accepted=accepted, emitted=emitted, bonus=None, bonus_source="none", forwards=1)
+
+    looping = Trace(method="x", prompt=[], steps=[step([9, 8, 7], 0), step([1, 2, 1, 2], 3), step([1, 2, 1, 2], 3),
+                                                  step([1, 2, 1, 2], 3)], k=4)
+    plain = Trace(method="x", prompt=[], steps=[step(list(range(10, 22)), 1)], k=4)
+    sp = loop_split([looping, plain])
+    assert (sp["continuations"], sp["looping"]) == (2, 1)
+    assert sp["in_loop"] == 2 and sp["free"].num_drafts == 3  # the looping text's last two steps start inside it
+    assert loop_line([looping, plain]).startswith("1 of 2 greedy continuations fall into a loop")

@@ -115,6 +115,26 @@ def test_training_curves_from_a_real_history():
     assert len(fig.axes[1].lines) == 2  # one validation curve per depth
 
 
+def test_bars_with_intervals_write_each_value_beside_its_whisker():
+    fig = viz.bars({"a": 1.0, "b": 0.6}, ylabel="x", fmt="{:.2f}x", errors={"b": (0.3, 2.2)})
+    _renders(fig)
+    ax = fig.axes[0]
+    beside = [t for t in ax.texts if t.get_text() == "0.60x"]
+    assert len(beside) == 1 and beside[0].xy == (1, 2.2)  # at the whisker's top, offset to its side
+    assert [t.get_text() for t in ax.texts].count("0.60x") == 1  # not also on the bar, under the whisker
+
+
+def test_training_lineage_draws_every_phase_of_a_shipped_record():
+    phases = blockwise.heads_history("stern-k4")
+    assert list(phases)[-1] == "stern-k4" and len(phases) >= 2  # started from stern-k4-l4's heads
+    fig = viz.training_lineage(phases)
+    _renders(fig)
+    n_points = sum(len(h) for h in phases.values())
+    loss = [line for line in fig.axes[1].lines if line.get_marker() == "o"]
+    assert sum(len(line.get_xdata()) for line in loss) == n_points  # every loss point, all phases
+    assert any(line.get_linestyle() == ":" for line in fig.axes[0].lines)  # where a phase started from the last
+
+
 def test_label_layout_follows_eq_24():
     """Module k reads t_(i+k) and is scored against t_(i+k+1) for i = 1..T-k: labels t_(2+k)..t_(T+1)."""
     T, D = 10, 3

@@ -93,8 +93,8 @@ def kv_cache_crop(rec: dict, *, window: int = 10) -> Figure:
 
     step, before, verify, crop = rec["step"], rec["before"], rec["after_verify"], rec["after_crop"]
     lo = max(0, before - window // 2)
-    fig = Figure(figsize=(max(6.0, 0.55 * (verify - lo) + 2), 2.4))
-    fig.subplots_adjust(left=0.2, right=0.98, bottom=0.22, top=0.82)
+    fig = Figure(figsize=(max(6.0, 0.55 * (verify - lo) + 2) + 1.8, 2.4))
+    fig.subplots_adjust(left=0.16, right=0.74, bottom=0.22, top=0.82)
     ax = fig.subplots()
     n_written = verify - before
     drafts = (["accepted"] * step.accepted + ["rejected"] * (len(step.drafted) > step.accepted)
@@ -102,10 +102,17 @@ def kv_cache_crop(rec: dict, *, window: int = 10) -> Figure:
     kinds = ["committed"] * (n_written - len(drafts)) + drafts  # committed: the token(s) the drafts follow
     for y, length in ((1, verify), (0, crop)):
         for pos in range(lo, length):
-            kind = "committed" if pos < before else kinds[pos - before]
-            color = "#dddddd" if kind == "committed" else COLORS[kind]
+            kind = "cached" if pos < before else kinds[pos - before]
+            color = {"cached": "#dddddd", "committed": "#999999"}.get(kind) or COLORS[kind]
             ax.add_patch(Rectangle((pos, y + 0.1), 0.9, 0.8, color=color,
                                    hatch="//" if kind in ("rejected", "discarded") else None))
+    names = {"cached": "in the cache before the step", "committed": "written: the last committed token",
+             "accepted": "written: accepted draft", "rejected": "written: rejected draft",
+             "discarded": "written: discarded draft"}
+    shown = ["cached"] + [k for k in names if k != "cached" and k in kinds]
+    ax.legend(handles=[Rectangle((0, 0), 1, 1, color={"cached": "#dddddd", "committed": "#999999"}.get(k) or COLORS[k],
+                                 hatch="//" if k in ("rejected", "discarded") else None, label=names[k]) for k in shown],
+              fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set(xlim=(lo, verify + 0.5), ylim=(0, 2), yticks=[0.5, 1.5],
            xlabel="cache position", title=f"KV cache: {before} entries, +{n_written} written by verify, "
                                            f"cropped to {crop} ({step.accepted} of {len(step.drafted)} drafts kept)")
