@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from mtplab.model import checkpoint as ckpt
-from mtplab.teaching.acceptance_lab import state as lab_state
+from mtplab.teaching.acceptance_lab import session, state as lab_state
+from mtplab.teaching.acceptance_lab.session import decoded
 from mtplab import viz
 from mtplab.teaching.acceptance_lab import view as lab_view
 from mtplab.decoding import generate
@@ -27,7 +28,7 @@ PROMPT = "def add(a, b):\n"
 @pytest.fixture(scope="module")
 def models():
     # noisy random models, seeds picked so that on PROMPT some steps keep every draft and others reject
-    return lab_state.ModelCache(models={
+    return session.ModelCache(models={
         ("ntp", "cpu"): random_model(seed=0),
         ("draft", "cpu"): random_model(seed=5),
         ("stern-k4", "cpu"): random_model("stern", 4, seed=4, noise=2.0),
@@ -91,19 +92,20 @@ def test_step_record_labels():
 def test_stepping_reveals_the_trace_one_step_at_a_time(models):
     st = state()
     assert st.trace is None and st.records == [] and st.shown == 0
-    st = lab_state.step(st, models)
+    st = lab_state.step(decoded(st, models))
     assert st.error == "" and st.shown == 1 and st.total_steps > 3
     assert st.device_name == "cpu" and st.checkpoint_name == "stern-k4" and st.model_k == 4
     check_matches_trace(st)
     trace = st.trace
     for n in range(2, 5):
-        st = lab_state.step(st, models)
+        st = lab_state.step(st)
         assert st.trace is trace and st.shown == n  # stepping reveals; it does not decode again
         check_matches_trace(st)
-    st = lab_state.run_all(st, models)
+    st = lab_state.run_all(st)
     assert st.done and st.shown == st.total_steps
     check_matches_trace(st)
-    assert lab_state.step(st, models).shown == st.total_steps  # past the end stays at the end
+    assert lab_state.step(st).shown == st.total_steps  # past the end stays at the end
+    assert lab_state.step(state()).shown == 0 and lab_state.run_all(state()).trace is None  # nothing to reveal
     # the lab shows the same decode the CLI glue produces, and greedy speculative output equals AR
     direct = generate.decode_with("blockwise-overlap", models.get("stern-k4", "cpu"), list(PROMPT.encode()),
                                   max_new_tokens=24, k=4)
@@ -117,35 +119,36 @@ def test_stepping_reveals_the_trace_one_step_at_a_time(models):
 
 
 def test_changing_k_or_method_starts_a_fresh_decode(models):
-    st = lab_state.step(state(), models, 3)
+    st = lab_state.step(decoded(state(), models), 3)
     assert st.trace.k == 4
     same = lab_state.configure(st, k=4)
     assert same is st  # no change, nothing dropped
     st2 = lab_state.configure(st, k=2)
     assert st2.trace is None and st2.shown == 0
-    st2 = lab_state.run_all(st2, models)
+    st2 = lab_state.run_all(decoded(st2, models))
     assert st2.trace.k == 2 and max(len(s.drafted) for s in st2.trace.steps) == 1
     check_matches_trace(st2)
-    st3 = lab_state.run_all(lab_state.configure(st2, method="meta", k=3), models)
+    st3 = lab_state.run_all(decoded(lab_state.configure(st2, method="meta", k=3), models))
     assert st3.trace.method == "meta" and st3.checkpoint_name == "meta-k4"
     assert max(len(s.drafted) for s in st3.trace.steps) == 2
     check_matches_trace(st3)
-    plain = lab_state.run_all(lab_state.configure(st3, method="blockwise", k=4), models)
+    plain = lab_state.run_all(decoded(lab_state.configure(st3, method="blockwise", k=4), models))
     assert plain.trace.schedule == "plain" and any(r.predict_token is not None for r in plain.records)
     check_matches_trace(plain)
-    ar = lab_state.run_all(lab_state.configure(st3, method="ar"), models)
+    ar = lab_state.run_all(decoded(lab_state.configure(st3, method="ar"), models))
     assert ar.baseline is ar.trace and all(r.kinds == ["bonus-target"] for r in ar.records[1:])
     assert ar.records[0].kinds == ["prefill"]
-    ds = lab_state.run_all(lab_state.configure(st3, method="deepseek", k=2), models)
+    ds = lab_state.run_all(decoded(lab_state.configure(st3, method="deepseek", k=2), models))
     assert ds.model_k == 2 and ds.checkpoint_name == "deepseek-d1"
-    dm = lab_state.run_all(lab_state.configure(st3, method="draft-model", k=3, temperature=0.8, seed=1), models)
+    dm = lab_state.configure(st3, method="draft-model", k=3, temperature=0.8, seed=1)
+    dm = lab_state.run_all(decoded(dm, models))
     assert dm.error == "" and dm.trace.method == "draft-model"
     check_matches_trace(dm)
 
 
 @pytest.mark.parametrize("change, words", [
     (dict(prompt=""), "prompt is empty"),
-    (dict(k=5), "k=5 is larger than this checkpoint supports"),
+    (dict(k=5), "k=5 is larger than stern-k4 supports for blockwise-overlap (at most 4)"),
     (dict(k=0), "k must be"),
     (dict(temperature=-0.5), "temperature must be >= 0"),
     (dict(temperature=float("nan")), "temperature must be >= 0"),
@@ -157,34 +160,40 @@ def test_changing_k_or_method_starts_a_fresh_decode(models):
     (dict(max_new_tokens=500), "context window"),
     (dict(checkpoint="no-such-checkpoint"), "not found"),
     (dict(device="tpu"), "unknown device"),
+    (dict(prompt="x" * (lab_state.MAX_PROMPT_CHARS + 1)), f"more than the lab takes ({lab_state.MAX_PROMPT_CHARS}"),
+    (dict(prompt="def f(\ud800"), "not text (at position 6)"),
+    (dict(seed=2 ** 64), "seed must be an integer from 0 to 2**63 - 1"),
+    (dict(seed=-1), "seed must be an integer from 0 to 2**63 - 1"),
+    (dict(temperature=float("inf")), "temperature must be >= 0 and finite"),
 ])
 def test_bad_input_gives_a_message_not_an_exception(models, change, words):
-    good = lab_state.run_all(state(), models)
-    bad = lab_state.step(lab_state.configure(good, **change), models)
+    good = lab_state.run_all(decoded(state(), models))
+    bad = lab_state.step(decoded(lab_state.configure(good, **change), models))
     assert words in bad.error
     assert bad.trace is None and bad.records == [] and bad.shown == 0
     assert lab_view.status_text(bad).startswith("⚠") and words in lab_view.status_text(bad)
-    fixed = lab_state.step(lab_state.configure(bad, **{n: getattr(good, n) for n in change}), models)
+    fixed = lab_state.configure(bad, **{n: getattr(good, n) for n in change})
+    fixed = lab_state.step(decoded(fixed, models))
     assert fixed.error == "" and fixed.shown == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present, so device='cuda' is not an error here")
 def test_missing_cuda_is_a_message(models):
-    st = lab_state.step(state(device="cuda"), models)
+    st = lab_state.step(decoded(state(device="cuda"), models))
     assert "CUDA is not available" in st.error and st.trace is None
 
 
 def test_model_cache_loads_checkpoints_by_name(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt, "CHECKPOINT_DIR", tmp_path)
     ckpt.save(random_model("meta", 3, seed=4), tmp_path / "meta-k4")
-    cache = lab_state.ModelCache()
-    st = lab_state.run_all(state(method="meta", k=3), cache)
+    cache = session.ModelCache()
+    st = lab_state.run_all(decoded(state(method="meta", k=3), cache))
     assert st.error == "" and st.model_k == 3 and list(cache.models) == [("meta-k4", "cpu")]
     assert cache.get("meta-k4", "cpu") is cache.models[("meta-k4", "cpu")]  # loaded once
 
 
 def test_figures_follow_the_revealed_steps(models):
-    st = lab_state.step(state(), models, 4)
+    st = lab_state.step(decoded(state(), models), 4)
     fig = viz.acceptance_figure(st.trace_so_far, max_drafts=3)
     steps_ax, cond_ax = fig.axes
     accepted_bars = steps_ax.containers[1]
@@ -192,7 +201,7 @@ def test_figures_follow_the_revealed_steps(models):
     cond = st.trace_so_far.conditional_acceptance
     assert [b.get_height() for b in cond_ax.containers[0]][:len(cond)] == pytest.approx(
         [0.0 if c != c else c for c in cond])
-    st = lab_state.run_all(st, models)
+    st = lab_state.run_all(st)
     speed = viz.speed_figure(st.trace, st.baseline, device_name="cpu")
     tpf_ax, wall_ax, split_ax = speed.axes
     assert [b.get_height() for b in tpf_ax.containers[0]] == pytest.approx(
@@ -203,7 +212,7 @@ def test_figures_follow_the_revealed_steps(models):
 
 
 def test_timing_is_the_median_of_interleaved_repeats_with_its_range(models):
-    st = lab_state.run_all(state(repeats=3), models)
+    st = lab_state.run_all(decoded(state(repeats=3), models))
     assert st.error == "" and [len(v) for v in st.walls.values()] == [3, 3]
     assert set(st.walls) == {"ar", "blockwise-overlap"} and set(st.splits) == {"ar", "blockwise-overlap"}
     for who, split in st.splits.items():
@@ -220,7 +229,7 @@ def test_timing_is_the_median_of_interleaved_repeats_with_its_range(models):
     stacked = [b.get_height() for b in split_ax.patches]  # ar, method for target, drafter, rest in turn
     assert stacked[:2] == pytest.approx([1000 * st.splits[n]["target_s"] for n in ("ar", "blockwise-overlap")])
     assert [t.get_text() for t in split_ax.get_legend().get_texts()] == ["target", "drafter", "rest"]
-    bad = lab_state.step(state(repeats=0), models)
+    bad = lab_state.step(decoded(state(repeats=0), models))
     assert "repeats must be" in bad.error
 
 
@@ -233,7 +242,7 @@ def test_the_lab_syncs_the_device_before_every_clock_read(models, monkeypatch):
     reads = []
     real = device_mod.time.perf_counter  # the one clock (mtplab.device.now), used by the race and the loop alike
     monkeypatch.setattr(device_mod, "time", types.SimpleNamespace(perf_counter=lambda: reads.append(len(calls)) or real()))
-    st = lab_state.run_all(state(repeats=2), models)
+    st = lab_state.run_all(decoded(state(repeats=2), models))
     assert st.error == "" and len(reads) >= 2 * 4  # at least two clock reads a decode, 2 pairs
     assert all(n > 0 for n in reads) and reads == sorted(reads)
     assert len(calls) == len(reads) and set(calls) == {"cpu"}  # one sync right before every read
@@ -268,18 +277,18 @@ def test_widget_renders_state_and_shows_errors(models):
 
 
 def test_back_hides_steps_and_forward_shows_the_same_records(models):
-    st = lab_state.step(state(), models, 5)
+    st = lab_state.step(decoded(state(), models), 5)
     ahead = st.records
     st = lab_state.back(st, 2)
     assert st.shown == 3 and st.records == ahead[:3]
     check_matches_trace(st)
-    st = lab_state.step(st, models, 2)
+    st = lab_state.step(st, 2)
     assert st.records == ahead  # the same decode: stepping back then forward changes nothing
     assert lab_state.back(st, 99).shown == 0 and lab_state.back(st, 99).trace is st.trace
 
 
 def test_sampled_steps_record_p_q_and_u_that_explain_every_verdict(models):
-    st = lab_state.run_all(state(method="draft-model", k=4, temperature=1.0, seed=1, max_new_tokens=40), models)
+    st = lab_state.run_all(decoded(state(method="draft-model", k=4, temperature=1.0, seed=1, max_new_tokens=40), models))
     assert st.error == ""
     verdicts = []
     for r in st.records[1:]:
@@ -295,7 +304,7 @@ def test_sampled_steps_record_p_q_and_u_that_explain_every_verdict(models):
         if r.drafted:
             assert "p(d)=" in lab_view.draws_text(r)
     assert "accepted" in verdicts and "rejected" in verdicts  # the seed shows both verdicts
-    greedy = lab_state.run_all(state(), models)
+    greedy = lab_state.run_all(decoded(state(), models))
     assert all(t.draw is None for r in greedy.records for t in r.tokens)
 
 
@@ -353,7 +362,7 @@ def test_wilson_interval_contains_the_rate_and_narrows_with_n():
 
 
 def test_steps_table_and_step_kinds_number_steps_as_the_trace(models):
-    tr = lab_state.run_all(state(method="blockwise", k=4), models).trace
+    tr = lab_state.run_all(decoded(state(method="blockwise", k=4), models)).trace
     table = viz.steps_table(tr).splitlines()
     assert len(table) == 2 + len(tr.steps) and "prefill" in table[2]
     for line, s in zip(table[2:], tr.steps):
@@ -370,31 +379,32 @@ def test_steps_table_and_step_kinds_number_steps_as_the_trace(models):
 
 # ---------------------------------------------------------------------------------- issue 20: a lecture hall
 def test_a_new_sample_changes_a_sampled_decode_and_reset_replays_it(models):
-    st = lab_state.step(state(method="draft-model", temperature=1.0, seed=3), models, 5)
-    again = lab_state.step(lab_state.reset(st), models, 5)
+    st = lab_state.step(decoded(state(method="draft-model", temperature=1.0, seed=3), models), 5)
+    again = lab_state.step(decoded(lab_state.reset(st), models), 5)
     assert again.trace.tokens == st.trace.tokens and again.seed == 3  # Reset: the same seed, the same sample
-    new = lab_state.new_sample(st, models)
-    assert new.seed == 4 and new.shown == 5 and new.error == ""
-    assert new.trace.tokens != st.trace.tokens  # another sample
-    greedy = lab_state.step(state(), models, 3)
-    assert lab_state.new_sample(greedy, models).trace.tokens == greedy.trace.tokens  # T = 0: the same tokens
+    new = lab_state.new_sample(st)
+    assert new.seed == 4 and new.trace is None and new.shown == 0  # the next seed; the view decodes it
+    new = decoded(new, models)
+    assert new.error == "" and new.trace.tokens != st.trace.tokens  # another sample
+    greedy = lab_state.step(decoded(state(), models), 3)
+    assert decoded(lab_state.new_sample(greedy), models).trace.tokens == greedy.trace.tokens  # T = 0: the same
 
 
 def test_jump_shows_exactly_n_steps(models):
-    st = lab_state.jump(state(), models, 3)
+    st = lab_state.jump(decoded(state(), models), 3)
     assert st.shown == 3 and st.trace is not None
-    assert lab_state.jump(st, models, 10**6).shown == st.total_steps
-    assert lab_state.jump(st, models, -4).shown == 0
+    assert lab_state.jump(decoded(st, models), 10**6).shown == st.total_steps
+    assert lab_state.jump(decoded(st, models), -4).shown == 0
 
 
 def test_k_is_clamped_with_a_note_when_the_method_changes(models):
-    st = lab_state.change(state(method="meta", k=4), models, method="deepseek")
+    st = session.change(state(method="meta", k=4), models, method="deepseek")
     assert st.k == 2 and "k set to 2" in st.note and "deepseek-d1" in st.note and st.error == ""
-    st = lab_state.run_all(st, models)
+    st = lab_state.run_all(decoded(st, models))
     assert st.error == "" and st.trace.k == 2 and st.note  # the note stays with the decode it explains
-    same = lab_state.change(state(method="meta", k=3), models, method="blockwise-overlap")
+    same = session.change(state(method="meta", k=3), models, method="blockwise-overlap")
     assert same.k == 3 and same.note == ""  # k fits: nothing to say
-    assert "not found" in lab_state.step(lab_state.change(state(), models, checkpoint="nope"), models).error
+    assert "not found" in lab_state.step(decoded(session.change(state(), models, checkpoint="nope"), models)).error
 
 
 def test_an_absurd_k_is_refused_before_anything_is_drawn_or_allocated(models):
@@ -415,37 +425,40 @@ def test_an_absurd_k_is_refused_before_anything_is_drawn_or_allocated(models):
 
 
 def test_method_auto_is_read_from_the_benchmark_record():
-    record = {"device": "cpu", "threads": 1, "rows": [
+    from pathlib import Path
+    from mtplab.measuring.record import Record
+    data = {"device": "cpu", "threads": 1, "rows": [  # an older record: labels in 'method'
         {"method": "meta", "k": 4, "speedup_wall": 0.85, "tokens_per_forward": 2.1},
         {"method": "deepseek D=3", "k": 4, "speedup_wall": 1.4, "tokens_per_forward": 2.0},
         {"method": "oracle alpha=0.8", "k": 4, "speedup_wall": 3.0, "tokens_per_forward": 3.0},
         {"method": "blockwise-overlap", "k": 4, "speedup_wall": 1.3, "tokens_per_forward": 2.6}]}
-    d = lab_state.choose_demo(record, "cpu")
+    record = Record("decode", Path("decode.json"), data)
+    d = session.choose_demo(record, "cpu")
     assert (d["method"], d["k"], d["checkpoint"]) == ("deepseek", 4, "deepseek-d3")  # the oracle is no demo
     assert "1.40x" in d["note"] and "cpu, 1 thread" in d["note"]
-    d = lab_state.choose_demo(record, "cuda (NVIDIA H200)")  # measured elsewhere: wall clock says nothing here
+    d = session.choose_demo(record, "cuda (NVIDIA H200)")  # measured elsewhere: wall clock says nothing here
     assert d["method"] == "blockwise-overlap" and "not on cuda" in d["note"]
-    record["machine"] = {"cpu": "Some CPU", "device": "cuda (NVIDIA H200)", "threads": 16}
-    assert lab_state.choose_demo(record, "cuda (NVIDIA H200)")["method"] == "deepseek"
-    assert "Some CPU" in lab_state.choose_demo(record, "cuda (NVIDIA H200)")["note"]
+    data["machine"] = {"cpu": "Some CPU", "device": "cuda (NVIDIA H200)", "threads": 16}
+    assert session.choose_demo(record, "cuda (NVIDIA H200)")["method"] == "deepseek"
+    assert "Some CPU" in session.choose_demo(record, "cuda (NVIDIA H200)")["note"]
     # the shipped record, read at start-up: its fastest row on its own device
-    shipped = lab_state.read_decode_bench(lab_state.DECODE_JSON)
-    d = lab_state.default_demo("cpu")
-    if shipped.get("device", "cpu").startswith("cpu"):
-        best = max((r for r in shipped["rows"] if not r["method"].startswith(("oracle", "ar"))),
-                   key=lambda r: r["speedup_wall"])
-        assert d["method"] == best["method"].split(" ")[0] and d["k"] == best["k"]
-    st = lab_state.resolve_auto(lab_state.LabState(method="auto", device="cpu"))
+    shipped = Record.load("decode")
+    d = session.default_demo("cpu")
+    if shipped.device().startswith("cpu"):
+        best = max((r for r in shipped.rows if r["method"] not in ("oracle", "ar")), key=lambda r: r["speedup_wall"])
+        assert (d["method"], d["k"], d["checkpoint"]) == (best["method"], best["k"], best["checkpoint"])
+    st = session.resolve_auto(lab_state.LabState(method="auto", device="cpu"))
     assert st.method == d["method"] and st.k == d["k"] and st.note == d["note"]
-    broken = lab_state.default_demo("cpu", path="/no/such/decode.json")
-    assert broken["method"] == "blockwise-overlap" and "not found" in broken["note"]
+    broken = session.default_demo("cpu", path="/no/such/decode.json")
+    assert broken["method"] == lab_state.DEMO["method"] and "/no/such/decode.json" in broken["note"]
 
 
 def test_the_recorded_decode_is_the_decode_and_explains_each_rejection(models):
-    st = lab_state.run_all(state(), models)
+    st = lab_state.run_all(decoded(state(), models))
     direct = generate.decode_with("blockwise-overlap", models.get("stern-k4", "cpu"), list(PROMPT.encode()),
                                   max_new_tokens=24, k=4)
-    assert st.trace.tokens == direct.tokens and len(st.probes) == st.total_steps
+    assert st.trace.tokens == direct.tokens and direct.steps[1].verify_row is None  # probe off: nothing kept
+    assert all(s.verify_row is not None for s in st.trace.steps[1:])  # the lab decodes with probe=True
     seen = 0
     model = models.get("stern-k4", "cpu")
     for i, s in enumerate(st.trace.steps):
@@ -461,14 +474,14 @@ def test_the_recorded_decode_is_the_decode_and_explains_each_rejection(models):
         before = st.trace.prompt + [t for x in st.trace.steps[:i] for t in x.emitted] + s.drafted[:s.accepted]
         with torch.no_grad():
             fresh = model(torch.tensor([before])).logits[0, -1]
-        assert torch.allclose(fresh, lab_state.Probe(**vars(st.probes[i])).logits, atol=1e-4)
+        assert torch.allclose(fresh, s.verify_row, atol=1e-4)
     assert seen >= 2
     row = lab_view.tokens_html(st)
     assert row.count("mtplab-top2") == seen and "logit gap" in row
 
 
 def test_a_sampled_correction_shows_p_q_u_large_and_the_residual(models):
-    st = lab_state.run_all(state(method="draft-model", temperature=1.0, seed=1, max_new_tokens=40), models)
+    st = lab_state.run_all(decoded(state(method="draft-model", temperature=1.0, seed=1, max_new_tokens=40), models))
     corrections = [i for i, s in enumerate(st.trace.steps) if s.bonus_source == "correction"]
     assert corrections
     for i in corrections:
@@ -536,7 +549,73 @@ def test_the_one_demo_shows_every_kind_in_its_first_four_steps(models):
     prompt hold accepted, rejected, discarded and bonus tokens."""
     demo = lab_state.DEMO
     assert lab_state.LabState().method == demo["method"]
-    st = lab_state.run_all(lab_state.LabState(method=demo["method"], k=demo["k"], device="cpu", repeats=1,
-                                              max_new_tokens=48), lab_state.ModelCache())
+    st = lab_state.run_all(session.decode(lab_state.LabState(method=demo["method"], k=demo["k"], device="cpu",
+                                                             repeats=1, max_new_tokens=48), session.ModelCache()))
     kinds = {t.kind for r in st.records[1:5] for t in r.tokens}
     assert {"accepted", "rejected", "discarded"} <= kinds and kinds & {"bonus-target", "bonus-correction"}
+
+
+def test_changing_the_method_takes_the_reader_to_step_0_of_the_new_decode(models):
+    """Issue 31: a method change does not leave the reader at step n of a decode they have not seen (the offline
+    page once landed on "step 6 of 23"): the rows, the slider and the status start again, and Step shows the new
+    method's first step."""
+    pytest.importorskip("ipywidgets")
+    lab = lab_view.AcceptanceLab(models=models, method="blockwise-overlap", k=4, prompt=PROMPT, device="cpu",
+                                 max_new_tokens=24).step(5)
+    assert lab.state.shown == 5 and lab.slider.value == 5
+    lab.controls["method"].value = "meta"  # what choosing in the menu does
+    assert lab.state.method == "meta" and lab.state.trace is None and lab.state.shown == 0
+    assert lab.slider.value == 0 and "not decoded yet" in lab.status.value and "mtplab-step-row" not in lab.tokens.value
+    lab.step()
+    assert lab.state.trace.method == "meta" and lab.state.shown == 1 and lab.slider.value == 1
+    assert lab.slider.max == lab.state.total_steps and "meta k=4" in lab.status.value and "step 1/" in lab.status.value
+    lab.slider.value = 3  # the slider moves through the new decode
+    assert lab.state.shown == 3 and lab.tokens.value.count("mtplab-step-row") == 3
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"num_hidden_layers": 0}, "num_hidden_layers = 0 is not an integer"),
+    ({"hidden_act": "bogus"}, "KeyError"),
+])
+def test_a_crafted_hugging_face_folder_is_one_line_in_the_lab(tmp_path, edit, words):
+    """Issue 32: the widget and notebook 05 take CHECKPOINT = a Hugging Face folder; a crafted config.json is a
+    one-line message in the status line, from the constructor and from Step, never a traceback."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("ipywidgets")
+    import json
+    import shutil
+    from mtplab.paths import ROOT
+    src = ROOT / "data" / "hf" / "mtplab-llama"
+    if not (src / "config.json").is_file():
+        pytest.skip("the shipped Hugging Face model is not here")
+    folder = tmp_path / "crafted"
+    shutil.copytree(src, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **edit}))
+    lab = lab_view.AcceptanceLab(method="ar", k=1, prompt=PROMPT, device="cpu", max_new_tokens=8, repeats=1,
+                                 checkpoint=str(folder), models=session.ModelCache())
+    lab.step()
+    assert words in lab.state.error and "\n" not in lab.state.error and lab.state.trace is None
+    assert "⚠" in lab.status.value
+
+
+def test_anything_a_hugging_face_folder_raises_while_loading_is_one_line(tmp_path, monkeypatch):
+    """The lab's guard at the model's door: whatever transformers raises for a crafted folder (IndexError for
+    num_hidden_layers 0 before the loader checked sizes) becomes one MtplabError that names the folder."""
+    import mtplab.hf.target as target
+    (tmp_path / "config.json").write_text("{}")
+
+    def crafted(*a, **k):
+        raise IndexError("index -1 is out of range")
+    monkeypatch.setattr(target, "load_target", crafted)
+    st = decoded(state(method="ar", k=1, checkpoint=str(tmp_path)), session.ModelCache())
+    assert st.error == (f"{tmp_path} could not be loaded as a Hugging Face model (IndexError: index -1 is out of "
+                        "range); restore the folder that transformers saved")
+
+
+def test_an_unknown_setting_is_a_note_and_the_others_apply(models):
+    pytest.importorskip("ipywidgets")
+    lab = lab_view.AcceptanceLab(models=models, method="meta", k=3, prompt=PROMPT, device="cpu", max_new_tokens=24,
+                                 colour="red").step()
+    assert lab.state.error == "" and lab.state.trace.method == "meta" and lab.state.k == 3
+    assert "unknown lab settings ['colour'] ignored" in html.unescape(lab.note.value)

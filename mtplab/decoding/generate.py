@@ -23,6 +23,14 @@ def max_k(method: str, model) -> int | None:
     return limit(model.config) if limit is not None else None
 
 
+def k_limit(method: str, model) -> int:
+    """The most tokens per step a method can take on this model: its heads' limit (`max_k`), and in any case what
+    fits the context window (a verify forward over k positions after one prompt token and one new token)."""
+    window = model.config.block_size - 2
+    limit = max_k(method, model)
+    return min(limit, window) if limit is not None else window
+
+
 def load_for(method: str, checkpoint=None, *, device="auto", dtype="fp32"):
     m = get_method(method)
     if dtype not in DTYPES:
@@ -35,11 +43,12 @@ def load_for(method: str, checkpoint=None, *, device="auto", dtype="fp32"):
 def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int | None = None,
                 temperature: float = 0.0, top_k: int | None = None, seed: int = 0, alpha: float = 0.8,
                 draft_model=None, reference: list[int] | None = None, adapt: str | None = None,
-                threshold: float = 0.4, rule: str = "exact"):
+                threshold: float = 0.4, rule: str = "exact", probe: bool = False):
     """Run one method on an already loaded model and return its Trace.
 
     adapt: None (k-1 drafts every step), 'schedule' (HF's +2/-1) or 'confidence' (stop below `threshold`);
-    rule: 'exact' (lossless), or 'typical' (Medusa-2's typical acceptance, LOSSY when sampling).
+    rule: 'exact' (lossless), or 'typical' (Medusa-2's typical acceptance, LOSSY when sampling);
+    probe: keep in each step what the accept rule saw (`loop.iter_steps`; the acceptance lab shows it).
 
     `reference` (oracle only): the target's greedy continuation, if already known; otherwise it is
     computed here, inside whatever the caller is timing."""
@@ -62,7 +71,8 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
     pol = adaptive.policy(adapt, **({"threshold": threshold} if adapt == "confidence" else {}))
     name = method + (f"+{adapt}" if adapt else "") + ("+typical (lossy)" if rule == "typical" else "")
     return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=m.schedule,
-                       temperature=temperature, top_k=top_k, generator=g, method=name, adapt=pol, rule=rule)
+                       temperature=temperature, top_k=top_k, generator=g, method=name, adapt=pol, rule=rule,
+                       probe=probe)
 
 
 def _check_draft_window(draft, model, n_prompt: int, max_new_tokens: int, k: int) -> None:

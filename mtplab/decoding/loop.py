@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -187,7 +187,7 @@ def propose(run: Decode, clock: Clock):
         return run.adapt.cut(run.drafter.propose(n)) if n > 0 else None
 
 
-def verify(run: Decode, drafts: list[int], clock: Clock) -> tuple[object, torch.Tensor]:
+def verify(run: Decode, drafts: list[int], clock: Clock) -> tuple[Any, torch.Tensor]:
     """One forward over the last committed token and the drafts (plain: all but the last draft, whose
     successor the plain schedule does not need). Row i predicts the token after fed[i]: drafts[i], then
     the bonus. Returns the forward and p: raw logits (greedy compares argmaxes) or distributions."""
@@ -212,13 +212,15 @@ def commit(run: Decode, new: list[int], out, base: int, clock: Clock) -> None:
 
 def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
                temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-               cache=None, adapt=None, rule: str = "exact") -> Iterator[Step]:
+               cache=None, adapt=None, rule: str = "exact", probe: bool = False) -> Iterator[Step]:
     """Speculative decoding one step at a time: yields the prefill, then one `Step` per decoding step.
 
     Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution.
     `cache` (optional) is the target's KV cache to use, so that a caller can look at it between steps.
     `adapt` (optional) decides how many of the k-1 drafts each step asks for (`mtplab.decoding.adaptive`).
     rule='typical' swaps the exact accept rule for Medusa-2's typical acceptance, which is LOSSY when sampling.
+    probe=True keeps in each verifying `Step` what its accept rule saw (`Step.verify_row`, `Step.q`), as
+    references: the acceptance lab shows the target's top-2, or p, q and the residual, from them.
     Wrap the iteration in `torch.inference_mode()` (as `speculative` does) when no gradients are wanted.
     """
     run = start(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
@@ -245,15 +247,20 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
         new = drafts[:n_ok] + ([bonus] if bonus is not None else [])
         run.adapt.after(len(drafts), n_ok)
         commit(run, new, out, base, clock)                        # append, crop, tell the drafter
+        seen: dict[str, torch.Tensor | None] = {}
+        if probe:  # the decisive row predicts the rejected draft, or the bonus (plain, all kept: the last draft)
+            seen = dict(verify_row=out.logits[0, min(n_ok, out.logits.shape[1] - 1)],
+                        q=draft.q if draft is not None else None)
         yield clock.step(drafted=drafts, accepted=n_ok, emitted=([predicted] if predicted is not None else []) + new,
                          bonus=bonus, bonus_source=source, forwards=1 + (predicted is not None),
-                         draft_forwards=draft.calls if draft is not None else 0, predict_token=predicted, draws=draws)
+                         draft_forwards=draft.calls if draft is not None else 0, predict_token=predicted, draws=draws,
+                         **seen)
 
 
 @torch.inference_mode()
 def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
                 temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-                method: str | None = None, adapt=None, rule: str = "exact") -> Trace:
+                method: str | None = None, adapt=None, rule: str = "exact", probe: bool = False) -> Trace:
     """Speculative decoding of `model` with any drafter; at most k tokens per step (k-1 drafts + 1).
 
     Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution
@@ -261,7 +268,7 @@ def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sche
     """
     steps = iter_steps(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
                        temperature=temperature, top_k=top_k, generator=generator, adapt=adapt,
-                       rule=rule)
+                       rule=rule, probe=probe)
     first = next(steps)  # checks the input before the Trace is made
     trace = Trace(method=method or drafter.name, prompt=[int(t) for t in prompt_ids], k=k, schedule=schedule,
                   steps=[first])

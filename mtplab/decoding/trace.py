@@ -10,10 +10,14 @@ Counters follow vLLM's spec-decode metrics (unconditional acceptance per positio
 """
 from __future__ import annotations
 
-from mtplab.errors import MtplabError
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from mtplab.errors import MtplabError
 from mtplab.tokenizer import decode
+
+if TYPE_CHECKING:
+    import torch
 
 
 # ---------------------------------------------------------------------------------- decoding studies
@@ -44,6 +48,11 @@ class Step:
     predict_token: int | None = None  # plain schedule: the token the predict forward committed
     draws: list[tuple[float, float, float]] = field(default_factory=list)  # sampling only: (p(d), q(d), u)
     # for each draft d the accept rule examined, in order; kept when u < min(1, p(d)/q(d))
+    # probe=True only (what the accept rule saw, kept as references into the verify forward: no copy, no sync):
+    verify_row: torch.Tensor | None = field(default=None, compare=False, repr=False)  # (V,) the verify logits at
+    # the decisive row: the one that predicts the rejected draft, or the bonus when every draft was kept
+    q: torch.Tensor | None = field(default=None, compare=False, repr=False)  # (n, V) the drafter's q for its drafts
+    # (None: a greedy drafter, one-hot on its drafts)
 
 
 @dataclass

@@ -3,6 +3,8 @@
 Read in this order:
 
 * `state`: the pure state (`LabState`) and the functions that advance it, tested without a browser;
+* `session`: what touches the world: the model cache, the default demo, and `decode` (the decode and its race
+  against AR), which this view calls when a state has no decode yet;
 * `mtplab.viz.kinds` and `mtplab.viz.decode`: the token-kind colour map (colour-blind safe, shared with notebook
   02) and the figures;
 * this module: HTML text views of a state (also used by the offline report, tools/report.py), and
@@ -26,9 +28,9 @@ from mtplab.decoding.drafters import METHODS
 from mtplab.errors import MtplabError
 from mtplab.measuring.acceptance import KINDS as CONVENTIONS, convert
 from mtplab.model import checkpoint as ckpt
-from mtplab.teaching.acceptance_lab.state import (DEFAULT_CHECKPOINT, Inside, LabState, ModelCache, back, change,
-                                                  check_k_fits, configure, inside, jump, new_sample, reset,
-                                                  resolve_auto, run_all, step)
+from mtplab.teaching.acceptance_lab.session import ModelCache, change, check_k_fits, decoded, resolve_auto
+from mtplab.teaching.acceptance_lab.state import (DEFAULT_CHECKPOINT, SETTINGS, Inside, LabState, back, configure,
+                                                  inside, jump, new_sample, reset, run_all, step)
 from mtplab.viz.decode import acceptance_figure, speed_figure
 from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, StepRecord, TokenView
 from mtplab.viz.style import png
@@ -213,12 +215,14 @@ class AcceptanceLab:
 
         self.models = models or ModelCache()
         base = state or LabState(repeats=5)  # the widget times 5 interleaved (AR, method) pairs
-        try:
-            self.state = configure(base, **settings)
-        except MtplabError as e:  # an unknown setting: keep the defaults and show the message
-            self.state = replace(base, error=str(e))
-        if not self.state.error:
-            self.state = check_k_fits(resolve_auto(self.state), self.models)  # before anything is drawn
+        unknown = sorted(set(settings) - set(SETTINGS))  # the others still apply; a note names these
+        self.state = configure(base, **{n: v for n, v in settings.items() if n in SETTINGS})
+        try:  # before anything is drawn
+            self.state = check_k_fits(resolve_auto(self.state), self.models)
+        except Exception as e:  # noqa: BLE001 - a last guard, as in _do: a message, never a traceback
+            self.state = replace(self.state, error=f"{type(e).__name__}: {e}")
+        if unknown:
+            self.state = replace(self.state, note=f"unknown lab settings {unknown} ignored; use {', '.join(SETTINGS)}")
         self.projector = projector
         self._syncing = False
         self.controls = _controls(w, self.state)
@@ -237,10 +241,10 @@ class AcceptanceLab:
         for name, b in self.buttons.items():
             b.add_class(f"mtplab-{name.replace('_', '-')}")
         self.buttons["back"].on_click(lambda _: self._do(back))
-        self.buttons["step"].on_click(lambda _: self._do(lambda st: step(st, self.models)))
-        self.buttons["run"].on_click(lambda _: self._do(lambda st: run_all(st, self.models)))
-        self.buttons["reset"].on_click(lambda _: self._do(reset))
-        self.buttons["new_sample"].on_click(lambda _: self._do(lambda st: new_sample(st, self.models)))
+        self.buttons["step"].on_click(lambda _: self.step())
+        self.buttons["run"].on_click(lambda _: self.run_all())
+        self.buttons["reset"].on_click(lambda _: self.reset())
+        self.buttons["new_sample"].on_click(lambda _: self.new_sample())
         self.slider = w.IntSlider(value=0, min=0, max=1, description="step", continuous_update=False,
                                   layout=w.Layout(width="60%")).add_class("mtplab-slider")
         self.slider.observe(self._slid, names="value")
@@ -265,14 +269,17 @@ class AcceptanceLab:
         self._speed_for = None
         self.render()
 
-    # each handler replaces the state with a pure function of it, then redraws
+    # each handler replaces the state with a pure function of it (after the decode, when it has none), then redraws
+    def _decoded(self, state: LabState) -> LabState:
+        return decoded(state, self.models)
+
     def _set(self, name, value):
         if not self._syncing:
             self._do(lambda st: change(st, self.models, **{name: value}))
 
     def _slid(self, ch):
         if not self._syncing:
-            self._do(lambda st: jump(st, self.models, ch["new"]))
+            self.jump(ch["new"])
 
     def _do(self, fn):
         try:
@@ -282,11 +289,11 @@ class AcceptanceLab:
         self.render()
 
     def step(self, n: int = 1) -> AcceptanceLab:
-        self._do(lambda st: step(st, self.models, n))
+        self._do(lambda st: step(self._decoded(st), n))
         return self
 
     def run_all(self) -> AcceptanceLab:
-        self._do(lambda st: run_all(st, self.models))
+        self._do(lambda st: run_all(self._decoded(st)))
         return self
 
     def back(self, n: int = 1) -> AcceptanceLab:
@@ -294,11 +301,12 @@ class AcceptanceLab:
         return self
 
     def jump(self, n: int) -> AcceptanceLab:
-        self._do(lambda st: jump(st, self.models, n))
+        self._do(lambda st: jump(self._decoded(st), n))
         return self
 
     def new_sample(self) -> AcceptanceLab:
-        self._do(lambda st: new_sample(st, self.models))
+        """The next seed, decoded at once, with as many steps shown as before (at least one)."""
+        self._do(lambda st: jump(self._decoded(new_sample(st)), max(1, st.shown)))
         return self
 
     def set_projector(self, on: bool = True) -> AcceptanceLab:
