@@ -230,4 +230,5 @@ def depth_trend(counts: list[tuple[int, int]]) -> str:
     """Teacher-forced agreement from the first module to the last, in words chosen from the 95% intervals."""
     words = compare_rates(counts[0], counts[-1], "rises", "falls")
     (a0, n0), (a1, n1) = counts[0], counts[-1]
-    return f"teacher-forced agreement {words} with depth ({a0 / n0:.2f} -> {a1 / n1:.2f})"
+    return (f"from depth 2 to depth {len(counts) + 1}, teacher-forced agreement {words} "
+            f"({a0 / n0:.2f} -> {a1 / n1:.2f})")
