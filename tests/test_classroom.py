@@ -99,3 +99,11 @@ def test_bad_folders_and_rows_fail_in_one_line(tmp_path):
         classroom.read_records(tmp_path)
     with pytest.raises(MtplabError, match="choose among: .*ngram"):
         classroom.select(classroom.points(classroom.read_records()), "no such row")
+
+
+def test_the_class_stands_beside_the_labs_points(tmp_path):
+    _write(tmp_path, "bob.json", {"machine": _machine("bob's laptop"), "predictions": {"classroom": [
+        {"row": "blockwise-overlap", "k": 4, "tokens_per_step": 2.4, "predicted_here": 0.9, "measured_there": 1.5}]}})
+    recs = classroom.read_class(tmp_path)
+    assert [r["source"] for r in recs][-1] == "bob.json" and len(recs) == len(classroom.read_class()) + 1
+    assert "from 0.90x (bob's laptop" in classroom.spread(classroom.points(recs), "blockwise-overlap")

@@ -135,3 +135,5 @@ def test_teaching_plan_fits_two_sessions_and_quotes_the_record():
         want = (f"{record[nb]['seconds']:.0f}", f"{record[nb]['slowest_cell_s']:.0f}")
         assert (secs, slow) == want, f"teaching.md quotes {nb} at {secs} s / {slow} s; the record says {want}"
     assert "build/NN_name.html" in plan and "over 20 s" in plan  # the fallback for slow live cells is named
+    if "no cell takes over 20 s" in " ".join(plan.split()):
+        assert max(r["slowest_cell_s"] for r in record.values()) <= 20, "the plan says no cell takes over 20 s"

@@ -1,13 +1,13 @@
 """The class as data (notebook 01, going further): one speedup per laptop, against its cores, cache and threads.
 
 Each student runs `python -m mtplab preflight --out NAME.json`; the teacher collects the files in one folder.
-`read_records` reads such a folder: preflight records, which *predict* each shipped row's speedup on that
-laptop from its own cost curve (speedup = tokens per step / (t(q)/t(1) + drafter cost)), and the lab's own
-points in data/classroom/, which hold the same fields plus `measured`: the speedups the lab *raced* on that
-machine, with the commit and file they were copied from (`provenance`; `python -m tools.classroom_points`).
-`points` flattens the records into one row per (record, model, row); `figure` draws a speedup against cores,
-last-level cache and threads, raced filled and predicted hollow; `spread` says in words how far they differ.
-"""
+`read_records` reads such a folder (`read_class`: the lab's own points, then the class's): preflight records, which
+*predict* each shipped row's speedup on that laptop from its own cost curve (speedup = tokens per step / (t(q)/t(1)
++ drafter cost)), and the lab's own points in data/classroom/, which hold the same fields plus `measured`: the
+speedups the lab *raced* on that machine, with the commit and file they were copied from (`provenance`; `python -m
+tools.classroom_points`). `points` flattens the records into one row per (record, model, row); `figure` draws a
+speedup against cores, last-level cache and threads, raced filled and predicted hollow; `spread` says in words how
+far they differ."""
 from __future__ import annotations
 
 import statistics
@@ -37,6 +37,11 @@ def read_records(folder=SHIPPED) -> list[dict]:
     if not out:
         raise MtplabError(f"{folder} holds no *.json record; {FIX}")
     return out
+
+
+def read_class(folder=None) -> list[dict]:
+    """The lab's own points (data/classroom), then the class's records in `folder` when one is given."""
+    return read_records(SHIPPED) + (read_records(folder) if folder is not None else [])
 
 
 def _llc_mib(m: dict) -> float | None:
