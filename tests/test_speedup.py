@@ -1,6 +1,7 @@
 """Where the speedup went: the split and the prediction are computed from the Steps, exactly."""
 import json
 import math
+import statistics
 
 import pytest
 from matplotlib.figure import Figure
@@ -131,10 +132,64 @@ def test_decode_bench_row_counts_conditional_acceptance_as_the_trace_does(family
     model = family_models["stern"]
     traces = [decode_with("blockwise-overlap", model, p, max_new_tokens=24, k=4) for p in ([5, 6, 7], [9, 3, 1, 4])]
     curve = CostCurve(seconds={q: 1e-3 * (1 + 0.1 * q) for q in range(1, 9)}, context=16, device="cpu")
-    row = _row("x", "blockwise-overlap", "stern-k4", 4, traces, [1.0, 1.0], [1.5, 1.5], curve, 0, 1)
+    row = _row("x", "blockwise-overlap", "stern-k4", 4, traces, [1.5], curve, 0)
     assert (row["label"], row["method"], row["checkpoint"]) == ("x", "blockwise-overlap", "stern-k4")
     want = pooled(traces).conditional_acceptance
     assert len(row["conditional_acceptance"]) == 3
     for got, w in zip(row["conditional_acceptance"], want):
         assert (math.isnan(got) and math.isnan(w)) or got == pytest.approx(w)
     assert row["accepted"] == pooled(traces).accepted_per_position[:3]
+    assert row["tokens_per_forward"] == pooled(traces).tokens_per_forward and row["speedup_wall"] == 1.5
+    assert row["acceptance_per_position"] == (pooled(traces).acceptance_rate_per_position + [0.0] * 3)[:3]
+    plain = [decode_with("blockwise", model, [5, 6, 7], max_new_tokens=24, k=4)]
+    # the plain schedule verifies k-1 = 3 tokens and pays a predict forward: t(3)/t(1) + 1 in the denominator
+    tps = _row("p", "blockwise", "stern-k4", 4, plain, [1.0], curve, 0)["tokens_per_step"]
+    ratio = curve.seconds[3] / curve.seconds[1]
+    assert _row("p", "blockwise", "stern-k4", 4, plain, [1.0], curve, 0)["speedup_predicted"] == pytest.approx(
+        tps / (ratio + 1 + statistics.median(s.draft_s for s in plain[0].steps[1:]) / curve.seconds[1]))
+
+
+def test_batch_sweep_races_both_and_checks_the_tokens(monkeypatch):
+    from mtplab.decoding.batch import BatchTrace
+    from mtplab.decoding.drafters import SternDrafter
+    from mtplab.measuring import timing
+    from tests.conftest import random_model
+
+    model = random_model("stern", 3, seed=5).eval()
+    rows = speedup.batch_sweep(model, SternDrafter, [[1, 2, 3], [4, 5]], batch_sizes=(1, 2), max_new_tokens=6, k=3,
+                               repeats=2)
+    assert [(r["kind"], r["batch_size"]) for r in rows] == [("ar", 1), ("spec", 1), ("ar", 2), ("spec", 2)]
+    for r in rows:
+        assert r["speedup_min"] <= r["speedup_vs_ar"] <= r["speedup_max"] and r["repeats"] == 2
+        assert r["tokens_per_s"] > 0 and (r["kind"] == "spec" or r["speedup_vs_ar"] == 1.0)
+    assert rows[0]["tokens_per_forward"] == 1.0  # batched AR: one token per row per forward
+    real = timing.batched_speculative
+
+    def off_by_one(*a, **kw):
+        res = real(*a, **kw)
+        res.traces[0].steps[-1].emitted[-1] += 1
+        return BatchTrace(res.traces, res.forwards, res.batch_sizes, res.wall_s)
+    monkeypatch.setattr(timing, "batched_speculative", off_by_one)
+    with pytest.raises(MtplabError, match="batch 1: batched speculative output differs"):
+        speedup.batch_sweep(model, SternDrafter, [[1, 2, 3]], batch_sizes=(1,), max_new_tokens=6, k=3, repeats=1)
+
+
+@pytest.mark.slow
+def test_bench_decode_races_each_pair_against_ar_of_its_own_checkpoint(tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    from mtplab.bench import decode
+    from mtplab.decoding.drafters import pair
+    from mtplab.measuring.record import Record
+
+    monkeypatch.setattr(decode, "ROWS", [pair("blockwise"), pair("oracle alpha=0.8")])
+    a = Namespace(device="cpu", dtype="fp32", quick=True, prompts=1, out=str(tmp_path))
+    data = decode.run_decode(a)
+    assert [(r["label"], r["method"], r["checkpoint"], r["k"]) for r in data["rows"]] == [
+        ("blockwise", "blockwise", "stern-k4", 4), ("oracle alpha=0.8", "oracle", "ntp", 4)]
+    for r in data["rows"]:
+        assert r["greedy_mismatches"] == 0 and len(r["speedup_wall_reps"]) == 2
+        assert min(r["speedup_wall_reps"]) <= r["speedup_wall"] <= max(r["speedup_wall_reps"])
+    assert data["verdict"].startswith(("valid", "not valid here"))
+    rec = Record.load(tmp_path / f"{decode.record_name(a)}.json")
+    assert rec.row(method="oracle", checkpoint="ntp")["label"] == "oracle alpha=0.8"

@@ -63,6 +63,9 @@ def test_measurements_sync_before_every_clock_read(events):
     timing.batch_cost_ratio(model, 2, 2, context=8, repeats=1)
     regime.speedup_by_depth({"s": ("blockwise-overlap", random_model("stern", 3, seed=3).eval())}, [[1, 2]], (2,),
                             max_new_tokens=4, repeats=1)
+    timing.measure_batch(random_model("stern", 3, seed=3).eval(), SternDrafter, [[1, 2]], batch_sizes=(2,),
+                         max_new_tokens=4, k=3)
+    timing.machine_balance(n=32, repeats=1)
     assert _unsynced(events) == []
 
 
@@ -72,4 +75,6 @@ def test_the_notebooks_live_timings_sync_too(events):
     model = random_model("stern", 3, seed=4).eval()
     speedup.live_speedup(model, "blockwise-overlap", [[1, 2, 3]], max_new_tokens=6, k=3, repeats=2)
     speedup.interleaved({"ar": lambda: None, "x": lambda: None}, repeats=2)
+    from mtplab.teaching import bottleneck
+    bottleneck.timed_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=4, repeats=1)
     assert _unsynced(events) == []

@@ -1,8 +1,9 @@
 """`python -m mtplab bench decode`: every method on the shipped checkpoints, against AR of the same model.
 
-Each (prompt, method) pair runs AR and the method back to back, over several interleaved repeats; the oracle
-draws one random stream per (repeat, prompt), so its verdicts are not one stream copied over every prompt; the
-report gives medians and ratios. Every number that feeds the prediction is measured:
+One race (`measuring.race`): every round runs every prompt through AR of each checkpoint and through every
+pair, in rotating order; a pair's speedup in a round is its checkpoint's AR time over its own. The oracle draws
+one random stream per (round, prompt), so its verdicts are not one stream copied over every prompt; the report
+gives medians, ratios and the race's busy-machine verdict. Every number that feeds the prediction is measured:
 
     predicted speedup = tokens per step * t(1) / (t(q) + drafter time per step [+ t(1) for plain's predict])
 
@@ -19,10 +20,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 import torch
-from mtplab.device import now
 from mtplab.device import describe, machine, pick
 from mtplab.decoding.drafters import PAIRS
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
+from mtplab.measuring.race import race
+from mtplab.measuring.speedup import verify_width
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.decoding.trace import Trace, conditional_counts, pooled
 from mtplab.bench.report import _md, _write
@@ -55,37 +57,29 @@ def _first_tokens_per_forward(traces: list[Trace], limit: int = 64) -> float:
     return toks / max(1, fw)
 
 
-def _row(label, method, name, k, traces, walls, walls_ar, curve, mismatches, reps) -> dict:
-    n = len(walls) // reps
-    per_rep = [sum(walls_ar[i * n:(i + 1) * n]) / sum(walls[i * n:(i + 1) * n]) for i in range(reps)]
-    toks = sum(len(t.tokens) for t in traces)
-    fw = sum(t.forwards for t in traces)
-    drafts = sum(t.num_drafts for t in traces)
-    steps = [s for t in traces for s in t.steps[1:]]
+def _row(label, method, name, k, traces, ratios, curve, mismatches) -> dict:
+    """One pair's row: counts from the pooled traces, the step's split (medians), the per-round speedups."""
+    tr = pooled(traces)
+    steps = [s for t in traces for s in t.steps[1:]]  # the prefills draft nothing
     tps = sum(len(s.emitted) for s in steps) / max(1, len(steps))  # tokens per step after the prefill
-    acc = [sum(t.accepted_per_position[i] if i < len(t.accepted_per_position) else 0 for t in traces)
-           / max(1, drafts) for i in range(k - 1)]
-    counts = conditional_counts(pooled(traces))  # (accepted, reached) per position; the prefill drafts nothing
+    acc = (tr.acceptance_rate_per_position + [0.0] * (k - 1))[:k - 1]
+    counts = conditional_counts(tr)  # (accepted, reached) per position
     counts = (counts + [(0, 0)] * (k - 1))[:k - 1]
-    accepted, reached = [a for a, _ in counts], [r for _, r in counts]
-    cond = [a / r if r else float("nan") for a, r in counts]
     t1 = curve.seconds[1]
-    plain = method == "blockwise"
-    q = k - 1 if plain else k
+    plain = tr.schedule == "plain"  # plain: one more forward (the predict) per step
     target_step = statistics.median(s.target_s for s in steps)
     draft_step = statistics.median(s.draft_s for s in steps)
     wall_step = statistics.median(s.wall_s for s in steps)
-    predicted = predicted_speedup(tps, curve.ratio, q, plain=plain, draft_cost=draft_step / t1)
-    measured = statistics.median(per_rep)
-    return {"label": label, "method": method, "checkpoint": name, "k": k, "tokens_per_forward": toks / fw,
+    predicted = predicted_speedup(tps, curve.ratio, verify_width(tr), plain=plain, draft_cost=draft_step / t1)
+    measured = statistics.median(ratios)
+    return {"label": label, "method": method, "checkpoint": name, "k": k, "tokens_per_forward": tr.tokens_per_forward,
             "tokens_per_forward_first64": _first_tokens_per_forward(traces), "tokens_per_step": tps,
-            "acceptance_per_position": acc, "conditional_acceptance": cond,
-            "drafting_steps": sum(1 for s in steps if s.drafted), "reached": reached,
-            "accepted": accepted,
-            "mean_accepted_length": 1 + sum(t.num_accepted_tokens for t in traces) / max(1, drafts),
+            "acceptance_per_position": acc, "conditional_acceptance": [a / r if r else float("nan") for a, r in counts],
+            "drafting_steps": tr.num_drafts, "reached": [r for _, r in counts], "accepted": [a for a, _ in counts],
+            "mean_accepted_length": tr.mean_accepted_length,
             "step_ms_target": target_step * 1e3, "step_ms_drafter": draft_step * 1e3,
             "step_ms_overhead": max(0.0, wall_step - target_step - draft_step) * 1e3,
-            "drafter_cost_t1": draft_step / t1, "speedup_wall": measured, "speedup_wall_reps": per_rep,
+            "drafter_cost_t1": draft_step / t1, "speedup_wall": measured, "speedup_wall_reps": ratios,
             "speedup_predicted": predicted,
             "efficiency": measured / predicted if predicted else float("nan"),
             "greedy_mismatches": mismatches}
@@ -101,7 +95,6 @@ def record_name(a) -> str:
 def run_decode(a) -> dict:
     from tqdm.auto import tqdm
 
-
     dev = pick(a.device)
     n_prompts, m, reps = (4, 64, 2) if a.quick else (20, 128, 3)
     if getattr(a, "prompts", None) is not None:
@@ -109,45 +102,46 @@ def run_decode(a) -> dict:
             raise MtplabError(f"--prompts must be in 1..20, the held-out prompts there are (got {a.prompts})")
         n_prompts = a.prompts
     prompts = [encode(p)[:48] for p in held_out_prompts("code", n_prompts, 48)]
-    models = {name: load_for(method, name, device=a.device, dtype=a.dtype)[0] for _, method, name, _ in ROWS}
+    models = {p.checkpoint: load_for(p.method, p.checkpoint, device=a.device, dtype=a.dtype)[0] for p in ROWS}
     draft = ckpt.load("draft", device=dev, dtype=DTYPES[a.dtype])
     curve = measure_cost_curve(models["ntp"], qs=range(1, 9), context=300, repeats=5 if a.quick else 15)
-    walls = {r[0]: [] for r in ROWS}
-    walls_ar = {r[0]: [] for r in ROWS}
-    traces: dict[str, list[Trace]] = {r[0]: [] for r in ROWS}
-    mismatches = {r[0]: 0 for r in ROWS}
-    for _, method, name, k in ROWS:  # warm-up: the first decode of each method pays one-off costs
-        decode_with(method, models[name], prompts[0], max_new_tokens=8, k=k, draft_model=draft,
-                    reference=list(range(8)))
-    bar = tqdm(total=reps * len(prompts) * len(ROWS), desc=f"bench decode m={m}")
-    for r in range(reps):
-        for i, p in enumerate(prompts):
-            for label, method, name, k in ROWS:  # interleaved: AR of the same model right beside each method
-                model = models[name]
-                kk = k if k is not None else max_k(method, model)
-                t0 = now(dev)
-                ar = decode_with("ar", model, p, max_new_tokens=m)
-                walls_ar[label].append(now(dev) - t0)
-                t0 = now(dev)
-                tr = decode_with(method, model, p, max_new_tokens=m, k=kk, draft_model=draft, alpha=0.8,
-                                 seed=oracle_seed(r, i), reference=ar.tokens)  # the oracle's knowledge is not part of its time
-                walls[label].append(now(dev) - t0)
-                if r == 0:
-                    mismatches[label] += tr.tokens != ar.tokens
-                    traces[label].append(tr)
-                bar.update(1)
+    ks = {p.label: p.k if p.k is not None else max_k(p.method, models[p.checkpoint]) for p in ROWS}
+    # the oracle knows AR's greedy text (untimed: its knowledge is not part of its time) and draws one random
+    # stream per (round, prompt): its calls are counted per prompt
+    refs = [decode_with("ar", models["ntp"], p, max_new_tokens=m).tokens for p in prompts]
+    rounds_seen = [0] * len(prompts)
+
+    def decoder(p, kk):
+        def run(ip, warm=False):
+            i, ids = ip
+            seed = oracle_seed(rounds_seen[i], i)
+            if p.method == "oracle" and not warm:
+                rounds_seen[i] += 1
+            return decode_with(p.method, models[p.checkpoint], ids, max_new_tokens=8 if warm else m, k=kk,
+                               draft_model=draft, alpha=0.8, seed=seed, reference=refs[i])
+        return run
+
+    # AR of each checkpoint, and every pair: every prompt through all of them in each round (`race`)
+    fns = {f"AR {name}": (lambda ip, warm=False, model=model: decode_with("ar", model, ip[1],
+                                                                          max_new_tokens=8 if warm else m))
+           for name, model in models.items()}
+    fns.update({p.label: decoder(p, ks[p.label]) for p in ROWS})
+    bar = tqdm(total=reps * len(prompts) * len(fns), desc=f"bench decode m={m}")
+    res = race(fns, list(enumerate(prompts)), baseline="AR ntp", rounds=reps, device=dev, bar=bar,
+               warmup=lambda label, fn: fn((0, prompts[0]), warm=True))  # the first decode pays one-off costs
     bar.close()
     rows = []
-    for label, method, name, k in ROWS:
-        kk = k if k is not None else max_k(method, models[name])
-        rows.append(_row(label, method, name, kk, traces[label], walls[label], walls_ar[label], curve,
-                         mismatches[label], reps))
-    data = {"device": describe(dev), "machine": machine(dev),
+    for p in ROWS:
+        ar = f"AR {p.checkpoint}"  # each pair against AR of its own checkpoint, round by round
+        ratios = [b / c for b, c in zip(res.round_totals(ar), res.round_totals(p.label))]
+        rows.append(_row(p.label, p.method, p.checkpoint, ks[p.label], res.outputs[p.label], ratios, curve,
+                         len(prompts) - sum(x == y for x, y in zip(res.tokens[p.label], res.tokens[ar]))))
+    data = {"device": describe(dev), "machine": machine(dev), "valid": res.valid, "verdict": res.verdict(),
             "dtype": a.dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
             "max_new_tokens": m, "repeats": reps, "t1_ms": curve.seconds[1] * 1e3,
             "cost_curve": {str(q): v for q, v in curve.ratio.items()}, "rows": rows}
     table = (f"decode benchmark: {len(prompts)} held-out prompts, m={m} new tokens, {reps} interleaved repeats "
-             f"(median), {a.dtype}, {describe(dev)}, {torch.get_num_threads()} threads; t(1) = "
+             f"(median; {res.verdict()}), {a.dtype}, {describe(dev)}, {torch.get_num_threads()} threads; t(1) = "
              f"{curve.seconds[1] * 1e3:.2f} ms, t(q)/t(1): " + " ".join(f"{q}:{v:.2f}" for q, v in curve.ratio.items())
              + "\nstep_ms_*: median per decoding step (target forwards, drafter, the rest of the loop), measured.\n\n"
              + _md(rows, ["label", "k", "tokens_per_forward", "tokens_per_step", "acceptance_per_position",

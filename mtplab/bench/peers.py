@@ -28,6 +28,7 @@ from mtplab.device import now
 from mtplab.device import pick
 from mtplab.errors import MtplabError
 from mtplab.measuring.race import race
+from mtplab.measuring.timing import untimed_output
 
 
 BASE = "HF generate, greedy"
@@ -166,7 +167,7 @@ def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int =
     """What a call costs beside the model's work, two ways on the same model: one verify forward over q new tokens
     at a cached context, as mtplab's loop calls it (ids and the cache) and as transformers' assisted loop calls it
     (plus a full 2-D attention mask and `logits_to_keep`); and a whole decode of one token from the same prompt
-    (the prefill plus each loop's setup), mtplab's AR against `generate`. Interleaved, medians in ms."""
+    (the prefill plus each loop's setup), mtplab's AR against `generate`. Raced (`race`), medians in ms."""
     dev = target.wte.weight.device
     g = torch.Generator().manual_seed(0)
     V = target.config.vocab_size
@@ -180,27 +181,16 @@ def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int =
     ways = {"mtplab": lambda: target.hf(input_ids=new, **kv),
             "transformers": lambda: target.hf(input_ids=new, **kv, attention_mask=mask, cache_position=pos,
                                               logits_to_keep=q)}
-    times: dict[str, list[float]] = {w: [] for w in ways}
-    for r in range(repeats + 1):
-        for w, fn in ways.items():
-            t0 = now(dev)
-            fn()
-            dt = now(dev) - t0
-            cache.crop(context)
-            if r:  # the first round warms up
-                times[w].append(dt)
     ids = prompt[0].tolist()
     calls = {"mtplab": lambda: decode_with("ar", target, ids, max_new_tokens=1),
              "transformers": lambda: _generate(target.hf, ids, 1)}
-    one: dict[str, list[float]] = {w: [] for w in calls}
-    for r in range(repeats + 1):
-        for w, fn in calls.items():
-            t0 = now(dev)
-            fn()
-            if r:
-                one[w].append(now(dev) - t0)
+    verify = race({w: untimed_output(lambda fn=fn: (fn(), cache.crop(context))) for w, fn in ways.items()}, [None],
+                  baseline="mtplab", rounds=repeats, device=dev)  # each call cropped back to the same cache
+    one = race({w: untimed_output(fn) for w, fn in calls.items()}, [None], baseline="mtplab", rounds=repeats,
+               device=dev)
+    times = {w: verify.round_totals(w) for w in ways}
     return {"context": context, "q": q, "repeats": repeats,
-            **{f"{w}_one_token_decode_ms": 1e3 * statistics.median(t) for w, t in one.items()},
+            **{f"{w}_one_token_decode_ms": 1e3 * statistics.median(one.round_totals(w)) for w in calls},
             **{f"{w}_ms": 1e3 * statistics.median(t) for w, t in times.items()},
             **{f"{w}_range_ms": [1e3 * min(t), 1e3 * max(t)] for w, t in times.items()}}
 

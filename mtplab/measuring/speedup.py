@@ -12,15 +12,13 @@ decode is one sample: `live_speedup` repeats interleaved decodes and reports the
 """
 from __future__ import annotations
 
-import statistics
 from mtplab.measuring import theory
 from mtplab import paths
 from mtplab.errors import MtplabError
 from mtplab.measuring.record import Record
 from mtplab.decoding.trace import Trace
-from mtplab.decoding.batch import batched_autoregressive, batched_speculative
-from mtplab.device import now
-from mtplab.measuring.timing import interleaved_race
+from mtplab.measuring.race import race
+from mtplab.measuring.timing import interleaved_race, measure_batch, untimed_output
 from mtplab.device import machine_line
 
 BENCH_DECODE = paths.DECODE_JSON
@@ -115,28 +113,16 @@ def live_speedup(model, method: str, prompts, *, max_new_tokens: int, k: int | N
 
 
 def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar", device="cpu") -> dict:
-    """Time several zero-argument callables interleaved: one warm-up call each, then `repeats` rounds calling
-    every one in turn. Returns {name: {"seconds": [...], "ratios": [...], "median", "min", "max"}}, where the
-    ratios are baseline time / this one's time within the same round (the speedup over the baseline). The clock
-    is read after syncing `device`."""
-    if baseline not in fns:
-        raise MtplabError(f"the baseline {baseline!r} is not among {list(fns)}")
+    """Several zero-argument callables raced (`race`: one warm-up call each, then `repeats` rounds in rotating
+    order, the clock read after syncing `device`). Returns {name: {"seconds": [...], "ratios": [...], "median",
+    "min", "max", "repeats", "valid", "verdict"}}, where the ratios are baseline time / this one's time within the
+    same round (the speedup over the baseline)."""
     if repeats < 1:
         raise MtplabError(f"repeats must be >= 1 (got {repeats})")
-    for fn in fns.values():
-        fn()
-    secs = {n: [] for n in fns}
-    for _ in range(repeats):
-        for n, fn in fns.items():
-            t0 = now(device)
-            fn()
-            secs[n].append(now(device) - t0)
-    out = {}
-    for n in fns:
-        ratios = [a / b for a, b in zip(secs[baseline], secs[n])]
-        out[n] = {"seconds": secs[n], "ratios": ratios, "median": statistics.median(ratios), "min": min(ratios),
-                  "max": max(ratios), "repeats": repeats}
-    return out
+    res = race({n: untimed_output(fn) for n, fn in fns.items()}, [None], baseline=baseline, rounds=repeats,
+               device=device)
+    return {n: {"seconds": res.round_totals(n), "ratios": res.ratios(n), **res.speedup(n), "repeats": repeats,
+                "valid": res.valid, "verdict": res.verdict()} for n in fns}
 
 
 def range_text(r: dict) -> str:
@@ -144,36 +130,11 @@ def range_text(r: dict) -> str:
     return f"{r['median']:.2f}x (median of {r['repeats']}, range {r['min']:.2f}-{r['max']:.2f})"
 
 
-def _batch_calls(model, make_drafter, ps, max_new_tokens, k, last) -> dict:
-    def ar():
-        last["ar"] = batched_autoregressive(model, ps, max_new_tokens=max_new_tokens)
-
-    def spec():
-        last["spec"] = batched_speculative(model, make_drafter, ps, max_new_tokens=max_new_tokens, k=k)
-    return {"ar": ar, "spec": spec}
-
-
 def batch_sweep(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: int, k: int, repeats: int = 5) -> list[dict]:
-    """For each B: batched AR and batched speculation on the first B prompts, interleaved over `repeats` rounds
-    after a warm-up (`interleaved`). Rows as `timing.measure_batch` gives them (the median), plus the speedup's
-    min and max over the rounds. Checks that both give the same tokens."""
-    rows = []
-    for B in batch_sizes:
-        ps = [prompts[i % len(prompts)] for i in range(B)]
-        last: dict = {}
-        t = interleaved(_batch_calls(model, make_drafter, ps, max_new_tokens, k, last), repeats=repeats,
-                        device=model.wte.weight.device)
-        if last["spec"].tokens != last["ar"].tokens:
-            raise MtplabError(f"batch {B}: batched speculative output differs from batched AR")
-        for name in ("ar", "spec"):
-            wall = statistics.median(t[name]["seconds"])
-            res = last[name]
-            rows.append({"kind": name, "batch_size": B, "tokens_per_s": res.new_tokens / wall,
-                         "latency_ms_per_token": 1e3 * wall / max_new_tokens,
-                         "tokens_per_forward": res.new_tokens / sum(res.batch_sizes),
-                         "speedup_vs_ar": t[name]["median"], "speedup_min": t[name]["min"],
-                         "speedup_max": t[name]["max"], "repeats": repeats})
-    return rows
+    """`timing.measure_batch` with notebook 07's number of rounds: batched AR and batched speculation raced at each
+    batch size, rows with the median, min and max speedup; the same tokens checked."""
+    return measure_batch(model, make_drafter, prompts, batch_sizes=batch_sizes, max_new_tokens=max_new_tokens, k=k,
+                         repeats=repeats)
 
 
 def live_text(live: dict) -> str:

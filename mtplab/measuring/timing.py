@@ -5,7 +5,6 @@ device before it reads the clock (`mtplab.device.sync`).
 from __future__ import annotations
 
 import statistics
-import time
 import torch
 from mtplab.decoding.batch import batched_autoregressive, batched_speculative
 from mtplab.decoding.generate import decode_with, max_k
@@ -20,9 +19,19 @@ from mtplab.errors import MtplabError
 from mtplab.measuring.race import race
 
 
+def untimed_output(fn):
+    """A race contender from a zero-argument call whose output is no text (a forward, a whole batch): it gives the
+    race no tokens to compare."""
+    def run(_prompt):
+        fn()
+        return []
+    return run
+
+
 @torch.inference_mode()
 def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int = 5) -> float:
-    """t(q)/t(1) at batch size B: one cached forward over q new tokens per row, against one token per row."""
+    """t(q)/t(1) at batch size B: one cached forward over q new tokens per row, against one token per row, raced
+    (`race`: a warm-up each, `repeats` interleaved rounds, the medians)."""
     dev = model.wte.weight.device
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -30,42 +39,45 @@ def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int =
     cache.lengths = [context] * B  # the keys there are zeros: the cost does not depend on their values
     new = torch.randint(V, (B, q), generator=g).to(dev)
 
-    def timed(n):
+    def forward(n):
         pos, mask = cache.plan(n)
-        sync(dev)
-        t0 = time.perf_counter()
         model(new[:, :n], cache, positions=pos, mask=mask)
-        sync(dev)
         cache.lengths = [context] * B
-        return time.perf_counter() - t0
-    timed(1), timed(q)  # warm-up
-    t1 = statistics.median(timed(1) for _ in range(repeats))
-    tq = statistics.median(timed(q) for _ in range(repeats))
-    return tq / t1
+    res = race({n: untimed_output(lambda n=n: forward(n)) for n in (1, q)}, [None], baseline=1, rounds=repeats,
+               device=dev)
+    return statistics.median(res.round_totals(q)) / statistics.median(res.round_totals(1))
+
+
+class _Batch:
+    """A batched decode as a race sees it: its tokens row after row (the race compares them), and the batch."""
+
+    def __init__(self, batch):
+        self.batch, self.tokens = batch, [t for row in batch.tokens for t in row]
 
 
 def measure_batch(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: int, k: int,
                   repeats: int = 1) -> list[dict]:
-    """For each batch size B: batched AR and batched speculation on the first B prompts (interleaved,
-    median of `repeats`). Rows: batch_size, tokens_per_s, latency_ms_per_token (wall time over the tokens
-    one row got), tokens_per_forward (per row) and speedup over AR at the same B. Checks greedy equality."""
+    """For each batch size B: batched AR and batched speculation on the first B prompts, raced (`race`: a warm-up
+    each, `repeats` interleaved rounds). Rows: batch_size, tokens_per_s and latency_ms_per_token (the median round;
+    latency is wall time over the tokens one row got), tokens_per_forward (per row), the speedup over AR at the
+    same B (median of the rounds, min, max) and the busy-machine guard's verdict. Checks greedy equality."""
+    dev = model.wte.weight.device
     rows = []
     for B in batch_sizes:
         ps = [prompts[i % len(prompts)] for i in range(B)]
-        walls = {"ar": [], "spec": []}
-        for _ in range(repeats):
-            ar = batched_autoregressive(model, ps, max_new_tokens=max_new_tokens)
-            sp = batched_speculative(model, make_drafter, ps, max_new_tokens=max_new_tokens, k=k)
-            walls["ar"].append(ar.wall_s)
-            walls["spec"].append(sp.wall_s)
-        if sp.tokens != ar.tokens:
-            raise AssertionError(f"batch {B}: batched speculative output differs from batched AR")
-        for name, res in (("ar", ar), ("spec", sp)):
-            wall = statistics.median(walls[name])
-            rows.append({"kind": name, "batch_size": B, "tokens_per_s": res.new_tokens / wall,
+        res = race({"ar": lambda b: _Batch(batched_autoregressive(model, b, max_new_tokens=max_new_tokens)),
+                    "spec": lambda b: _Batch(batched_speculative(model, make_drafter, b, max_new_tokens=max_new_tokens,
+                                                                 k=k))}, [ps], baseline="ar", rounds=repeats, device=dev)
+        if res.outputs["spec"][0].batch.tokens != res.outputs["ar"][0].batch.tokens:
+            raise MtplabError(f"batch {B}: batched speculative output differs from batched AR")
+        for name in ("ar", "spec"):
+            wall = statistics.median(res.round_totals(name))
+            out, sp = res.outputs[name][0].batch, res.speedup(name)
+            rows.append({"kind": name, "batch_size": B, "tokens_per_s": out.new_tokens / wall,
                          "latency_ms_per_token": 1e3 * wall / max_new_tokens,
-                         "tokens_per_forward": res.new_tokens / sum(res.batch_sizes),
-                         "speedup_vs_ar": statistics.median(walls["ar"]) / wall})
+                         "tokens_per_forward": out.new_tokens / sum(out.batch_sizes),
+                         "speedup_vs_ar": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"],
+                         "repeats": repeats, "valid": res.valid})
     return rows
 
 
@@ -76,6 +88,7 @@ class CostCurve:
     context: int
     device: str
     samples: dict[int, list[float]] = field(default_factory=dict, repr=False)
+    busy: str | None = None                 # the race's busy-machine verdict (None: valid)
 
     @property
     def ratio(self) -> dict[int, float]:
@@ -89,8 +102,9 @@ def measure_cost_curve(model, qs=(1, 2, 4, 8, 16, 32), *, context: int = 256, re
     """Time one forward over q new tokens on top of `context` cached tokens, for every q in qs.
 
     The cache is filled once; after each timed forward it is cropped back to `context`, so every
-    measurement sees the same cache. Sizes are interleaved (forwards, then backwards) over `repeats`
-    rounds after one untimed warm-up round, and each q keeps the median.
+    measurement sees the same cache. The sizes are raced (`race`: one warm-up forward each, then `repeats`
+    rounds in rotating order, the clock read after a sync), and each q keeps the median; `busy` says why
+    the busy-machine guard doubts the curve (None: it does not).
     """
     qs = sorted(set(int(q) for q in qs) | {1})
     if context + max(qs) > model.config.block_size:
@@ -102,27 +116,21 @@ def measure_cost_curve(model, qs=(1, 2, 4, 8, 16, 32), *, context: int = 256, re
     cache = model.new_cache()
     model(torch.randint(V, (1, context), generator=g).to(dev), cache)
     new = torch.randint(V, (1, max(qs)), generator=g).to(dev)
-    samples: dict[int, list[float]] = {q: [] for q in qs}
 
-    def timed(q):
-        sync(dev)
-        t0 = time.perf_counter()
+    def forward(q):
         model(new[:, :q], cache)
-        sync(dev)
-        dt = time.perf_counter() - t0
-        cache.crop(context)
-        return dt
+        cache.crop(context)  # back to the same cache for the next forward
 
-    for q in qs:  # warm-up: first calls allocate and pick kernels
-        timed(q)
-    rounds = range(repeats)
+    bar = None
     if progress:
         from tqdm.auto import tqdm
-        rounds = tqdm(rounds, desc="cost curve", unit="round")
-    for r in rounds:
-        for q in (qs if r % 2 == 0 else qs[::-1]):
-            samples[q].append(timed(q))
-    return CostCurve({q: statistics.median(s) for q, s in samples.items()}, context, str(dev), samples)
+        bar = tqdm(total=repeats * len(qs), desc="cost curve", unit="forward")
+    res = race({q: untimed_output(lambda q=q: forward(q)) for q in qs}, [None], baseline=1, rounds=repeats,
+               device=dev, bar=bar)
+    if bar is not None:
+        bar.close()
+    samples = {q: res.round_totals(q) for q in qs}
+    return CostCurve({q: statistics.median(s) for q, s in samples.items()}, context, str(dev), samples, res.busy)
 
 
 def forward_cost(cfg: ModelConfig, q: int, *, context: int, bytes_per_param: float = 4.0,
@@ -153,19 +161,9 @@ def machine_balance(device="cpu", *, n: int = 768, repeats: int = 5) -> dict:
     src = torch.randn(2 ** 24, device=device)  # 64 MiB of float32, more than a CPU cache holds
     dst = torch.empty_like(src)
 
-    def best(fn):
-        fn()
-        ts = []
-        for _ in range(repeats):
-            sync(device)
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
-
-    t_mm = best(lambda: a @ b)
-    t_cp = best(lambda: dst.copy_(src))
+    res = race({"matmul": untimed_output(lambda: a @ b), "copy": untimed_output(lambda: dst.copy_(src))}, [None],
+               baseline="matmul", rounds=repeats, device=device)
+    t_mm, t_cp = (statistics.median(res.round_totals(n)) for n in ("matmul", "copy"))
     flops_per_s = 2 * n ** 3 / t_mm
     bytes_per_s = 2 * src.numel() * 4 / t_cp  # read and write
     return {"flops_per_s": flops_per_s, "bytes_per_s": bytes_per_s, "ridge": flops_per_s / bytes_per_s}

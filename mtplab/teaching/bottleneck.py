@@ -16,6 +16,7 @@ from mtplab.teaching.check import _number
 from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
+from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
 
 
@@ -72,27 +73,32 @@ def check_latency_cut(fn) -> Check:
 
 def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: int = 5,
                   progress: bool = False) -> tuple[dict[str, Trace], dict[str, list[float]]]:
-    """Greedy autoregressive decoding of the same prompt by several (model, use_cache) variants, raced as a
-    benchmark races them: one short warm-up decode each, then `repeats` rounds, the variants interleaved (their
-    order reversed every other round).
+    """Greedy autoregressive decoding of the same prompt by several (model, use_cache) variants, raced
+    (`measuring.race`: one short warm-up decode each, then `repeats` rounds in rotating order).
 
     Returns ({label: the Trace of its median round}, {label: ms per token of every round}); each Trace's steps
     carry their wall time (`Step.wall_s`)."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise MtplabError(f"repeats must be an integer >= 1 (got {repeats!r})")
-    labels = list(variants)
-    for label in labels:  # warm-up: the first decode pays one-off costs
-        model, use_cache = variants[label]
-        autoregressive(model, prompt_ids, max_new_tokens=4, use_cache=use_cache)
-    traces: dict[str, list[Trace]] = {label: [] for label in labels}
-    rounds = range(repeats)
+    traces: dict[str, list[Trace]] = {label: [] for label in variants}
+
+    def decoder(label, model, use_cache):
+        def run(ids, warm=False):
+            tr = autoregressive(model, ids, max_new_tokens=4 if warm else max_new_tokens, use_cache=use_cache)
+            if not warm:
+                traces[label].append(tr)  # every round's trace: ms per token is read from its steps
+            return tr
+        return run
+    fns = {label: decoder(label, *v) for label, v in variants.items()}
+    bar = None
     if progress:
         from tqdm.auto import tqdm
-        rounds = tqdm(rounds, desc="decoding", unit="round")
-    for r in rounds:
-        for label in (labels if r % 2 == 0 else labels[::-1]):
-            model, use_cache = variants[label]
-            traces[label].append(autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, use_cache=use_cache))
+        bar = tqdm(total=repeats * len(fns), desc="decoding", unit="decode")
+    model = next(iter(variants.values()))[0]
+    race(fns, [prompt_ids], baseline=next(iter(fns)), rounds=repeats, device=model.wte.weight.device, bar=bar,
+         warmup=lambda label, fn: fn(prompt_ids, warm=True))  # the first decode pays one-off costs
+    if bar is not None:
+        bar.close()
     ms = {label: [ms_per_token(t) for t in ts] for label, ts in traces.items()}
     median = {label: sorted(ts, key=ms_per_token)[len(ts) // 2] for label, ts in traces.items()}
     return median, ms
