@@ -45,10 +45,13 @@ def test_looping_continuations_are_counted():
 
 def test_typical_acceptance_is_caught_and_the_exact_rule_is_not():
     toy = engines.typical_toy()
-    study = engines.typical_study(toy, [1, 5, 2], 400, seed=0)
-    assert study["typical"]["pvalue"] < ALPHA <= study["exact"]["pvalue"]
-    assert study["typical"]["kept"] > study["exact"]["kept"]
-    assert "rejects the typical rule and passes the exact one" in study["verdict"]
+    study = engines.typical_study(toy, [1, 5, 2], 450, seed=0)
+    assert study["typical"]["rejected"] == 3 and all(p < ALPHA for p in study["typical"]["pvalues"])
+    assert study["exact"]["rejected"] <= 1  # a correct rule: 3 runs reject it at least once with probability 14%
+    assert study["typical"]["kept"] > study["exact"]["kept"] and study["typical"]["tv"] > study["exact"]["tv"]
+    assert "rejected the typical rule on 3 of 3 runs" in study["verdict"]
+    with pytest.raises(MtplabError, match="at least 50 decodes each"):
+        engines.typical_study(toy, [1, 5, 2], 100, seeds=3)
 
 
 def test_rule_counts_refuses_too_few_decodes():
