@@ -5,8 +5,6 @@ so a widget can print half of a multi-byte character without raising.
 """
 from __future__ import annotations
 
-VOCAB_SIZE = 256
-
 
 def encode(text: str) -> list[int]:
     if not isinstance(text, str):

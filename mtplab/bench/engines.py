@@ -2,7 +2,8 @@
 
 * the best k: every head family and the n-gram drafter at k = 2 .. the most its checkpoint supports, each against AR
   of the same checkpoint, with the speedup the cost curve and the measured acceptance predict;
-* adaptive k at the largest k: HF's +2/-1 schedule and a confidence stop, against the best fixed k;
+* adaptive k at the largest k: HF's "heuristic" schedule (+2 after a step that kept every draft, else -1; an option:
+  transformers' default is a constant 20 drafts) and a confidence stop, against the best fixed k;
 * one DeepSeek module reused (`deepseek-reuse`, module 1 applied recurrently) beside D = 3 separate modules and
   Meta's heads, by acceptance per position.
 Greedy, fp32, interleaved with AR, median of rounds. Run alone.

@@ -80,8 +80,8 @@ def per_position_tokens_per_step(conditional: list[float]) -> float:
     return out
 
 
-def conditional_from_tokens_per_step(tps: float, n_drafts: int, tol: float = 1e-9) -> float:
-    """Invert expected_tokens_per_step: the i.i.d. alpha that gives `tps` tokens per step.
+def conditional_from_tokens_per_step(tps: float, n_drafts: int) -> float:
+    """Invert expected_tokens_per_step: the i.i.d. alpha that gives `tps` tokens per step (100 halvings: to 1e-30).
 
     A one-number summary: with correlated verdicts no position need have this rate (see the module docstring)."""
     lo, hi = 0.0, 1.0
