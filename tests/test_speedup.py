@@ -193,3 +193,11 @@ def test_bench_decode_races_each_pair_against_ar_of_its_own_checkpoint(tmp_path,
     assert data["verdict"].startswith(("valid", "not valid here"))
     rec = Record.load(tmp_path / f"{decode.record_name(a)}.json")
     assert rec.row(method="oracle", checkpoint="ntp")["label"] == "oracle alpha=0.8"
+
+
+def test_live_text_carries_the_busy_verdict():
+    live = {"prompts": 2, "median": 1.2, "repeats": 5, "max_new_tokens": 16, "min": 1.0, "max": 1.3, "valid": True,
+            "verdict": "valid: 5 interleaved rounds"}
+    assert speedup.live_text(live).endswith("range 1.00-1.30)")
+    live.update(valid=False, verdict="not valid here: the machine was busy (x); close other work and rerun")
+    assert "not valid here: the machine was busy (x)" in speedup.live_text(live)

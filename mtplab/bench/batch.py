@@ -52,7 +52,7 @@ def run_batch(a) -> dict:
     table = (f"batch benchmark: {m} new tokens per row, held-out code prompts, median of {reps}, {a.dtype}, "
              f"{describe(dev)}, {torch.get_num_threads()} threads; AR rows are AR of the same checkpoint, "
              f"t(q)/t(1) at q = k\n\n" + _md(rows, cols))
-    _write(Path(a.out), "batch-quick" if a.quick else "batch", data, table)
+    _write(Path(a.out), "batch-quick" if a.quick else "batch", data, table, device=dev)
     return data
 
 

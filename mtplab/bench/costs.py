@@ -35,13 +35,15 @@ def run_cost_curve(a) -> dict:
     res = measure_cost_curve(model, qs=range(1, 17), context=min(300, cfg.block_size - 16),
                              repeats=5 if a.quick else 15, progress=True)
     data = {"preset": a.preset, "dtype": a.dtype, "device": describe(dev), "threads": torch.get_num_threads(),
-            "context": res.context, "t_s": {str(q): v for q, v in res.seconds.items()},
+            "context": res.context, "busy": res.busy, "t_s": {str(q): v for q, v in res.seconds.items()},
             "ratio": {str(q): v for q, v in res.ratio.items()}}
     rows = [{"q": q, "t (ms)": res.seconds[q] * 1e3, "t(q)/t(1)": res.ratio[q]} for q in res.ratio]
     from mtplab import viz
     _write(Path(a.out), f"cost-curve-{a.preset}-{a.dtype}", data,
-           f"cost curve, preset {a.preset}, {a.dtype}, {describe(dev)}, cache {res.context} tokens\n\n"
-           + _md(rows, ["q", "t (ms)", "t(q)/t(1)"]), viz.cost_curve({a.dtype: res}, title=f"cost curve, preset {a.preset}"))
+           f"cost curve, preset {a.preset}, {a.dtype}, {describe(dev)}, cache {res.context} tokens"
+           + (f"\n\nnot valid here: the machine was busy ({res.busy})" if res.busy else "") + "\n\n"
+           + _md(rows, ["q", "t (ms)", "t(q)/t(1)"]), viz.cost_curve({a.dtype: res}, title=f"cost curve, preset {a.preset}"),
+           device=dev)
     return data
 
 
@@ -93,7 +95,7 @@ def run_train(a) -> dict:
         r["peak MiB"] = r["peak_bytes"] / 2**20
     data = {"setup": common, "device": describe(pick(a.device)), "rows": rows}
     _write(Path(a.out), "train", data, f"training cost, {common}\n\n" + _md(
-        rows, ["config", "tokens_per_s", "peak MiB", "speed vs next-token", "memory vs next-token"]))
+        rows, ["config", "tokens_per_s", "peak MiB", "speed vs next-token", "memory vs next-token"]), device=pick(a.device))
     return data
 
 

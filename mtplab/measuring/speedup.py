@@ -103,13 +103,14 @@ def live_speedup(model, method: str, prompts, *, max_new_tokens: int, k: int | N
     """Wall-clock speedup of `method` over AR of the same target, measured as the benchmark measures it
     (`timing.interleaved_race`: a warm-up pair, then `repeats` rounds of AR and the method back to back on every
     prompt). Returns the per-round ratios (AR time / method time), their median, min and max, the traces of the
-    first round, and the machine line. `baseline_model`: the model AR runs on, when it is not `model` (method 1
-    against method 2 uses the same target, so leave it None)."""
+    first round, the machine line and the race's busy-machine verdict. `baseline_model`: the model AR runs on,
+    when it is not `model` (method 1 against method 2 uses the same target, so leave it None)."""
     r = interleaved_race(method, model, prompts, max_new_tokens=max_new_tokens, k=k, repeats=repeats,
                          draft_model=draft_model, baseline_model=baseline_model)
     return {"method": method, "k": k, "repeats": repeats, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
             "ratios": r["rounds"], "median": r["speedup"], "min": r["speedup_min"], "max": r["speedup_max"],
-            "same_text": r["identical"], "traces": r["traces"], "machine": machine_line(model.wte.weight.device)}
+            "same_text": r["identical"], "traces": r["traces"], "machine": machine_line(model.wte.weight.device),
+            "valid": r["valid"], "verdict": r["verdict"]}
 
 
 def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar", device="cpu") -> dict:
@@ -138,10 +139,12 @@ def batch_sweep(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: in
 
 
 def live_text(live: dict) -> str:
-    """'1.05x live (median of 5 interleaved repeats, range 0.98-1.10)'."""
+    """'1.05x live (median of 5 interleaved repeats, range 0.98-1.10)', and the race's verdict when the machine
+    was too busy for it to be valid."""
     prompts = f"{live['prompts']} prompt{'s' if live['prompts'] != 1 else ''}"
+    busy = "" if live.get("valid", True) else f"; {live['verdict']}"
     return (f"{live['median']:.2f}x live (median of {live['repeats']} interleaved repeats over {prompts} "
-            f"x {live['max_new_tokens']} tokens, range {live['min']:.2f}-{live['max']:.2f})")
+            f"x {live['max_new_tokens']} tokens, range {live['min']:.2f}-{live['max']:.2f}{busy})")
 
 
 def agree(live: dict, row: dict | None) -> str:
