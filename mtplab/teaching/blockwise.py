@@ -300,10 +300,10 @@ def bench_rise_line() -> str:
 def loop_onset(tokens: list[int]) -> int | None:
     """Where a greedy continuation starts repeating itself, or None when it does not loop.
 
-    It loops when its second half repeats with a period of at most a quarter of its length (`quality.loop_period`,
-    window = half the continuation); the loop starts at the first token from which every token equals the one a
-    period earlier, to the end."""
-    window = len(tokens) // 2
+    It loops when its last half (at most 48 tokens, as in docs/bench/loops.json) repeats with a period of at most half
+    that window (`quality.loop_period`; the same test as `teaching.engines.looping`); the loop starts at the first
+    token from which every token equals the one a period earlier, to the end."""
+    window = min(48, len(tokens) // 2)
     if window < 4:
         return None
     p = loop_period(tokens, window=window, max_period=window // 2)
