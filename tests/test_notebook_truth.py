@@ -246,6 +246,8 @@ def test_verdict_words_say_rises_only_when_the_intervals_separate():
     assert "cannot say" in overlap and "in the benchmark D = 3 gained more time" in overlap
     apart = d1_against_d3((164, 105), (live(1.2, 1.3, 1.4), live(0.5, 0.6, 0.7)), (None, None))
     assert "live, gained less time" in apart
+    busy = d1_against_d3((164, 105), (live(1.2, 1.3, 1.4), live(0.5, 0.6, 0.7) | {"valid": False}), (None, None))
+    assert "too busy" in busy and "gained less" not in busy
 
 
 def test_loop_split_drops_the_steps_inside_a_loop():

@@ -202,17 +202,22 @@ def second_token_lines(st: dict[str, dict], band: tuple[float, float] = (0.85, 0
 
 def d1_against_d3(forwards: tuple[int, int], live: tuple[dict, dict], bench: tuple[dict | None, dict | None]) -> str:
     """D = 3 against D = 1 in words chosen from the numbers: target forwards, then time, live when the live ranges
-    separate the two, otherwise from the benchmark's repeats (and says so)."""
+    separate the two and the race found the machine quiet enough (`valid`), otherwise from the benchmark's repeats
+    (and says so)."""
     (f1, f3), (l1, l3), (b1, b3) = forwards, live, bench
     fewer = "fewer" if f3 < f1 else ("as many" if f3 == f1 else "more")
     out = f"D = 3 needed {fewer} target forwards than D = 1 ({f3} vs {f1})"
+    valid = l1.get("valid", True) and l3.get("valid", True)  # the race's busy-machine verdict
     apart = l3["min"] > l1["max"] or l3["max"] < l1["min"]
-    if apart:
+    if apart and valid:
         more = "more" if l3["median"] > l1["median"] else "less"
         return (out + f" and, live, gained {more} time ({l3['median']:.2f}x, range {l3['min']:.2f}-{l3['max']:.2f}, "
                 f"vs {l1['median']:.2f}x, range {l1['min']:.2f}-{l1['max']:.2f}).")
-    out += (f". Live, the two speedups' ranges overlap ({l3['min']:.2f}-{l3['max']:.2f} vs {l1['min']:.2f}-"
-            f"{l1['max']:.2f}), so this run cannot say which gained more time")
+    if not valid:
+        out += ". Live, the machine was too busy for the timings to be valid, so this run cannot say which gained more time"
+    else:
+        out += (f". Live, the two speedups' ranges overlap ({l3['min']:.2f}-{l3['max']:.2f} vs {l1['min']:.2f}-"
+                f"{l1['max']:.2f}), so this run cannot say which gained more time")
     if b1 is None or b3 is None:
         return out + "; the benchmark has no row for both."
     r1, r3 = b1.get("speedup_wall_reps") or [b1["speedup_wall"]], b3.get("speedup_wall_reps") or [b3["speedup_wall"]]
