@@ -5,7 +5,6 @@ Bad input ends with a one-line error that names the fix (exit status 2), never a
 from __future__ import annotations
 
 import argparse
-import errno
 import fcntl
 import json
 import math
@@ -22,6 +21,7 @@ from mtplab.bench.preflight import run_preflight
 from mtplab.device import pick
 from mtplab.decoding.drafters import METHODS
 from mtplab.decoding.generate import run_generate
+from mtplab.model.checkpoint import check_path, os_reason
 from mtplab.training.fit import fit
 
 MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
@@ -135,14 +135,32 @@ def _read_prompt(a) -> str:
     return a.prompt
 
 
-def _check_seed(seed) -> None:
-    if not -(2 ** 63) <= seed < 2 ** 64:
-        raise MtplabError(f"--seed must be an integer in [-2**63, 2**64) (got {seed}); any seed in range gives a "
+# options that name a file or folder the lab hands to safetensors (Rust opens UTF-8 paths only)
+PATH_OPTIONS = {"out": "--out", "checkpoint": "--checkpoint", "draft_checkpoint": "--draft-checkpoint",
+                "from_": "--from", "heads_from": "--heads-from", "hf": "--hf", "heads_checkpoint": "--heads-checkpoint",
+                "draft_hf": "--draft-hf", "work": "--work", "corpus": "--corpus"}
+
+
+# --seed of each command: generate takes what torch's generators take; the trainers what fit, train_heads and
+# train_own check (they refuse the same values in the API)
+SEEDS = {"generate": (-(2 ** 63), 2 ** 64, "[-2**63, 2**64)")}
+TRAIN_SEEDS = (0, 2 ** 63, "[0, 2**63)")
+
+
+def _check_args(a) -> None:
+    """What every command's options share, checked once before any command runs: a seed torch can take, and
+    paths the weights library can open."""
+    seed = getattr(a, "seed", None)
+    lo, hi, span = SEEDS.get(a.cmd, TRAIN_SEEDS)
+    if seed is not None and not lo <= seed < hi:
+        raise MtplabError(f"--seed must be an integer in {span} (got {seed}); any seed in range gives a "
                           "reproducible run")
+    for dest, flag in PATH_OPTIONS.items():
+        if isinstance(getattr(a, dest, None), str):
+            check_path(flag, getattr(a, dest))
 
 
 def _generate(a):
-    _check_seed(a.seed)
     if (a.draft_checkpoint or a.draft_hf) and a.method != "draft-model":
         raise MtplabError(f"--draft-checkpoint and --draft-hf name the draft model of --method draft-model; --method "
                           f"{a.method} does not use one: drop it or choose --method draft-model")
@@ -213,11 +231,15 @@ def _check_bench_out(out: str) -> None:
     try:
         p.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=p, prefix=".bench.probe.")  # exclusive: never through a symlink
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.write(fd, bytes(4096))  # a full disk takes an empty file, not one block
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as e:
-        why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-        raise MtplabError(f"cannot write to --out {out} ({why}); choose a writable directory for the results") from None
+        raise MtplabError(f"cannot write to --out {out} ({os_reason(e)}); choose a writable directory for the "
+                          "results") from None
 
 
 def _bench(a):
@@ -380,9 +402,15 @@ def main(argv=None) -> int:
         if getattr(args, "cmd", None) == "train" and args.k is not None:
             raise MtplabError("train takes --depths K (stern, meta) or --modules D (deepseek); "
                               "k is tokens per step, an option of generate")
+        _check_args(args)
         args.func(args)
     except MtplabError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the last resort: what no command turned into its own line (a full disk, a lost folder)
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {os_reason(e)}{where}; free space or fix the path, then run the command again (a training "
+              "run continues with --resume)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

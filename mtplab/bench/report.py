@@ -1,14 +1,16 @@
 """Where a benchmark's record goes: OUT/NAME.json (the numbers and the machine), OUT/NAME.md (the table), and the
-figure beside them.
+figure beside them. What was measured is never lost to a failed write: it goes to a folder in the temp dir
+instead, or to stdout when that fails too, and the one-line error says where.
 """
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from mtplab.errors import MtplabError
 from mtplab.device import machine, machine_line
-from mtplab.model.checkpoint import atomic_write, atomic_write_text
+from mtplab.model.checkpoint import atomic_write, atomic_write_text, os_reason
 
 
 def held_out_count(a) -> int:
@@ -22,12 +24,39 @@ def held_out_count(a) -> int:
 
 def _write(out: Path, name: str, data: dict, table: str, fig=None, *, device="cpu") -> None:
     """Each file is written atomically (a failed write leaves the old one intact), and every record names the
-    machine it was measured on: CPU model, cores and threads, last-level cache, torch."""
+    machine it was measured on: CPU model, cores and threads, last-level cache, torch. A write that fails (a full
+    disk) keeps the results elsewhere and raises one line naming where."""
     data = {**data, "machine": data.get("machine") or machine(device)}
-    atomic_write_text(Path(out) / f"{name}.json", json.dumps(data, indent=2) + "\n")
-    atomic_write_text(Path(out) / f"{name}.md", table + "\n\n" + machine_line(device) + "\n")
+    md = table + "\n\n" + machine_line(device) + "\n"
+    try:
+        _files(Path(out), name, data, md, fig)
+    except OSError as e:
+        kept = _keep(name, data, md, fig)
+        raise MtplabError(f"could not write {name}.json to {out} ({os_reason(e)}); the results measured are kept in "
+                          f"{kept}: free space and copy them to {out}") from None
+
+
+def _files(out: Path, name: str, data: dict, md: str, fig) -> None:
+    atomic_write_text(out / f"{name}.json", json.dumps(data, indent=2) + "\n")
+    atomic_write_text(out / f"{name}.md", md)
     if fig is not None:
-        atomic_write(Path(out) / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+        atomic_write(out / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+
+
+def _keep(name: str, data: dict, md: str, fig) -> str:
+    """The results, where --out could not take them: a new folder in the temp dir, else stdout."""
+    try:
+        where = Path(tempfile.mkdtemp(prefix=f"mtplab-{name}-"))
+        _files(where, name, data, md, None)
+    except OSError:
+        print(json.dumps(data))
+        return "the JSON printed above (the temp dir is not writable either)"
+    if fig is not None:
+        try:
+            _files(where, name, data, md, fig)
+        except OSError:
+            pass  # the numbers are kept; the figure is drawn again from them
+    return str(where / f"{name}.json")
 
 
 def _md(rows: list[dict], cols: list[str]) -> str:

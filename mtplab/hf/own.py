@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from mtplab.data import CORPORA, corpus_path, get_batch, load_corpus, val_windows
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import atomic_write_text, sha256
+from mtplab.model.checkpoint import atomic_write_text, os_reason, sha256
 from mtplab.training import runs
 from mtplab.model.config import ModelConfig
 from mtplab.training.config import check_memory, check_name, need_int, need_number
@@ -115,13 +115,34 @@ def evaluate(model, windows: torch.Tensor, batch_size: int = 16) -> dict:
     return {"val_bpb": nll / n / math.log(2), "val_top1": hits / n}
 
 
+def _remove(p: Path) -> None:
+    """What a cut save left at `p` (or anything planted there): a link or a file is unlinked, never followed."""
+    try:
+        if p.is_symlink() or (p.exists() and not p.is_dir()):
+            p.unlink()
+        elif p.exists():
+            shutil.rmtree(p)
+    except OSError as e:
+        raise MtplabError(f"could not remove {p} ({e.strerror or e}); remove it by hand and continue with "
+                          "--resume") from None
+
+
+def check_folder(folder: Path) -> None:
+    """OUT/NAME must be a folder (or absent): a link there would be swapped out by the first save."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise MtplabError(f"{folder} is a {'symlink' if folder.is_symlink() else 'file'}, not the model folder a run "
+                          f"writes; remove it (rm {folder}) or choose another --out or --name")
+
+
 def _write_folder(model, tokenizer, folder: Path, record: dict, dtype) -> None:
-    """The model folder, replaced whole: written beside it, then swapped in (an old folder survives a failed write)."""
+    """The model folder, replaced whole: written beside it, then swapped in (an old folder survives a failed write).
+    A kill between the two renames leaves the last save in .NAME.old; `--resume` (or `load_hf`'s message) says so."""
     tmp = folder.with_name(f".{folder.name}.writing")
     old = folder.with_name(f".{folder.name}.old")
-    for p in (tmp, old):
-        if p.exists():
-            shutil.rmtree(p)
+    check_folder(folder)
+    _remove(tmp)
+    if folder.exists():
+        _remove(old)  # with no folder, .NAME.old is the last complete save: kept until the new one is in place
     try:
         copy = LlamaForCausalLM(model.config)
         copy.load_state_dict(model.state_dict())
@@ -131,11 +152,10 @@ def _write_folder(model, tokenizer, folder: Path, record: dict, dtype) -> None:
         if folder.exists():
             os.replace(folder, old)
         os.replace(tmp, folder)
-        if old.exists():
-            shutil.rmtree(old)
-    except OSError as e:
-        raise MtplabError(f"could not write {folder} ({e.strerror or e}); the last complete save is still there: "
+    except Exception as e:  # OSError, or what safetensors and tokenizers raise from Rust for the same failures
+        raise MtplabError(f"could not write {folder} ({os_reason(e)}); the last complete save is still there: "
                           "free space or fix --out, then continue with --resume") from None
+    _remove(old)
 
 
 @dataclass
@@ -183,7 +203,7 @@ class OwnRun:
 
 
 def check_options(*, preset, corpus, steps, batch_size, seq_len, lr, warmup, save_every, eval_every, max_seconds,
-                  autocast, save_dtype, resume, overwrite, name) -> str:
+                  autocast, save_dtype, resume, overwrite, name, seed=0) -> str:
     """Every option of `train_own`, checked before anything is built; returns the run's name."""
     _need_transformers()
     if preset not in PRESETS:
@@ -197,6 +217,7 @@ def check_options(*, preset, corpus, steps, batch_size, seq_len, lr, warmup, sav
     need_int("--warmup", warmup, 0, optional=True)
     need_int("--save-every", save_every, 1)
     need_int("--eval-every", eval_every, 1, optional=True)
+    need_int("--seed", seed, 0, 2 ** 63)
     need_number("--max-seconds", max_seconds, low=0, strict=True, optional=True)
     if autocast not in ("auto", "bf16", "off"):
         raise MtplabError(f"--autocast must be auto, bf16 or off (got {autocast!r})")
@@ -240,11 +261,13 @@ def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name
     stop_after ends the run, saved, after that many steps (a killed run, in tests)."""
     name = check_options(preset=preset, corpus=corpus, steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
                          warmup=warmup, save_every=save_every, eval_every=eval_every, max_seconds=max_seconds,
-                         autocast=autocast, save_dtype=save_dtype, resume=resume, overwrite=overwrite, name=name)
+                         autocast=autocast, save_dtype=save_dtype, resume=resume, overwrite=overwrite, name=name,
+                         seed=seed)
     outp, dev = Path(out), pick(device)
     if (outp / name).exists() and not (resume or overwrite):
         raise MtplabError(f"{outp / name} already exists; continue it with --resume or replace it with --overwrite")
     runs.check_out(outp, name, resume=resume, overwrite=overwrite)
+    check_folder(outp / name)
     manifest = runs.read_manifest(outp, name) if resume else None
     if warmup is None:  # a resumed run keeps its own warm-up
         warmup = manifest["settings"]["warmup"] if manifest else max(1, min(200, steps // 20))

@@ -10,6 +10,7 @@ through the same loss here (the lab's `meta_step` runs the lab's own blocks, whi
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import time
@@ -38,15 +39,19 @@ HF_LABELS = ("self", "self-argmax")
 MAX_CORPUS = 64 << 20  # bytes of --corpus text: a tokenizer takes about 5x that in memory
 
 
-def corpus_ids(target, corpus: str, split: str = "train") -> torch.Tensor:
-    """A shipped corpus name (code, prose) or a path to a UTF-8 text file, in the model's own token ids."""
+def corpus_bytes(corpus: str, split: str = "train") -> bytes:
+    """A shipped corpus name (code, prose) or a path to a text file: its bytes, at most MAX_CORPUS."""
     path = corpus_path(corpus, split) if corpus in CORPORA else Path(corpus)
     if not path.is_file():
         raise MtplabError(f"corpus {corpus!r} is neither one of {', '.join(CORPORA)} nor a text file")
-    raw = read_bounded(path, limit=MAX_CORPUS, what="a training corpus the lab tokenizes in memory",
-                       fix=f"give at most {MAX_CORPUS >> 20} MiB of text (heads need far less: the shipped corpora are "
-                           "4-5 MB)")
-    text = raw.decode("utf-8", errors="replace")
+    return read_bounded(path, limit=MAX_CORPUS, what="a training corpus the lab tokenizes in memory",
+                        fix=f"give at most {MAX_CORPUS >> 20} MiB of text (heads need far less: the shipped corpora "
+                            "are 4-5 MB)")
+
+
+def corpus_ids(target, corpus: str, split: str = "train") -> torch.Tensor:
+    """A shipped corpus name (code, prose) or a path to a UTF-8 text file, in the model's own token ids."""
+    text = corpus_bytes(corpus, split).decode("utf-8", errors="replace")
     return torch.tensor(target.encode(text), dtype=torch.long)
 
 
@@ -238,7 +243,8 @@ def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str
         target = load_hf(hf, device=pick(device))
         opts = {k: v for k, v in {**TRAIN_DEFAULTS, **kw}.items() if k not in ("log", "steps", "max_seconds")}
         settings = {"hf": {k: v for k, v in base_record(target).items() if k not in ("path", "name")},
-                    "heads": heads, "n_depths": depths, **opts}
+                    "heads": heads, "n_depths": depths, **opts,  # --resume on the same text, as train checks
+                    "corpus_sha256": hashlib.sha256(corpus_bytes(kw.get("corpus", "code"))).hexdigest()}
         saved = manifest["settings"] if manifest else {}
         if manifest and kw.get("warmup") is None:  # the saved run's warm-up, as fit does
             kw["warmup"] = settings["warmup"] = saved.get("warmup")

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
 from mtplab.model.checkpoint import atomic_write, read_json
 from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig
 from mtplab.errors import MtplabError
@@ -222,6 +223,9 @@ def _read_config(p: Path) -> dict:
                     invalid_fix="restore the config.json saved with the model")
     if not isinstance(raw, dict):
         raise MtplabError(f"{cj} is not a JSON object; restore the config.json saved with the model")
+    if not isinstance(raw.get("model_type", ""), str):
+        raise MtplabError(f"{cj}: model_type = {raw['model_type']!r} is not a name such as 'llama'; restore the "
+                          "config.json saved with the model")
     if "auto_map" in raw:
         raise MtplabError(f"{cj} names custom code (auto_map): loading it would run Python from the model folder, "
                           "which mtplab never does; use a model whose architecture transformers ships, saved "
@@ -232,7 +236,7 @@ def _read_config(p: Path) -> dict:
 
 SIZE_KEYS = {"num_hidden_layers": (1, 1024), "n_layer": (1, 1024), "hidden_size": (2, 65536), "n_embd": (2, 65536),
              "num_attention_heads": (1, 1024), "n_head": (1, 1024), "vocab_size": (2, 4_000_000),
-             "intermediate_size": (1, 1 << 20)}
+             "intermediate_size": (1, 1 << 20), "max_position_embeddings": (1, 1 << 24), "n_positions": (1, 1 << 24)}
 
 
 def _check_sizes(raw: dict, cj: Path) -> None:
@@ -248,6 +252,10 @@ def _check_sizes(raw: dict, cj: Path) -> None:
     C = raw.get("hidden_size", raw.get("n_embd"))
     H = raw.get("num_attention_heads", raw.get("n_head"))
     V = raw.get("vocab_size")
+    pad = raw.get("pad_token_id")
+    if V and pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < V):
+        raise MtplabError(f"{cj}: pad_token_id = {pad!r} is not a token id of its {V}-token vocabulary; restore the "
+                          "config.json saved with the model")
     if C and H and C % H:
         raise MtplabError(f"{cj}: hidden size {C} is not a multiple of {H} attention heads; restore the config.json "
                           "saved with the model")
@@ -289,6 +297,9 @@ def _from_pretrained(p: Path, path, dtype):
         raise MtplabError(f"{path} is not a causal language model ({str(e).splitlines()[0][:160]})") from None
     except OSError as e:
         raise MtplabError(f"cannot load the weights in {path}: {str(e).splitlines()[0][:200]}") from None
+    except SafetensorError as e:
+        raise MtplabError(f"the weights in {path} are corrupt or truncated ({str(e).splitlines()[0][:120]}); restore "
+                          "model.safetensors from where the model came from") from None
     except RuntimeError as e:  # sizes in config.json that differ from the weights (ignore_mismatched_sizes)
         if "mismatch" in str(e) or "size" in str(e):
             raise MtplabError(f"the weights in {path} do not match its config.json (the sizes differ); restore the "
@@ -310,14 +321,21 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     path = resolve_model(path)
     p = Path(path)
     if not p.is_dir() or not (p / "config.json").exists():
+        old = p.with_name(f".{p.name}.old")
+        if not p.exists() and (old / "config.json").is_file():  # a train-hf-model save cut between its two renames
+            raise MtplabError(f"{path} is missing: a save of train-hf-model was cut between its two renames and "
+                              f"{old} holds the last complete save; continue the run with the same command plus "
+                              f"--resume (its next save puts the folder back), or rename {old} to {p}")
         raise MtplabError(f"{path} is not a Hugging Face model directory (no config.json); give the folder "
                           "that holds config.json, the weights and the tokenizer (save_pretrained writes one)")
     _read_config(p)
     try:
-        hc = AutoConfig.from_pretrained(p, local_files_only=True, trust_remote_code=False)
+        with quiet_transformers():
+            hc = AutoConfig.from_pretrained(p, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # any config transformers cannot read is one line
         raise MtplabError(f"cannot read {p / 'config.json'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    arch = list(getattr(hc, "architectures", None) or [])
+    arch = getattr(hc, "architectures", None) or []
+    arch = [arch] if isinstance(arch, str) else [str(a) for a in arch]
     if arch and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch):
         raise MtplabError(f"{path} holds a {', '.join(arch)}, which has no causal LM head; save the model with its "
                           "head (e.g. AutoModelForCausalLM ... save_pretrained) and point --hf at that")

@@ -14,15 +14,16 @@ anything in the current directory; give a path ('./ntp', 'runs/x/ntp') to load a
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
 import stat
 import tempfile
 from pathlib import Path
 import torch
 from safetensors import SafetensorError
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from mtplab.model.config import MAX_BLOCK, MAX_DEPTHS, ModelConfig
 from mtplab import paths
@@ -77,6 +78,28 @@ def atomic_write_text(path: Path, text: str) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
     atomic_write(path, w)
+
+
+def os_reason(e: BaseException) -> str:
+    """Why a read or write failed, in words; a full disk says so (ENOSPC, EDQUOT, or safetensors' 'os error 28')."""
+    text = str(e)
+    if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "os error 28" in text or "No space left" in text:
+        return "the disk is full"
+    return getattr(e, "strerror", None) or (text.splitlines()[0][:160] if text else type(e).__name__)
+
+
+def check_path(flag: str, path) -> None:
+    """A path the lab will hand to safetensors (Rust), which opens UTF-8 paths only: a folder name with other bytes
+    would train and save, then fail to load ('corrupt'). Refused before anything is written."""
+    raw = os.fspath(path)
+    if isinstance(raw, bytes):
+        raw = os.fsdecode(raw)
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = os.fsencode(raw[e.start:e.end])
+        raise MtplabError(f"{flag} {ascii(raw)} is not valid UTF-8 (byte {bad.hex()}), and the weights files cannot be "
+                          "opened under such a path; choose a name of UTF-8 characters") from None
 
 
 def sha256(path: Path) -> str:
@@ -143,8 +166,7 @@ def save(model: GPT, path, *, meta: dict | None = None, base: str | Path | None 
     try:
         return write_files(model, path, meta=meta, base=base, dtype=dtype)
     except OSError as e:
-        why = "the disk is full" if e.errno == 28 else (e.strerror or str(e))
-        raise MtplabError(f"cannot write the checkpoint {path} ({why}); choose a writable directory") from None
+        raise MtplabError(f"cannot write the checkpoint {path} ({os_reason(e)}); choose a writable directory") from None
 
 
 def write_files(model: GPT, path, *, meta: dict | None = None, base: str | Path | None = None, dtype=None) -> Path:
@@ -217,6 +239,8 @@ def read_json(path: Path, *, limit: int, what: str, fix: str, invalid_fix: str |
     failure is one line that names the file and the fix. Returns whatever the JSON holds."""
     try:
         return json.loads(read_bounded(path, limit=limit, what=what, fix=fix).decode("utf-8"))
+    except MtplabError:  # read_bounded's own line (a device, a pipe, too large): not "invalid JSON"
+        raise
     except (ValueError, UnicodeDecodeError) as e:
         raise MtplabError(f"{path} is not valid JSON ({str(e)[:120]}); {invalid_fix or fix}") from None
     except RecursionError:
@@ -248,20 +272,30 @@ def _header(path: Path, *, with_meta: bool = False):
     """name -> shape from the safetensors header, read without loading (or trusting) the tensors; with_meta:
     also the header's metadata. Tensors that are not F32, F16 or BF16 are refused (weights are floats)."""
     try:
+        # read here, not through safe_open, which maps the whole file: a header naming a 40 GB tensor in a sparse
+        # file must be refused from its few bytes of JSON, not mapped (MemoryError under a memory limit)
         with open(path, "rb") as f:  # the header's length first: a crafted length must not be read into memory
+            size = os.fstat(f.fileno()).st_size
             n = int.from_bytes(f.read(8), "little")
-        if not 0 < n <= min(MAX_HEADER, path.stat().st_size - 8):
-            raise ValueError(f"header length {n}")
-        with safe_open(str(path), framework="pt") as f:  # safetensors parses and validates the header itself
-            shapes, dtypes = {}, {}
-            for k in f.keys():
-                sl = f.get_slice(k)
-                shapes[k], dtypes[k] = tuple(sl.get_shape()), str(sl.get_dtype())
-            meta = f.metadata() or {}
+            if not 0 < n <= min(MAX_HEADER, size - 8):
+                raise ValueError(f"header length {n}")
+            head = json.loads(f.read(n))
+        meta = head.pop("__metadata__", None) or {}
+        shapes, dtypes, spans = {}, {}, []
+        for k, v in head.items():
+            shapes[k], dtypes[k] = tuple(int(d) for d in v["shape"]), str(v["dtype"])
+            begin, end = (int(o) for o in v["data_offsets"])
+            width = {"F32": 4, "F16": 2, "BF16": 2}.get(dtypes[k])
+            if min(shapes[k], default=0) < 0 or width is not None and end - begin != width * math.prod(shapes[k]):
+                raise ValueError(f"tensor {k} does not fill its bytes")
+            spans.append((begin, end))
+        if [b for b, _ in sorted(spans)] != [0] + [e for _, e in sorted(spans)][:-1] \
+                or max((e for _, e in spans), default=0) != size - 8 - n or not isinstance(meta, dict):
+            raise ValueError("the tensors do not cover the file (truncated, or bytes beyond what the header declares)")
     except RecursionError:
         raise MtplabError(f"{path} is corrupt (its header is nested too deeply); restore it from git or retrain") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError, SafetensorError) as e:
-        raise MtplabError(f"{path} is corrupt or truncated ({e}); restore it from git or retrain") from None
+        raise MtplabError(f"{path} is corrupt or truncated ({str(e)[:160]}); restore it from git or retrain") from None
     odd = sorted(k for k, d in dtypes.items() if d not in WEIGHT_DTYPES)
     if odd:
         raise MtplabError(f"{path} holds {dtypes[odd[0]]} tensors ({odd[0]}{', ...' if len(odd) > 1 else ''}); weights "
@@ -347,6 +381,10 @@ def _check_recorded(cfg: ModelConfig | None, meta: dict, info: dict, path: Path)
                               f"({'; '.join(diff)}). Restore the config saved with them or retrain.")
     want = info.get("weights_sha256")
     if want is not None and (not isinstance(want, str) or sha256(path) != want):
+        if path.with_name(f"{_stem(path)}.state.json").is_file():  # a training run's save cut between its files
+            raise MtplabError(f"{path.name} is not the file {path.with_suffix('.json').name} was saved with: a save of "
+                              f"the run in {path.parent} was cut between its files; continue the run with the same "
+                              "command plus --resume (it rewrites both), or retrain")
         raise MtplabError(f"{path.name} is not the file {path.with_suffix('.json').name} was saved with (its sha256 "
                           "differs: changed, relabelled or truncated); restore both files from the same save or retrain")
 
@@ -359,8 +397,11 @@ def _find_base(path: Path, base) -> Path:
     if not ok or Path(name).name != name or not name.endswith(".safetensors") or name.startswith(".") or "\0" in name:
         raise MtplabError(f"{path.with_suffix('.json')}: base must name a .safetensors file (no directories, "
                           "no '..'); retrain the heads or restore the file")
-    dirs = [path.parent] + ([Path(base["dir"])] if isinstance(base.get("dir"), str) else []) + [CHECKPOINT_DIR]
-    seen = [d / name for d in dirs if (d / name).is_file()]
+    trained = [Path(base["dir"])] if isinstance(base.get("dir"), str) and "\0" not in base["dir"] else []
+    dirs = [path.parent] + trained + [CHECKPOINT_DIR]
+    # the recorded directory is only a hint from a JSON file: a file there is hashed (and named in a message)
+    # only when it is an mtplab checkpoint, NAME.json beside a weights file whose header parses
+    seen = [d / name for d in dirs if (d / name).is_file() and (d not in trained or _is_checkpoint(d / name))]
     for cand in seen:
         if sha256(cand) == base["sha256"]:
             return cand
@@ -369,6 +410,14 @@ def _find_base(path: Path, base) -> Path:
                           f"{', '.join(str(c) for c in seen)}); retrain the heads on the current base or restore the old base")
     raise MtplabError(f"{path.name} holds only heads; its base {name} is in none of "
                       f"{', '.join(str(d) for d in dirs)}; put it beside the heads")
+
+
+def _is_checkpoint(path: Path) -> bool:
+    try:
+        _header(path)
+        return isinstance(_info_at(path).get("config"), dict)
+    except MtplabError:
+        return False
 
 
 def _device(device) -> torch.device:
@@ -394,14 +443,23 @@ def load(name_or_path, *, device="cpu", dtype=torch.float32, config: ModelConfig
     own, meta = _header(path, with_meta=True)
     shapes = {**(_header(bpath) if bpath else {}), **own}
     _check_header(cfg, shapes, path)
+    _check_tensors(cfg, shapes, path)  # from the header: no byte is hashed or read beyond what the config needs
     _check_recorded(cfg if config is None else None, meta, info, path)
     state = {}
     if bpath is not None:
         state.update(_read_tensors(bpath))
     state.update(_read_tensors(path))
     model = GPT(cfg)
-    expected = {n: t.shape for n, t in model.state_dict().items() if n != "lm_head.weight"}
-    got = {n: t.shape for n, t in state.items()}
+    model.load_state_dict({n: t.float() for n, t in state.items()}, strict=False)
+    model.lm_head.weight = model.wte.weight
+    return model.to(device=dev, dtype=dtype).eval()
+
+
+def _check_tensors(cfg: ModelConfig, shapes: dict, path: Path) -> None:
+    """Every tensor the config builds, and nothing else, with its shape: checked on the header's shapes."""
+    with torch.device("meta"):
+        expected = {n: t.shape for n, t in GPT(cfg).state_dict().items() if n != "lm_head.weight"}
+    got = shapes
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
     wrong = sorted(n for n in set(expected) & set(got) if tuple(expected[n]) != tuple(got[n]))
@@ -415,6 +473,3 @@ def load(name_or_path, *, device="cpu", dtype=torch.float32, config: ModelConfig
             parts.append("wrong shape " + ", ".join(f"{n} {tuple(got[n])} vs {tuple(expected[n])}" for n in wrong[:3]))
         raise MtplabError(f"config does not match the weights in {path.name}: " + "; ".join(parts) +
                           ". Load it with the config saved beside it (omit config=) or retrain.")
-    model.load_state_dict({n: t.float() for n, t in state.items()}, strict=False)
-    model.lm_head.weight = model.wte.weight
-    return model.to(device=dev, dtype=dtype).eval()

@@ -52,17 +52,22 @@ def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
     if shipped is not None and not may_write_shipped():
         raise MtplabError(f"--out {out} is inside {shipped}, which the lab ships; train into another --out and copy "
                           "the files (or set MTPLAB_WRITE_SHIPPED=1 to write there on purpose)")
+    ckpt.check_path("--out", out)
     if out.exists() and not out.is_dir():
         raise MtplabError(f"--out {out} is a file, not a directory; choose a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        # created exclusively under a random name (O_EXCL: never through a symlink someone planted there)
+        # created exclusively under a random name (O_EXCL: never through a symlink someone planted there), and
+        # written: a full disk takes an empty file but not one block
         fd, probe = tempfile.mkstemp(dir=out, prefix=f".{name}.probe.")
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.write(fd, bytes(4096))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as e:
-        why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
-        raise MtplabError(f"cannot write to --out {out} ({why}); choose a writable directory") from None
+        raise MtplabError(f"cannot write to --out {out} ({ckpt.os_reason(e)}); choose a writable directory") from None
     p = paths(out, name)
     held = [p[k].name for k in ("weights", "manifest") if p[k].exists()]
     if held and not (resume or overwrite):
@@ -73,7 +78,11 @@ def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
 @contextmanager
 def lock(out: Path, name: str):
     """Hold OUT/.NAME.lock for the run's lifetime (released by the OS if the process dies). The lock file is
-    opened with O_NOFOLLOW and must be a regular file: a symlink planted there is refused, never written through."""
+    opened with O_NOFOLLOW and must be a regular file: a symlink planted there is refused, never written through.
+    It is written unbuffered (nothing is left to flush, and fail again, when it closes).
+
+    The lock is also where a run's OSError ends (a full disk, a folder removed under it): one line that names the
+    fix. Every file of a run is written atomically, so its last complete save stays intact."""
     path = paths(out, name)["lock"]
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -81,30 +90,31 @@ def lock(out: Path, name: str):
         if e.errno == errno.ELOOP:
             raise MtplabError(f"{path} is a symlink; a run never writes through one: remove it (rm {path}) "
                               "and start again") from None
-        why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
-        raise MtplabError(f"cannot create the lock file {path} ({why}); choose a writable --out") from None
-    f = os.fdopen(fd, "r+")
+        raise MtplabError(f"cannot create the lock file {path} ({ckpt.os_reason(e)}); choose a writable --out") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise MtplabError(f"{path} is not a regular file; remove it and start again")
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            f.seek(0)
-            who = f.read(64).strip() or "another process"
+            who = os.pread(fd, 64, 0).decode("utf-8", "replace").strip() or "another process"
             raise MtplabError(f"run {name!r} in {out} is locked by {who}; wait for it to finish or choose "
                               "another --out or --name") from None
         try:
-            f.seek(0)
-            f.truncate()
-            f.write(f"pid {os.getpid()}")
-            f.flush()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
         except OSError as e:
-            why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
-            raise MtplabError(f"cannot write the lock file {path} ({why}); free space or choose another --out") from None
-        yield
+            raise MtplabError(f"cannot write the lock file {path} ({ckpt.os_reason(e)}); free space or choose "
+                              "another --out") from None
+        try:
+            yield
+        except OSError as e:
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            raise MtplabError(f"the run in {out} stopped: {ckpt.os_reason(e)}{where}; its last complete save is "
+                              "intact: free space or fix --out, then continue with the same command plus "
+                              "--resume") from None
     finally:
-        f.close()
+        os.close(fd)
 
 
 def remove_orphans(out: Path, name: str) -> list[Path]:
@@ -185,12 +195,8 @@ def save(out: Path, name: str, *, model, opt, gen, step: int, history: list, set
         ckpt.atomic_write_text(p["manifest"], json.dumps(manifest) + "\n")
         _promote(p["next"], p["state"])
     except (OSError, SafetensorError) as e:
-        text = str(e)
-        full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or "os error 28" in text \
-            or "No space left" in text
-        why = "the disk is full" if full else (getattr(e, "strerror", None) or text)
-        raise MtplabError(f"could not save step {step} to {out} ({why}); the last complete save is still there: "
-                          "free space or fix --out, then continue with --resume") from None
+        raise MtplabError(f"could not save step {step} to {out} ({ckpt.os_reason(e)}); the last complete save is "
+                          "still there: free space or fix --out, then continue with --resume") from None
 
 
 def _promote(src: Path, dst: Path) -> None:
