@@ -13,6 +13,7 @@ Delete build/wheelhouse to refill it, e.g. after pyproject.toml changes (its has
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +40,9 @@ def _run(cmd, *, cwd=None, timeout=900, env=None) -> subprocess.CompletedProcess
 
 
 def _key() -> str:
-    """What the cache was filled for: the project's requirements and the pinned packages."""
-    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + f"{TORCH} {REAL} {sys.version_info[:2]}".encode()).hexdigest()
+    """What the cache was filled for: the project's requirements, the pinned packages and how this file fills it."""
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + Path(__file__).read_bytes()
+                          + f"{TORCH} {REAL} {sys.version_info[:2]}".encode()).hexdigest()
 
 
 def wheelhouse() -> Path:
@@ -49,11 +51,13 @@ def wheelhouse() -> Path:
     stamp = WHEELHOUSE / ".filled"
     if stamp.is_file() and stamp.read_text() == _key():
         return WHEELHOUSE
-    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(WHEELHOUSE, ignore_errors=True)  # filled for other requirements: start over
+    WHEELHOUSE.mkdir(parents=True)
     pip = [sys.executable, "-m", "pip"]
     try:
         _run([*pip, "download", "-q", "-d", WHEELHOUSE, TORCH, "setuptools>=61", "wheel"])
-        _run([*pip, "wheel", "-q", "-w", WHEELHOUSE, EXTRAS])
+        # torch pinned in the same resolve: otherwise `torch>=2.4` may fetch a CUDA build and its GBs of libraries
+        _run([*pip, "wheel", "-q", "-w", WHEELHOUSE, TORCH, EXTRAS])
         _run([*pip, "download", "-q", "--no-deps", "-d", WHEELHOUSE, REAL])
     except AssertionError as e:
         pytest.skip(f"could not fill the wheel cache through pip here: {str(e)[:300]}")
