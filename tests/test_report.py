@@ -204,7 +204,7 @@ def test_key_figure_prefers_a_tagged_cell():
 
 @pytest.fixture(scope="module")
 def offline_models():
-    from mtplab.teaching.acceptance_lab.state import ModelCache
+    from mtplab.teaching.acceptance_lab.session import ModelCache
     return ModelCache(models={("stern-k4", "cpu"): random_model("stern", 4, seed=4, noise=2.0),
                               ("ntp", "cpu"): random_model(seed=0), ("draft", "cpu"): random_model(seed=5)})
 
