@@ -1,6 +1,7 @@
 """WHAT IT COSTS AND HOW OFTEN DRAFTS SURVIVE: numbers read from decodes and forwards, no pictures.
 
 * `race`: the lab's one race of contenders (interleaved rounds, synced clock) and its busy-machine guard
+* `record`: the one reader of benchmark records: rows found by method and checkpoint, and their machine line
 * `theory`: forward counts, expected tokens per step and its inverse, the predicted speedup
 * `acceptance`: the acceptance conventions, converted into each other, with Wilson intervals
 * `teacher_forced`: acceptance without decoding; two models' agreement position by position
