@@ -93,8 +93,12 @@ def machine(device: torch.device | str = "cpu") -> dict:
     return info
 
 
+def machine_words(m: dict, device=None) -> str:
+    """The one wording of a machine dict (`machine()`'s, or a record's), for the line under a timing."""
+    return (f"measured on {m.get('cpu', '?')}, {m.get('threads', '?')} of {m.get('cores', '?')} cores, last-level "
+            f"cache {m.get('llc', 'unknown')}, torch {m.get('torch', '?')}, device {m.get('device', device or '?')}")
+
+
 def machine_line(device: torch.device | str = "cpu") -> str:
-    """One line naming the machine, for the line under a timing."""
-    m = machine(device)
-    return (f"measured on {m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, "
-            f"torch {m['torch']}, device {m['device']}")
+    """One line naming this machine, for the line under a live timing."""
+    return machine_words(machine(device))

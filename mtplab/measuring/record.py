@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtplab import paths
+from mtplab.device import machine_words
 from mtplab.decoding.drafters import PAIRS
 from mtplab.errors import MtplabError
 from mtplab.model.checkpoint import read_json
@@ -49,8 +50,7 @@ def machine_text(m, *, device=None, threads=None) -> str:
     """The line naming the machine a record was measured on, in the words `device.machine_line` uses live.
     `m`: the record's machine dict (or an older record's string); without one, its device and threads."""
     if isinstance(m, dict) and m.get("cpu"):
-        return (f"measured on {m['cpu']}, {m.get('threads', '?')} of {m.get('cores', '?')} cores, last-level cache "
-                f"{m.get('llc', 'unknown')}, torch {m.get('torch', '?')}, device {m.get('device', device or '?')}")
+        return machine_words(m, device)
     if isinstance(m, str) and m:
         return f"measured on {m}"
     n = threads if threads is not None else "?"
