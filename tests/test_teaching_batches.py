@@ -87,3 +87,13 @@ def test_batch_checker_names_the_case_not_the_answer(fn, words):
     assert not verdict and words in verdict.why
     for tpf, c in batches.BATCH_CASES:
         assert f"{tpf / c:.3f}" not in verdict.why and f"{tpf / c:.2f}" not in verdict.why
+
+
+def test_a_busy_race_says_so():
+    rows = [_row(1, 0.9, 0.8, 1.0), dict(_row(8, 0.7, 0.6, 0.8), valid=False)]
+    assert any("not valid here" in line and "B = 8" in line for line in batches.batch_lines(rows, {}, "m"))
+    assert not any("not valid" in line for line in batches.batch_lines(rows[:1], {}, "m"))
+    t = {"chain": {"median": 1.0, "min": 0.9, "max": 1.1, "repeats": 5, "valid": True},
+         "tree": {"median": 1.2, "min": 0.5, "max": 1.9, "repeats": 5, "valid": False, "verdict": "not valid here: x"}}
+    assert batches.tree_lines({"chain": 1.1, "tree": 1.6}, {"chain": 4, "tree": 16}, t, widths=(3, 2, 1), prompts=1,
+                              tokens=24)[-1] == "not valid here: x"

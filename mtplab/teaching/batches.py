@@ -73,6 +73,10 @@ def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, ship
     loses = [r["batch_size"] for r in spec if r["speedup_max"] < 1]
     lines.append(f"{method}: batch sizes that paid in every round: {', '.join(map(str, pays)) or 'none'}; that lost "
                  f"in every round: {', '.join(map(str, loses)) or 'none'}")
+    busy = [r["batch_size"] for r in spec if r.get("valid", True) is False]
+    if busy:
+        lines.append(f"not valid here: the machine was busy while B = {', '.join(map(str, busy))} ran (the race's "
+                     "guard); close other work and rerun, or read the shipped batch-quick.json")
     if len(spec) > 1:
         first, last = spec[0], spec[-1]
         moved = trend(first["speedup_vs_ar"], last["speedup_vs_ar"])
@@ -102,6 +106,9 @@ def tree_lines(summary: dict[str, float], width: dict[str, int], timed: dict, *,
     lines.append(f"the tree commits {summary['tree'] / summary['chain']:.2f}x the chain's tokens per forward and ran "
                  f"{pace} the chain ({prompts} held-out prompt{'s' * (prompts != 1)} x {tokens} tokens, not the drawn step's "
                  "prompt)")
+    verdict = next((timed[n].get("verdict") for n in ("chain", "tree") if timed[n].get("valid", True) is False), None)
+    if verdict:
+        lines.append(verdict)
     return lines
 
 
