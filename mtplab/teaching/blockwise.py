@@ -11,7 +11,8 @@ import math
 from mtplab.measuring import theory
 from mtplab.measuring import teacher_forced as tf
 from mtplab.measuring.acceptance import wilson
-from mtplab.measuring.speedup import bench_source, read_decode_bench
+from mtplab.measuring.record import Record
+from mtplab.measuring.speedup import bench_source
 from mtplab.decoding.accept import accept
 from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.decoding.drafters import OracleDrafter
@@ -284,14 +285,14 @@ def correlation_figure(study: dict):
 
 
 def bench_rise_line() -> str:
-    """Whether the shipped decode benchmark shows the same rise: its conditional rates by position, per method."""
+    """Whether the shipped decode benchmark shows the same rise: its conditional rates by position, per pair."""
     try:
-        rows = read_decode_bench()["rows"]
+        rows = Record.load("decode").rows
     except MtplabError as e:
         return str(e)
     rows = [r for r in rows if len(r.get("conditional_acceptance", [])) >= 2 and not r["method"].startswith("oracle")]
-    rise = [r["method"] for r in rows if r["conditional_acceptance"][-1] > r["conditional_acceptance"][0]]
-    table = "; ".join(f"{r['method']} " + "/".join(f"{c:.2f}" for c in r["conditional_acceptance"]) for r in rows)
+    rise = [r["label"] for r in rows if r["conditional_acceptance"][-1] > r["conditional_acceptance"][0]]
+    table = "; ".join(f"{r['label']} " + "/".join(f"{c:.2f}" for c in r["conditional_acceptance"]) for r in rows)
     return (f"The benchmark ({bench_source()}): conditional acceptance ends higher than it starts for {len(rise)} of "
             f"{len(rows)} trained drafters: {table}.")
 

@@ -44,7 +44,7 @@ def check_speedup(fn) -> Check:
                         f"costs t(q)/t(1) = {curve[q]} forwards of one token, not 1.")
             elif math.isclose(g, tps * curve[q], rel_tol=1e-6):
                 hint = " You multiplied by the cost of the step; divide: tokens per unit of time."
-            return Check(name, False, f"fn({tps}, {curve}, q={q}) gave {g:.4g}, expected {want:.4g}.{hint}")
+            return Check(name, False, f"wrong on a case like fn({tps}, {curve}, q={q}), which gave {g:.4g}.{hint}")
     return Check(name, True, "tokens per step divided by the step's cost in units of t(1), as "
                              "theory.predicted_speedup computes it")
 
@@ -59,14 +59,14 @@ def check_latency_cut(fn) -> Check:
         g = _number(got)
         want = 1 - 1 / s
         if g is None:
-            return Check(name, False, f"fn({s}) returned {got!r}; return a fraction such as 0.75")
+            return Check(name, False, f"fn({s}) returned {got!r}; return a fraction between 0 and 1")
         if not math.isclose(g, want, abs_tol=1e-9):
             hint = ""
             if math.isclose(g, s - 1, abs_tol=1e-9):
                 hint = " That is 'how much faster' (s - 1), not how much of the time is gone."
             elif math.isclose(g, 1 / s, abs_tol=1e-9):
                 hint = " That is the latency that remains, not the part removed."
-            return Check(name, False, f"fn({s}) gave {g:.4g}, expected {want:.4g}.{hint}")
+            return Check(name, False, f"wrong on a case like fn({s}), which gave {g:.4g}.{hint}")
     k4 = theory.sources_claim_latency_cut(4)
     return Check(name, True, f"a speedup s removes 1 - 1/s of the latency; the sources' 4x gives {k4:.0%}")
 

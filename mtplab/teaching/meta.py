@@ -62,7 +62,7 @@ def check_shift(fn) -> Check:
             if math.isclose(gv, copy, rel_tol=1e-4):
                 hint = (" You scored head k against x[i+k]: the inputs themselves. Head 0 would learn to copy "
                         "the token it reads; targets must be the next-token shift x[i+1+k].")
-            return Check(name, False, f"for B={B}, T={T}, K={K}, V={V} you gave {gv:.5f}, expected {want:.5f}.{hint}")
+            return Check(name, False, f"wrong on a case like B={B}, T={T}, K={K}, V={V}, where you gave {gv:.5f}.{hint}")
     return Check(name, True, "head k at position i is scored against x[i+k+1], and the last k positions, whose "
                              "target lies past the window, are dropped")
 
@@ -85,7 +85,7 @@ def check_expected_tokens(fn) -> Check:
                         "so it adds alpha^(i+1).")
             elif gv is not None and math.isclose(gv, want - 1, rel_tol=1e-6, abs_tol=1e-9):
                 hint = " Add the token the target itself contributes every step (bonus or correction)."
-            return Check(name, False, f"fn(alpha={alpha}, n_drafts={n}) gave {got!r}, expected {want:.4f}.{hint}")
+            return Check(name, False, f"wrong on a case like fn(alpha={alpha}, n_drafts={n}), which gave {got!r}.{hint}")
     return Check(name, True, "1 + alpha + ... + alpha^n = (1 - alpha^(n+1)) / (1 - alpha), "
                              "theory.expected_tokens_per_step")
 

@@ -141,6 +141,6 @@ def check_loop_ratios(fn) -> Check:
         return Check(name, False, f"return a dict keyed by the mtplab rows {sorted(want)} (got {str(got)[:120]})")
     bad = [n for n in want if not isinstance(got[n], (int, float)) or abs(got[n] - want[n]) > 1e-9]
     if bad:
-        return Check(name, False, f"{bad[0]}: expected {want[bad[0]]} on the made-up record, got {got[bad[0]]}; divide "
+        return Check(name, False, f"wrong on a case like the made-up record's {bad[0]} row (you gave {got[bad[0]]}); divide "
                             "mtplab's speedup over HF greedy by HF's own row's speedup on the same drafts")
     return Check(name, True, "both rows are timed against the same HF greedy rounds, so their ratio is the loop's")
