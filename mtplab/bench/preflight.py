@@ -20,14 +20,15 @@ import torch
 
 from mtplab import paths
 from mtplab.decoding.drafters import METHODS
-from mtplab.device import machine, pick
+from mtplab.device import machine, machine_words, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, gguf_path
 from mtplab.measuring import theory
 from mtplab.measuring.race import LoadMeter, busy_reason
+from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint
-from mtplab.model.checkpoint import atomic_write_text, read_json
+from mtplab.model.checkpoint import atomic_write_text
 
 NEEDS = {"notebooks": ("matplotlib", "ipywidgets", "jupyterlab", "papermill"), "hf": ("transformers", "gguf")}
 
@@ -73,18 +74,17 @@ def _predict(rows: list[dict], curve: dict) -> list[dict]:
 def _classroom_rows() -> list[dict]:
     if not paths.DECODE_JSON.is_file():
         return []
-    d = read_json(paths.DECODE_JSON, limit=16 << 20, what="the decode record", fix="restore it from git")
-    return [{"row": r["method"], "method": r["method"].split(" ")[0], "k": r["k"], "tps": r.get("tokens_per_step"),
+    rows = Record.load(paths.DECODE_JSON).rows
+    return [{"row": r["label"], "method": r["method"], "k": r["k"], "tps": r.get("tokens_per_step"),
              "draft_t1": r.get("drafter_cost_t1", 0),
-             "measured": r.get("speedup_wall")} for r in d.get("rows", []) if not r["method"].startswith("oracle")]
+             "measured": r.get("speedup_wall")} for r in rows if not r["method"].startswith("oracle")]
 
 
 def _real_rows() -> list[dict]:
     p = paths.BENCH_DIR / "real.json"
     if not p.is_file():
         return []
-    d = read_json(p, limit=16 << 20, what="the bench real record", fix="restore it from git")
-    st = d["threads"]["1"]
+    st = Record.load(p)["threads"]["1"]
     t1 = st["ar_ms_per_token"]
     out = []
     for r in st["rows"]:
@@ -126,7 +126,7 @@ def run_preflight(*, out: str | None = None, quick: bool = False, device: str = 
 
 def report(rec: dict) -> str:
     m = rec["machine"]
-    lines = [f"machine: {m['cpu']}, {m['threads']} of {m['cores']} cores, last-level cache {m['llc']}, torch {m['torch']}"]
+    lines = [machine_words(m)]
     lines += [f"install {k}: {v}" for k, v in rec["install"].items()]
     for name in ("classroom", "smollm2"):
         if name in rec:

@@ -20,7 +20,7 @@ from mtplab.errors import MtplabError
 from mtplab.hf.distill import heldout_prompts
 from mtplab.hf.real import chat_ids
 from mtplab.measuring import timing
-from mtplab.model.checkpoint import read_json
+from mtplab.measuring.record import Record
 
 REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
 _LOADED: dict = {}
@@ -123,7 +123,7 @@ def record(path=REAL_JSON) -> dict | None:
     """The shipped `bench real` record, or None when it is not there."""
     if not path.is_file():
         return None
-    return read_json(path, limit=16 << 20, what="the bench real record", fix="restore docs/bench/real.json from git")
+    return Record.load(path).data
 
 
 def record_rows(rec: dict, threads: str = "1") -> list[dict]:
