@@ -232,8 +232,8 @@ def regime_map(by_size: list[dict], by_depth: list[dict] | None = None, *, q: in
     ax.legend(fontsize=7, loc="upper right")
     if by_depth:
         ax = axes[0][1]
-        for method in dict.fromkeys(r["method"] for r in by_depth):
-            rows = [r for r in by_depth if r["method"] == method]
+        for method in dict.fromkeys(r.get("label", r["method"]) for r in by_depth):
+            rows = [r for r in by_depth if r.get("label", r["method"]) == method]
             d = [r["n_layer"] for r in rows]
             s = [r["speedup"] for r in rows]
             err = [[v - r["speedup_min"] for v, r in zip(s, rows)], [r["speedup_max"] - v for v, r in zip(s, rows)]]
