@@ -252,7 +252,8 @@ def test_verdict_words_say_rises_only_when_the_intervals_separate():
 
 def test_loop_split_drops_the_steps_inside_a_loop():
     from mtplab.decoding.trace import Step, Trace
-    from mtplab.teaching.blockwise import loop_line, loop_onset, loop_split
+    from mtplab.measuring.quality import loop_onset
+    from mtplab.teaching.blockwise import loop_line, loop_split
 
     assert loop_onset([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]) is None
     assert loop_onset([9, 8, 7, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2]) == 5  # from the second "1, 2" on, each token repeats

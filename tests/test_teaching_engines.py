@@ -4,6 +4,7 @@ import pytest
 
 from mtplab.decoding.trace import Step, Trace, pooled
 from mtplab.errors import MtplabError
+from mtplab.measuring import quality
 from mtplab.measuring.record import Record
 from mtplab.teaching import engines
 from mtplab.teaching.find_the_bug import ALPHA
@@ -40,7 +41,7 @@ def test_looping_continuations_are_counted():
     assert engines.looping([loop, fresh])[:2] == (1, 2)
     text = engines.acceptance_text([loop, fresh])
     assert "1 of 2 continuations looping" in text and "n = 2 drafting steps over 2 prompts" in text
-    assert engines.loop_window(128) == (48, 24) and engines.loop_window(32) == (16, 8)
+    assert quality.loop_window(128) == (48, 24) and quality.loop_window(32) == (16, 8)
 
 
 def test_typical_acceptance_is_caught_and_the_exact_rule_is_not():

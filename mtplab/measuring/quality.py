@@ -25,6 +25,28 @@ def loop_period(tokens: list[int], *, window: int = 48, max_period: int = 24) ->
     return None
 
 
+def loop_window(n_tokens: int) -> tuple[int, int]:
+    """(window, max_period) of the lab's loop test for a continuation of `n_tokens` new tokens: its last half, at
+    most 48 tokens (as in docs/bench/loops.json), repeating with a period of at most half that window."""
+    window = min(48, n_tokens // 2)
+    return window, max(1, window // 2)
+
+
+def loop_onset(tokens: list[int]) -> int | None:
+    """Where a greedy continuation starts repeating itself, or None when it does not loop (`loop_window`'s test).
+    The loop starts at the first token from which every token equals the one a period earlier, to the end."""
+    window, max_period = loop_window(len(tokens))
+    if window < 4:
+        return None
+    p = loop_period(tokens, window=window, max_period=max_period)
+    if p is None:
+        return None
+    t = len(tokens)
+    while t - 1 - p >= 0 and tokens[t - 1] == tokens[t - 1 - p]:
+        t -= 1
+    return t
+
+
 def looping(model, prompts: list[list[int]], *, max_new_tokens: int = 128, window: int = 48,
             max_period: int = 24) -> dict:
     """Greedy continuations of every prompt; which of them end in a loop. Returns counts and periods."""

@@ -24,7 +24,7 @@ from mtplab.teaching.check import _number
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.loop import iter_steps
 from mtplab.decoding.trace import Trace
-from mtplab.measuring.quality import loop_period
+from mtplab.measuring.quality import loop_onset
 from mtplab.model import checkpoint
 
 
@@ -298,24 +298,6 @@ def bench_rise_line() -> str:
 
 
 # ---------------------------------------------------------------------------------- loops, for 02, 03, 04 and 06
-def loop_onset(tokens: list[int]) -> int | None:
-    """Where a greedy continuation starts repeating itself, or None when it does not loop.
-
-    It loops when its last half (at most 48 tokens, as in docs/bench/loops.json) repeats with a period of at most half
-    that window (`quality.loop_period`; the same test as `teaching.engines.looping`); the loop starts at the first
-    token from which every token equals the one a period earlier, to the end."""
-    window = min(48, len(tokens) // 2)
-    if window < 4:
-        return None
-    p = loop_period(tokens, window=window, max_period=window // 2)
-    if p is None:
-        return None
-    t = len(tokens)
-    while t - 1 - p >= 0 and tokens[t - 1] == tokens[t - 1 - p]:
-        t -= 1
-    return t
-
-
 def loop_split(traces: list[Trace]) -> dict:
     """Greedy continuations that loop, and the steps taken before each loop began.
 

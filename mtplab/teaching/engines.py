@@ -19,28 +19,20 @@ from mtplab.decoding.loop import speculative
 from mtplab.decoding.trace import Trace, pooled
 from mtplab.errors import MtplabError
 from mtplab.measuring.acceptance import wilson
-from mtplab.measuring.quality import loop_period
+from mtplab.measuring.quality import loop_onset, loop_window
 from mtplab.model.toy import random_model
 from mtplab.teaching.find_the_bug import ALPHA
 from mtplab.teaching.sampling import chi_square, second_token_marginal
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
-def loop_window(tokens: int) -> tuple[int, int]:
-    """(window, max_period) of the loop test for continuations of `tokens` new tokens: the last half of the text
-    repeats with a period of at most a quarter of it (quality.loop_period's 48 and 24 for 96 tokens or more)."""
-    window = max(2, min(48, tokens // 2))
-    return window, max(1, window // 2)
-
-
 def looping(traces: list[Trace]) -> tuple[int, int, int]:
     """(looping continuations, continuations, window the test read): a continuation loops when its last `window`
-    tokens repeat with a period of at most window // 2 (`measuring.quality.loop_period`)."""
+    tokens repeat with a period of at most window // 2 (`measuring.quality.loop_onset`)."""
     if not traces:
         raise MtplabError("no traces: decode at least one prompt first")
-    window, period = loop_window(min(len(t.tokens) for t in traces))
-    n = sum(loop_period(t.tokens, window=window, max_period=period) is not None for t in traces)
-    return n, len(traces), window
+    n = sum(loop_onset(t.tokens) is not None for t in traces)
+    return n, len(traces), loop_window(min(len(t.tokens) for t in traces))[0]
 
 
 def acceptance_rows(traces: list[Trace]) -> list[dict]:
