@@ -247,14 +247,14 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
         new = drafts[:n_ok] + ([bonus] if bonus is not None else [])
         run.adapt.after(len(drafts), n_ok)
         commit(run, new, out, base, clock)                        # append, crop, tell the drafter
-        seen: dict[str, torch.Tensor | None] = {}
-        if probe:  # the decisive row predicts the rejected draft, or the bonus (plain, all kept: the last draft)
-            seen = dict(verify_row=out.logits[0, min(n_ok, out.logits.shape[1] - 1)],
-                        q=draft.q if draft is not None else None)
-        yield clock.step(drafted=drafts, accepted=n_ok, emitted=([predicted] if predicted is not None else []) + new,
-                         bonus=bonus, bonus_source=source, forwards=1 + (predicted is not None),
-                         draft_forwards=draft.calls if draft is not None else 0, predict_token=predicted, draws=draws,
-                         **seen)
+        step = clock.step(drafted=drafts, accepted=n_ok, emitted=([predicted] if predicted is not None else []) + new,
+                          bonus=bonus, bonus_source=source, forwards=1 + (predicted is not None),
+                          draft_forwards=draft.calls if draft is not None else 0, predict_token=predicted, draws=draws)
+        if probe:  # what the accept rule saw, as references (no copy): the row that predicts the rejected draft or
+            # the bonus (plain schedule, every draft kept: the row of the last draft), and the drafter's q
+            step.verify_row = out.logits[0, min(n_ok, out.logits.shape[1] - 1)]
+            step.q = draft.q if draft is not None else None
+        yield step
 
 
 @torch.inference_mode()

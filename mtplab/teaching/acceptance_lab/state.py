@@ -72,7 +72,7 @@ class LabState:
     note: str = ""                   # one line on what the lab chose for you (a clamped k, the default demo)
     device_name: str = ""            # mtplab.device.describe() of the device the decode ran on
     checkpoint_name: str = ""        # the checkpoint actually loaded
-    model_k: int | None = None       # the largest k the loaded checkpoint takes for the method (None: no limit)
+    model_k: int | None = None       # the heads' limit on k for the method (generate.max_k; None: no limit)
     walls: dict | None = None        # {"ar": [s, ...], method: [s, ...]}: one synced wall time per repeat
     splits: dict | None = None       # {"ar": decode_split, method: decode_split} of the shown decodes
     busy: str | None = None          # the race's busy-machine verdict: why its timings are not valid here
