@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from mtplab.data import CORPORA, corpus_path, get_batch, load_corpus, val_windows
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
+from mtplab.hf.target import quiet_transformers
 from mtplab.model.checkpoint import atomic_write_text, os_reason, sha256
 from mtplab.training import runs
 from mtplab.model.config import ModelConfig
@@ -144,9 +145,11 @@ def _write_folder(model, tokenizer, folder: Path, record: dict, dtype) -> None:
     if folder.exists():
         _remove(old)  # with no folder, .NAME.old is the last complete save: kept until the new one is in place
     try:
-        copy = LlamaForCausalLM(model.config)
+        with torch.random.fork_rng(devices=[]):  # building the copy draws its init: the run's generator stays put
+            copy = LlamaForCausalLM(model.config)
         copy.load_state_dict(model.state_dict())
-        copy.to(dtype).save_pretrained(tmp, safe_serialization=True)
+        with quiet_transformers():  # no "Writing model shards" bar at every save
+            copy.to(dtype).save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         atomic_write_text(tmp / RECORD, json.dumps(record, indent=1) + "\n")
         if folder.exists():

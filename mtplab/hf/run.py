@@ -240,6 +240,8 @@ def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str
     with runs.lock(outp, name), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(outp, name)
+        if overwrite:  # a lab run's NAME.json would sit beside heads that are not its weights
+            runs.paths(outp, name)["config"].unlink(missing_ok=True)
         target = load_hf(hf, device=pick(device))
         opts = {k: v for k, v in {**TRAIN_DEFAULTS, **kw}.items() if k not in ("log", "steps", "max_seconds")}
         settings = {"hf": {k: v for k, v in base_record(target).items() if k not in ("path", "name")},

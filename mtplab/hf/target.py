@@ -416,6 +416,7 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
         with safe_open(str(p), "pt") as f:
             meta = f.metadata() or {}
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            dtypes = {k: str(f.get_slice(k).get_dtype()) for k in f.keys()}
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise MtplabError(f"{p} is corrupt or truncated ({e}); retrain the heads") from None
     bad = f"{p} has heads metadata mtplab does not understand"
@@ -435,6 +436,10 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
             or not 2 <= n <= MAX_DEPTHS:
         raise MtplabError(f"{bad} (heads {info.get('heads')!r} with n_depths {n!r}; want stern, meta or deepseek "
                           f"with 2..{MAX_DEPTHS} depths); retrain the heads")
+    odd = sorted(k for k, d in dtypes.items() if d not in ("F32", "F16", "BF16"))
+    if odd:  # as the lab's checkpoints: integer weights would decode, silently, to drafts that are never accepted
+        raise MtplabError(f"{p} holds {dtypes[odd[0]]} tensors ({odd[0]}); head weights are F32, F16 or BF16: retrain "
+                          "the heads")
     info["shapes"] = shapes
     info["path"] = p
     if tensors:
@@ -466,6 +471,10 @@ def load_heads(target: HFTarget, path) -> HFTarget:
         raise MtplabError(f"{Path(path).name} does not match its own head config ({info['heads']}, {info['n_depths']} "
                           f"depths: {odd[0]} differs); retrain the heads")
     tensors = read_heads_info(path)["tensors"]
+    bad = next((n for n, t in tensors.items() if not torch.isfinite(t).all()), None)
+    if bad is not None:
+        raise MtplabError(f"{Path(path).name} holds NaN or infinite weights ({bad}): every draft would be rejected; "
+                          "retrain the heads (with a lower --lr)")
     target.attach(info["heads"], info["n_depths"])
     state = {n[len("mtp."):]: t for n, t in tensors.items()}
     try:

@@ -253,6 +253,13 @@ def _info_at(path: Path) -> dict:
     """NAME.json beside an already resolved NAME.safetensors (never looked up again by name)."""
     jpath = path.with_suffix(".json")
     if not jpath.is_file():
+        try:
+            hf_heads = "mtplab-hf-heads" in str(_header(path, with_meta=True)[1].get("mtplab", ""))
+        except MtplabError:
+            hf_heads = False
+        if hf_heads:
+            raise MtplabError(f"{path} holds heads for a Hugging Face model (train --hf wrote it), not a lab checkpoint; "
+                              "use it with generate --hf MODEL --heads-checkpoint")
         raise MtplabError(f"{jpath} is missing: a checkpoint is NAME.safetensors plus NAME.json")
     info = read_json(jpath, limit=MAX_JSON, what="a checkpoint config", fix="restore it or retrain",
                      invalid_fix="restore it or retrain the checkpoint")
@@ -379,8 +386,8 @@ def _check_recorded(cfg: ModelConfig | None, meta: dict, info: dict, path: Path)
         if diff:
             raise MtplabError(f"config does not match the weights in {path.name}: they were saved with another config "
                               f"({'; '.join(diff)}). Restore the config saved with them or retrain.")
-    want = info.get("weights_sha256")
-    if want is not None and (not isinstance(want, str) or sha256(path) != want):
+    want = info.get("weights_sha256")  # absent: not recorded (files before 2026-12); null or anything else: refused
+    if "weights_sha256" in info and (not isinstance(want, str) or sha256(path) != want):
         if path.with_name(f"{_stem(path)}.state.json").is_file():  # a training run's save cut between its files
             raise MtplabError(f"{path.name} is not the file {path.with_suffix('.json').name} was saved with: a save of "
                               f"the run in {path.parent} was cut between its files; continue the run with the same "
