@@ -12,17 +12,15 @@ The notebook races live with `measuring.timing.interleaved_race`; this module ne
 """
 from __future__ import annotations
 
-import torch
 
 from mtplab.decoding.drafters import SternDrafter
-from mtplab.decoding.loop import speculative
 from mtplab.decoding.trace import Trace, pooled
 from mtplab.errors import MtplabError
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_onset, loop_window
 from mtplab.model.toy import random_model
 from mtplab.teaching.find_the_bug import ALPHA
-from mtplab.teaching.sampling import chi_square, second_token_marginal
+from mtplab.teaching.sampling import chi_square, second_token_counts, second_token_marginal
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
@@ -71,18 +69,11 @@ def typical_toy(seed: int = 23, vocab: int = 8):
 
 def rule_counts(model, prompt: list[int], n: int, *, rule: str, k: int = 3, seed: int = 0) -> dict:
     """Counts of the second new token over n sampled decodes (T = 1) with accept rule `rule` ('exact' or
-    'typical'), and drafts kept per decode: `sampling.second_token_counts` with the rule as a parameter."""
+    'typical'), and drafts kept per decode: `sampling.second_token_counts`."""
     if not isinstance(n, int) or n < 50:
         raise MtplabError(f"n must be an integer >= 50 decodes (got {n!r})")
-    g = torch.Generator().manual_seed(seed)
-    counts = torch.zeros(model.config.vocab_size)
-    kept = 0
-    for _ in range(n):
-        tr = speculative(model, SternDrafter(model), prompt, max_new_tokens=3, k=k, temperature=1.0, generator=g,
-                         rule=rule)
-        counts[tr.tokens[1]] += 1
-        kept += tr.num_accepted_tokens
-    return {"counts": counts, "kept": kept / n}
+    r = second_token_counts(model, lambda: SternDrafter(model), prompt, n, k=k, seed=seed, rule=rule)
+    return {"counts": r["counts"], "kept": r["kept_per_run"]}
 
 
 def typical_study(model, prompt: list[int], n: int, *, seed: int = 0, seeds: int = 3) -> dict:

@@ -148,9 +148,10 @@ def second_token_marginal(model, prompt: list[int], *, temperature: float = 1.0,
 
 
 def second_token_counts(model, make_drafter, prompt: list[int], n: int, *, k: int = 3, temperature: float = 1.0,
-                        top_k=None, seed: int = 0, progress: bool = False) -> dict:
-    """Counts of the second new token over n speculative runs (the first is sampled in the prefill,
-    the second is the first one a drafter proposes), and the fraction of drafts kept."""
+                        top_k=None, seed: int = 0, progress: bool = False, rule: str = "exact") -> dict:
+    """Counts of the second new token over n speculative runs with accept rule `rule` (the first token is sampled
+    in the prefill, the second is the first one a drafter proposes), the fraction of drafts kept and drafts kept
+    per run."""
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(seed)
     counts = torch.zeros(V)
@@ -161,11 +162,11 @@ def second_token_counts(model, make_drafter, prompt: list[int], n: int, *, k: in
         it = tqdm(it, desc="speculative samples", unit="run")
     for _ in it:
         tr = speculative(model, make_drafter(), prompt, max_new_tokens=3, k=k, temperature=temperature,
-                         top_k=top_k, generator=g)
+                         top_k=top_k, generator=g, rule=rule)
         counts[tr.tokens[1]] += 1
         drafted += tr.num_draft_tokens
         kept += tr.num_accepted_tokens
-    return {"counts": counts, "kept": kept / max(1, drafted)}
+    return {"counts": counts, "kept": kept / max(1, drafted), "kept_per_run": kept / max(1, n)}
 
 
 @torch.inference_mode()
