@@ -170,8 +170,7 @@ def batched_autoregressive(model, prompts, *, max_new_tokens) -> BatchTrace:
 
 def row_output(out: TrunkOutput, b: int, n: int) -> TrunkOutput:
     """Row b's first n positions of a batched forward, shaped as a B = 1 forward (what a drafter reads)."""
-    return TrunkOutput(hidden=out.hidden[b:b + 1, :n], logits=out.logits[b:b + 1, :n],
-                       pre_last=out.pre_last[b:b + 1, :n])
+    return out.cut((slice(b, b + 1), slice(None, n)))
 
 
 def _at(x: torch.Tensor, n_keep: list[int]) -> torch.Tensor:

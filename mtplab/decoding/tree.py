@@ -26,7 +26,6 @@ import torch
 from mtplab.decoding.checks import check_finite, check_options, check_prompt
 from mtplab.decoding.loop import Clock, Decode, prefill
 from mtplab.errors import MtplabError
-from mtplab.model.gpt import TrunkOutput
 from mtplab.decoding.trace import Step, Trace
 
 
@@ -178,7 +177,7 @@ def _tree_step(run: Decode, widths) -> TreeStep:
     tokens.extend(new)
     compact(cache, L, path)  # cache: tokens[:-1] exactly; pruned branches are gone
     rows = torch.tensor(path, device=out.hidden.device)
-    kept = TrunkOutput(hidden=out.hidden[:, rows], logits=out.logits[:, rows], pre_last=out.pre_last[:, rows])
+    kept = out.cut((slice(None), rows))
     with clock("draft"):
         drafter.feedback(kept, len(path), tokens)
     step = clock.step(drafted=list(tree.tokens), accepted=len(path) - 1, emitted=new, bonus=bonus,

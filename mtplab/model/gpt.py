@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 import torch
 import torch.nn as nn
 from mtplab.model.config import ModelConfig
@@ -24,6 +24,11 @@ class TrunkOutput:
     hidden: torch.Tensor        # (B, T, C) output of the last block, before the final norm
     logits: torch.Tensor        # (B, T, V) next-token logits (depth 1)
     pre_last: torch.Tensor      # (B, T, C) input of the last block (Meta heads branch off here)
+
+    def cut(self, index) -> "TrunkOutput":
+        """Every field indexed alike (`out.cut((slice(None), rows))`): a new field needs no change where outputs
+        are cut to rows or positions."""
+        return TrunkOutput(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
 class GPT(nn.Module):

@@ -7,7 +7,6 @@ import torch
 from mtplab.measuring import theory
 from mtplab.decoding.drafters import DeepSeekDrafter
 from mtplab.errors import MtplabError
-from mtplab.model.gpt import TrunkOutput
 from mtplab.teaching.check import Check
 from mtplab.teaching.check import _call
 from mtplab.teaching.check import _number
@@ -147,7 +146,7 @@ def forced_and_free(model, windows: torch.Tensor, prompt_lens, *, progress: bool
             ids = torch.tensor([x[:P + D]], device=dev)
             full = model(ids)  # the trunk is causal: its first P positions are the prompt's own forward
             logits = model.mtp.train_logits(model, ids, full)  # (1, P+D, D, V) teacher-forced modules
-            out = TrunkOutput(hidden=full.hidden[:, :P], logits=full.logits[:, :P], pre_last=full.pre_last[:, :P])
+            out = full.cut((slice(None), slice(None, P)))
             g = int(out.logits[0, -1].argmax())
             drafter = DeepSeekDrafter(model)
             drafter.begin(model, x[:P] + [g], out, P, max_new_tokens=D + 1, generator=None,
