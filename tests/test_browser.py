@@ -3,6 +3,7 @@
 The server binds 127.0.0.1 with a token and serves a copy of the notebook (JupyterLab autosaves, and the
 committed notebook must stay without outputs). The page may reach that server only; everything else is aborted.
 """
+import contextlib
 import os
 import secrets
 import shutil
@@ -58,12 +59,14 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
-@pytest.fixture
-def lab_server(tmp_path):
+@contextlib.contextmanager
+def jupyter_lab(tmp_path: Path, notebook: Path = NOTEBOOK):
+    """A JupyterLab server on 127.0.0.1 with a token, serving a copy of `notebook` from tmp_path/notebooks.
+    Yields (base URL, token, log path); stops the server (by its pid) on the way out."""
     ckpt.resolve("meta-k4")  # fail fast with the checkpoint message, not after a long wait for the notebook
     root = tmp_path / "notebooks"
-    root.mkdir()
-    shutil.copy2(NOTEBOOK, root / NOTEBOOK.name)
+    root.mkdir(parents=True)
+    shutil.copy2(notebook, root / NOTEBOOK.name)
     # no "would you like news?" toast over the notebook
     news = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
@@ -89,6 +92,26 @@ def lab_server(tmp_path):
         stop(proc)
 
 
+def run_notebook(page, base: str, token: str):
+    """Open the served notebook, run every cell, and wait until its last cell's summary is drawn and the kernel
+    is idle. Returns the status bar."""
+    page.goto(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
+    status = page.locator("#jp-main-statusbar")
+    status.get_by_text("Idle").wait_for()  # the kernel is up
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.locator("li[data-command='runmenu:run-all']").click()
+    # the last cell renders the summary: every cell above it has run
+    page.locator(".jp-OutputArea-output h2", has_text="What we learnt").wait_for()
+    status.get_by_text("Idle").wait_for()
+    return status
+
+
+@pytest.fixture
+def lab_server(tmp_path):
+    with jupyter_lab(tmp_path) as server:
+        yield server
+
+
 def pixels(img) -> str:
     """The image as the page drew it (a PNG data URL of its pixels)."""
     return img.evaluate("(im) => { const c = document.createElement('canvas'); c.width = im.naturalWidth; "
@@ -100,14 +123,7 @@ def test_acceptance_lab_in_jupyterlab(lab_server):
     local = (base, base.replace("http", "ws"), "data:", "blob:")
     with chromium_page(allow=local) as (page, blocked):
         page.set_default_timeout(120_000)
-        page.goto(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
-        status = page.locator("#jp-main-statusbar")
-        status.get_by_text("Idle").wait_for()  # the kernel is up
-        page.get_by_role("menuitem", name="Run", exact=True).click()
-        page.locator("li[data-command='runmenu:run-all']").click()
-        # the last cell renders the summary: every cell above it has run
-        page.locator(".jp-OutputArea-output h2", has_text="What we learnt").wait_for()
-        status.get_by_text("Idle").wait_for()
+        status = run_notebook(page, base, token)
 
         lab = page.locator(".mtplab-lab")
         lab.scroll_into_view_if_needed()
@@ -216,8 +232,14 @@ def test_acceptance_lab_in_jupyterlab(lab_server):
         lab.locator(".mtplab-method select").select_option("deepseek")
         page.wait_for_function("() => document.querySelector('.mtplab-note').innerText.includes('k set to 2')")
         assert k_box.input_value() == "2" and "⚠" not in state.inner_text()
+        # a new method starts at its step 0 (not at step 7 of a decode the reader has not seen); Step shows step 1
+        status_shows("not decoded")
+        assert rows_are(0)
+        page.wait_for_function("() => document.querySelector('.mtplab-lab .mtplab-slider .widget-readout')"
+                               ".innerText.trim() == '0'")  # the slider is back at step 0 too
         step.click()
         status_shows("step 1/")
+        assert rows_are(1)
         assert "deepseek k=2" in state.inner_text()
         shot("k_clamp")
 
