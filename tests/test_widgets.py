@@ -480,6 +480,33 @@ def test_the_recorded_decode_is_the_decode_and_explains_each_rejection(models):
     assert row.count("mtplab-top2") == seen and "logit gap" in row
 
 
+@pytest.mark.parametrize("method, name, k", [("blockwise", "stern-k4", 4), ("meta", "meta-k4", 4),
+                                             ("deepseek", "deepseek-d1", 2)])
+def test_the_probe_keeps_the_decisive_verify_row_in_both_schedules(models, method, name, k):
+    """iter_steps(probe=True): each verifying step keeps the verify forward's row that predicts its rejected draft,
+    or the bonus (plain schedule, every draft kept: the row of its last draft), as a fresh forward computes it;
+    the tokens are AR's."""
+    model = models.get(name, "cpu")
+    ids = list(PROMPT.encode())
+    tr = generate.decode_with(method, model, ids, max_new_tokens=20, k=k, probe=True)
+    assert tr.tokens == generate.decode_with("ar", model, ids, max_new_tokens=20).tokens
+    done, checked = list(ids), 0
+    for i, s in enumerate(tr.steps):
+        if i == 0 or (not s.drafted and s.bonus is None):  # the prefill, plain's predict-only step: no verify
+            assert s.verify_row is None
+        else:
+            plain_all_kept = tr.schedule == "plain" and s.drafted and s.accepted == len(s.drafted)
+            head = done + ([s.predict_token] if s.predict_token is not None else [])
+            before = head + s.drafted[:s.accepted - 1 if plain_all_kept else s.accepted]
+            with torch.no_grad():
+                fresh = model(torch.tensor([before])).logits[0, -1]
+            assert s.verify_row is not None and torch.allclose(fresh, s.verify_row, atol=1e-4)
+            assert s.q is None  # greedy heads: one-hot on their drafts
+            checked += 1
+        done += s.emitted
+    assert checked >= 3
+
+
 def test_a_sampled_correction_shows_p_q_u_large_and_the_residual(models):
     st = lab_state.run_all(decoded(state(method="draft-model", temperature=1.0, seed=1, max_new_tokens=40), models))
     corrections = [i for i, s in enumerate(st.trace.steps) if s.bonus_source == "correction"]
