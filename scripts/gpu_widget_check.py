@@ -4,9 +4,10 @@
     python scripts/gpu_widget_check.py --device cpu       # the same on the CPU (a dry run of this script)
     python scripts/gpu_widget_check.py --quick            # 2 timed pairs and 24 new tokens: a few seconds a method
 
-It drives the lab's own pure functions (`mtplab.teaching.acceptance_lab.state`, the ones the widget's buttons
-call): `decode` picks the device the way the widget's device dropdown does, runs the recorded decode and then
-`repeats` interleaved (AR, method) pairs, every clock read after a device sync. For each method it prints tokens per
+It drives the lab's own functions (the ones the widget's buttons call): `session.decoded` picks the device the way
+the widget's device dropdown does and races the decode (probe=True: what each step's accept rule saw) against AR,
+`repeats` interleaved rounds through `mtplab.measuring.race`, every clock read after a device sync; `state.run_all`
+reveals every step. For each method it prints tokens per
 forward, the wall clock (median and range), the speedup over AR and the decode's time split (target forwards,
 drafter, the rest of the loop), and checks that greedy output equals AR token for token. Then it builds the
 widget itself (`AcceptanceLab`, when ipywidgets is installed) with device='auto' and checks that it decoded on
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.device import machine_line  # noqa: E402
-from mtplab.teaching.acceptance_lab import state as lab_state  # noqa: E402
+from mtplab.teaching.acceptance_lab import session as lab_session, state as lab_state  # noqa: E402
 
 # (label, settings): every method on its default checkpoint, and DeepSeek's D = 3 beside D = 1
 CASES = [(name, dict(method=name, k=4 if name != "ar" else 1)) for name in METHODS if name != "deepseek"]
@@ -68,15 +69,15 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001 - no such device: each method's decode says so below
         where = f"device {a.device}: {e}"
     print(where, flush=True)
-    models = lab_state.ModelCache()
+    models = lab_session.ModelCache()
     rows, failed = [], []
     for label, settings in CASES:
         if time.perf_counter() - t_start > a.budget_s:
             failed.append((label, f"skipped: the {a.budget_s:.0f} s budget is spent"))
             continue
         t0 = time.perf_counter()
-        st = lab_state.run_all(lab_state.LabState(prompt=PROMPT, device=a.device, max_new_tokens=m, repeats=repeats,
-                                                  **settings), models)
+        st = lab_state.run_all(lab_session.decoded(lab_state.LabState(prompt=PROMPT, device=a.device, max_new_tokens=m,
+                                                                      repeats=repeats, **settings), models))
         if st.error:
             failed.append((label, st.error))
             print(f"{label:18s} FAILED: {st.error}", flush=True)

@@ -250,7 +250,8 @@ def test_core_does_not_import_transformers():
 def test_the_acceptance_lab_takes_a_hugging_face_folder_and_its_heads(dirs, tmp_path):
     """The notebook-05 lab decodes your own model: checkpoint=<HF folder>, heads=<heads file>. Its output is the
     model's own greedy output, and the chips are labelled with the model's own tokens."""
-    from mtplab.teaching.acceptance_lab.state import LabState, ModelCache, configure, run_all
+    from mtplab.teaching.acceptance_lab.session import ModelCache, decoded
+    from mtplab.teaching.acceptance_lab.state import LabState, configure, run_all
 
     t = load_hf(dirs / "gpt2")
     t.attach("stern", 3)
@@ -258,15 +259,15 @@ def test_the_acceptance_lab_takes_a_hugging_face_folder_and_its_heads(dirs, tmp_
     ref = reference_generate(load_hf(dirs / "gpt2"), load_hf(dirs / "gpt2").encode(PROMPT), max_new_tokens=12)
     models = ModelCache()
     for method, extra in (("blockwise-overlap", {"heads": str(heads)}), ("ngram", {})):
-        st = run_all(configure(LabState(), method=method, k=3, prompt=PROMPT, max_new_tokens=12, device="cpu",
-                               checkpoint=str(dirs / "gpt2"), **extra), models)
+        st = run_all(decoded(configure(LabState(), method=method, k=3, prompt=PROMPT, max_new_tokens=12,
+                                       device="cpu", checkpoint=str(dirs / "gpt2"), **extra), models))
         assert st.error == "" and st.trace.tokens == ref, (method, st.error)
         model = models.get(str(dirs / "gpt2"), torch.device("cpu"), extra.get("heads", ""))
         labels = [v.label for r in st.records for v in r.tokens]
         ids = [v.token for r in st.records for v in r.tokens]
         assert labels and labels == [model.token_repr(i) for i in ids]
-    bad = run_all(configure(LabState(), method="blockwise-overlap", checkpoint="stern-k4", heads=str(heads),
-                            device="cpu"), models)
+    bad = run_all(decoded(configure(LabState(), method="blockwise-overlap", checkpoint="stern-k4",
+                                    heads=str(heads), device="cpu"), models))
     assert "heads= goes with a Hugging Face model folder" in bad.error
     from mtplab.teaching.acceptance_lab.view import AcceptanceLab  # the view takes the same settings
 

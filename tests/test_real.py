@@ -223,13 +223,14 @@ def test_the_acceptance_lab_takes_smollm2_with_its_shipped_heads(smollm2):
     turn, tokens are word pieces, and the decode is AR's."""
     if real.shipped_heads("smollm2", "deepseek") is None:
         pytest.skip("no shipped deepseek heads for smollm2")
-    from mtplab.teaching.acceptance_lab.state import LabState, ModelCache, run_all
+    from mtplab.teaching.acceptance_lab.session import ModelCache, decoded
+    from mtplab.teaching.acceptance_lab.state import LabState, run_all
     models = ModelCache()
-    st = run_all(LabState(method="deepseek-reuse", k=3, prompt="What is 2 plus 2?", checkpoint="smollm2",
-                          device="cpu", max_new_tokens=10), models)
+    st = run_all(decoded(LabState(method="deepseek-reuse", k=3, prompt="What is 2 plus 2?", checkpoint="smollm2",
+                                  device="cpu", max_new_tokens=10), models))
     assert st.error == "", st.error
-    ar = run_all(LabState(method="ar", k=1, prompt="What is 2 plus 2?", checkpoint="smollm2", device="cpu",
-                          max_new_tokens=10), models)
+    ar = run_all(decoded(LabState(method="ar", k=1, prompt="What is 2 plus 2?", checkpoint="smollm2", device="cpu",
+                                  max_new_tokens=10), models))
     assert st.trace.tokens == ar.trace.tokens
     assert "<|im_start|>user" in st.detok(st.trace.prompt)
     assert any(len(t.label) > 1 for r in st.records for t in r.tokens)  # word pieces, not bytes

@@ -260,6 +260,10 @@ def test_the_offline_lab_steps_in_chromium_without_a_kernel(tmp_path, offline_mo
         assert rows.count() == n
         lab.locator(".mtplab-offline-method").select_option(index=1)  # the sampled decode: p, q, u and the residual
         assert "draft-model" in lab.locator(".mtplab-status").inner_text()
+        assert readout.inner_text().startswith("step 4/") and rows.count() == 4  # a new method opens at its start
         assert lab.locator(".mtplab-offline-decode:visible .mtplab-draws").count() >= 1
+        lab.locator(".mtplab-offline-projector").check()  # projector mode: the same rows in 24 px chips
+        assert rows.count() == 4 and "24px" in lab.locator(".mtplab-offline-decode:visible .mtplab-size-projector"
+                                                             ).inner_html()
         page.screenshot(path=str(SHOTS / "offline_lab_tiny.png"))
         assert blocked == []
