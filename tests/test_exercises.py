@@ -193,3 +193,17 @@ def test_the_shift_checker_names_the_pooled_mean():
     from mtplab.teaching.meta import _pooled_mean, check_shift
     verdict = check_shift(_pooled_mean)
     assert not verdict and "mean over the K heads" in verdict.why
+
+
+GIVEAWAYS = ("expected", "want ", "mtplab gives", "the rule says")  # wordings that hand over the answer
+
+
+@pytest.mark.parametrize("checker,wrong", [(c[0], c[2]) for c in CASES] + [
+    (ex5.check_conditional_acceptance, lambda steps: [0.5] * max(d for d, _ in steps)),
+    (ex5.check_sampled_verdict, lambda p, q, u: u < p),
+    (ex5.check_step_speedup, lambda tps, split, ar: tps)], ids=lambda x: getattr(x, "__name__", "case"))
+def test_a_wrong_answer_is_told_its_case_never_the_expected_value(checker, wrong):
+    bad = checker(wrong)
+    # a deterministic checker names one failing case; the statistical one names its draws and its test
+    assert not bad and ("wrong on a case like" in bad.why or "draws" in bad.why), bad.why
+    assert not any(w in bad.why for w in GIVEAWAYS), bad.why

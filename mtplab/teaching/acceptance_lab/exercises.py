@@ -52,7 +52,7 @@ def check_conditional_acceptance(fn) -> Check:
             if len(got) == len(uncond) and all(abs(g - u) < 1e-9 for g, u in zip(got, uncond)):
                 hint = (" You divided by every step: that is the unconditional rate. Divide by the steps that "
                         "reached draft i, whose earlier drafts were all accepted.")
-            return Check(name, False, f"steps {pairs}: you gave {got}, mtplab gives {want}.{hint}")
+            return Check(name, False, f"wrong on a case like steps {pairs}, where you gave {got}.{hint}")
     return Check(name, True, "accepted at i / reached i, as Trace.conditional_acceptance counts it")
 
 
@@ -72,8 +72,8 @@ def check_sampled_verdict(fn, n: int = 200, seed: int = 0) -> Check:
             return Check(name, False, f"fn({p:.3f}, {q:.3f}, {u:.3f}) returned {got!r}; return True (kept) or False")
         if bool(got) != want:
             hint = " Compare u with p/q, not with p alone: q is how eager the drafter was." if (u < p) == bool(got) else ""
-            return Check(name, False, f"p(d)={p:.3f}, q(d)={q:.3f}, u={u:.3f}: you said "
-                                      f"{'kept' if got else 'rejected'}, the rule says {'kept' if want else 'rejected'}.{hint}")
+            return Check(name, False, f"wrong on a case like p(d)={p:.3f}, q(d)={q:.3f}, u={u:.3f}, where you said "
+                                      f"{'kept' if got else 'rejected'}.{hint}")
     return Check(name, True, "keep when u < min(1, p(d)/q(d)): a draft the drafter over-proposes is thinned "
                              "to exactly the target's probability")
 
@@ -96,7 +96,7 @@ def check_step_speedup(fn) -> Check:
             hint = ""
             if g is not None and math.isclose(g, tps * ar / split["target_s"], rel_tol=1e-6):
                 hint = " You left out the drafter and the overhead: the step takes all three."
-            return Check(name, False, f"tokens/step {tps}, split {split}, AR step {ar}: you gave {got!r}, "
-                                      f"want {want:.3f}.{hint}")
+            return Check(name, False, f"wrong on a case like tokens/step {tps}, split {split}, AR step {ar}, "
+                                      f"where you gave {got!r}.{hint}")
     return Check(name, True, "speedup = tokens per step x AR time per token / time per step (target + drafter + "
                              "overhead)")
