@@ -1,4 +1,4 @@
-"""The notebooks' measurement helpers (mtplab.lab) measure what they say."""
+"""The companions' measurement helpers (mtplab.teaching.*) measure what they say."""
 import pytest
 import torch
 from scipy.stats import chisquare
