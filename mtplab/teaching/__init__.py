@@ -5,7 +5,7 @@
 * `blockwise` (02): forwards with a perfect drafter, one verify forward laid out, cache lengths; three checkers
 * `meta` (03): the head-by-head backward's memory and gradients, the packed loss's shift, the families side by side
 * `deepseek` (04): eq. 24 checked against the model, teacher forcing against free running; two checkers
-* `acceptance_lab` (05): the widget, as pure state, an ipywidgets view and the exercises
+* `acceptance_lab` (05): the widget: pure state, a session (models, decode, race), an ipywidgets view, exercises
 * `sampling` (06): exact counts of what the accept rule emits, chi-square against the target; two checkers
 * `batches` (07): the batch sweep's and the tree's verdicts in words read from the rows; two checkers
 * `find_the_bug` (08): eight accept rules, six with a planted bug, the test that finds them, the key kept hidden until earned
