@@ -130,3 +130,22 @@ def test_the_power_command_prints_every_rule_and_refuses_bad_input(tmp_path, cap
     assert "seeds must be" in capsys.readouterr().err
     assert bugs.main(["--seeds", "1", "--draws", "10"]) == 2
     assert "n must be an integer >= 50" in capsys.readouterr().err
+
+
+def test_each_rule_draws_its_own_random_numbers():
+    """Review finding: 08's two correct rules sat at the same power and p-value because they were judged on the same
+    random numbers, which gave the pair away; judge_all and power_table give each rule its own stream."""
+    runs = bugs.judge_all(0, n=300)
+    assert set(runs) == set(bugs.ANSWERS)
+    assert not torch.equal(runs[CORRECT[0]]["counts"], runs[CORRECT[1]]["counts"])
+    same = [bugs.judge(bugs.RULES[n], 0, n=300) for n in CORRECT]  # one stream: identical, as documented
+    assert torch.equal(same[0]["counts"], same[1]["counts"])
+
+
+def test_tracker_shapes_are_described_as_the_rules_do_them():
+    """Review finding (citations B42, B44): rule_e rounds the target p, rule_h filters p; the trackers' bugs were on
+    the draft side. The key says what the rule does and that it is of the tracker bug's shape."""
+    e, h = bugs.ANSWERS["rule_e"].why, bugs.ANSWERS["rule_h"].why
+    assert "target p" in e and "of the shape of DeepSpec#31" in e and "draft side" in e
+    assert "target p" in h and "of the shape of vllm PR #10198" in h and "top-p filtered q" in h
+    assert "p in another dtype than q" not in bugs.__doc__ and "where it was the other\nside" in bugs.__doc__

@@ -95,3 +95,23 @@ def test_the_check_can_fail():
     finally:
         loop.accept = real
     assert chi2_pvalue(counts, N * exact_joint(target, 1.0, None)) < 0.01
+
+
+def test_rule_verdicts_follow_the_intervals():
+    """Review finding: 06 said lower temperatures move sampling acceptance towards greedy beside 0.645 / 0.638 / 0.620
+    against greedy 0.632, and printed no verdict under 0.02. Every temperature now gets words from its interval."""
+    from mtplab.teaching import sampling as lab
+    by_rule = {"n": 3072, "windows": 8, "difference": {0.5: (0.013, 0.002, 0.025), 1.0: (0.007, -0.014, 0.027),
+                                                      1.5: (-0.012, -0.047, 0.023)}}
+    lines = lab.rule_verdicts(by_rule)
+    assert "T=0.5 keeps more drafts than greedy" in lines[0] and "cannot be told apart" in lines[1]
+    assert "closest to greedy is T=1.0" in lines[-1] and "T=0.5, is not the closest" in lines[-1]
+    ordered = dict(by_rule, difference={0.5: (0.001, -0.01, 0.01), 1.0: (-0.02, -0.03, -0.01)})
+    assert "shrinks as T falls" in lab.rule_verdicts(ordered)[-1]
+    assert "keeps fewer drafts" in lab.rule_verdicts(ordered)[1]
+    model = random_model(seed=6)
+    x = torch.randint(V, (3, 17), generator=torch.Generator().manual_seed(0))
+    got = lab.acceptance_by_rule(model, model, x, temperatures=(1.0,))
+    assert got["n"] == 48 and got["windows"] == 3 and got["difference"][1.0][0] == pytest.approx(0.0, abs=1e-6)
+    lo, hi = got["interval"]["greedy"]
+    assert lo <= got["greedy"] <= hi

@@ -31,8 +31,10 @@ def test_a_speedup_that_grew_is_never_called_shrinking():
 
 def test_batch_lines_give_the_rule_and_the_shipped_row():
     lines = batches.batch_lines([_row(4, 1.2, 1.1, 1.3, tpf=2.4)], {4: 1.2}, "meta",
-                                shipped={4: {"speedup_vs_ar": 1.44}})
+                                shipped={4: {"speedup_vs_ar": 1.44}}, predict=True)
     assert "predicts 2.00x" in lines[0] and "batch-quick.json: 1.44x" in lines[0]
+    hidden = batches.batch_lines([_row(4, 1.2, 1.1, 1.3, tpf=2.4)], {4: 1.2}, "meta")
+    assert "predicts" not in hidden[0] and "t(k)/t(1)" not in hidden[0]  # exercise 2's answer stays hidden
     assert "paid in every round: 4" in lines[1]
     with pytest.raises(MtplabError, match="no speculative rows"):
         batches.batch_lines([_row(1, 1.0, 1.0, 1.0, kind="ar")], {}, "meta")
@@ -97,3 +99,33 @@ def test_a_busy_race_says_so():
          "tree": {"median": 1.2, "min": 0.5, "max": 1.9, "repeats": 5, "valid": False, "verdict": "not valid here: x"}}
     assert batches.tree_lines({"chain": 1.1, "tree": 1.6}, {"chain": 4, "tree": 16}, t, widths=(3, 2, 1), prompts=1,
                               tokens=24)[-1] == "not valid here: x"
+
+
+def test_the_prediction_waits_for_exercise_2_and_says_busy_first():
+    """Review finding: 07 printed exercise 2's formula before the exercise, and blamed a gap on the drafter's cost
+    while the race was marked busy."""
+    rows = [_row(1, 0.82, 0.73, 1.20, tpf=1.14), dict(_row(8, 0.67, 0.55, 0.74, tpf=1.97), valid=False)]
+    ratios = {1: 1.43, 8: 1.33}
+    before = batches.prediction_lines(rows, ratios, "m", lambda tpf, c: None)
+    assert len(before) == 1 and "not solved" in before[0] and "0.80" not in before[0]
+    after = batches.prediction_lines(rows, ratios, "m", lambda tpf, c: tpf / c)
+    assert after[0].startswith("not valid here") and "B = 8" in after[0]
+    assert "predicts 0.80x" in after[1] and "inside the measured range" in after[1]
+    assert "predicts 1.48x" in after[2] and "above the measured range" in after[2] and "busy" in after[2]
+    assert "leaves out" not in after[2]
+    calm = batches.prediction_lines([dict(r, valid=True) for r in rows], ratios, "m", lambda tpf, c: tpf / c)
+    assert "leaves out" in calm[-1] and not any("not valid" in x for x in calm)
+
+
+def test_the_summary_carries_the_verdicts_of_its_sections():
+    """Review finding: 07's summary said 'shrank' without the overlap and the busy flag, and dropped the tree's flag."""
+    rows = [_row(1, 0.82, 0.73, 1.20), dict(_row(8, 0.67, 0.55, 0.74), valid=False)]
+    t = {"chain": {"median": 0.93, "min": 0.80, "max": 1.20, "repeats": 5, "valid": False},
+         "tree": {"median": 1.21, "min": 0.82, "max": 1.34, "repeats": 5, "valid": False}}
+    kw = dict(summary={"chain": 1.26, "tree": 1.85}, width={"chain": 4, "tree": 16}, timed=t, widths=(3, 2, 1))
+    batch, tree = batches.summary_lines(rows, {1: 1.43, 8: 1.33}, "m", show_width=False, **kw)
+    assert batch.startswith("m: not valid here") and "cannot tell the two batch sizes apart" in batch
+    assert tree.startswith("not valid here") and "within noise of the chain" in tree and "16" not in tree
+    assert "a verify width of 16" in batches.summary_lines(rows, {1: 1.43, 8: 1.33}, "m", show_width=True, **kw)[1]
+    hidden = batches.tree_lines(kw["summary"], kw["width"], t, widths=(3, 2, 1), prompts=1, tokens=24, show_width=False)
+    assert "16" not in hidden[1] and "verify width of 4" in hidden[0] and hidden[2].startswith("not valid here")

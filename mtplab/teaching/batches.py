@@ -52,19 +52,50 @@ def ratio_text(ratios: dict[int, float]) -> str:
     return text
 
 
-def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, shipped: dict | None = None) -> list[str]:
-    """One line per batch size (speedup, range, tokens per row-forward, the rule's prediction, the shipped record's
-    row where `shipped` {B: row} has one), then the verdict: did the speedup shrink or grow from the smallest B to
-    the largest, and is that change larger than the noise?"""
+def _spec_rows(rows: list[dict], method: str) -> list[dict]:
     spec = sorted((r for r in rows if r["kind"] == "spec"), key=lambda r: r["batch_size"])
     if not spec:
         raise MtplabError(f"no speculative rows for {method}: run speedup.batch_sweep first")
+    return spec
+
+
+def _busy(spec: list[dict]) -> list[int]:
+    return [r["batch_size"] for r in spec if r.get("valid", True) is False]
+
+
+def busy_line(busy: list[int]) -> str:
+    return (f"not valid here: the machine was busy while B = {', '.join(map(str, busy))} ran (the race's guard); close "
+            "other work and rerun, or read the shipped batch-quick.json")
+
+
+def batch_trend(rows: list[dict], method: str) -> str:
+    """From the smallest B to the largest: 'shrank' / 'grew' / 'stayed about the same', with both medians, whether
+    the ranges overlap, and the not-valid flag first when the race's guard marked any batch size busy."""
+    spec = _spec_rows(rows, method)
+    first, last = spec[0], spec[-1]
+    moved = trend(first["speedup_vs_ar"], last["speedup_vs_ar"])
+    noise = _overlap(first, last)
+    busy = _busy(spec)
+    return ((f"not valid here (the machine was busy while B = {', '.join(map(str, busy))} ran): " if busy else "")
+            + f"from B = {first['batch_size']} to B = {last['batch_size']} the median speedup over AR "
+            f"{moved} ({first['speedup_vs_ar']:.2f}x -> {last['speedup_vs_ar']:.2f}x)"
+            + ("; the two ranges overlap, so this run cannot tell the two batch sizes apart"
+               if noise and moved != "stayed about the same" else "; the ranges do not overlap" if not noise else ""))
+
+
+def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, shipped: dict | None = None,
+                predict: bool = False) -> list[str]:
+    """One line per batch size (speedup, range, tokens per row-forward, the shipped record's row where `shipped`
+    {B: row} has one; the rule's prediction only with predict=True, since exercise 2 asks for it), then the
+    verdict: did the speedup shrink or grow from the smallest B to the largest, and is that change larger than the
+    noise?"""
+    spec = _spec_rows(rows, method)
     lines = []
     for r in spec:
         B = r["batch_size"]
         line = (f"B = {B:2d}: {r['speedup_vs_ar']:.2f}x over batched AR (range {r['speedup_min']:.2f}-"
                 f"{r['speedup_max']:.2f}), {r['tokens_per_forward']:.2f} tokens per row-forward")
-        if B in ratios and ratios[B] > 0:
+        if predict and B in ratios and ratios[B] > 0:
             line += f"; the rule tokens / (t(k)/t(1)) predicts {r['tokens_per_forward'] / ratios[B]:.2f}x"
         if shipped and shipped.get(B):
             line += f"; shipped batch-quick.json: {shipped[B]['speedup_vs_ar']:.2f}x (1 repeat)"
@@ -73,43 +104,88 @@ def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, ship
     loses = [r["batch_size"] for r in spec if r["speedup_max"] < 1]
     lines.append(f"{method}: batch sizes that paid in every round: {', '.join(map(str, pays)) or 'none'}; that lost "
                  f"in every round: {', '.join(map(str, loses)) or 'none'}")
-    busy = [r["batch_size"] for r in spec if r.get("valid", True) is False]
+    busy = _busy(spec)
     if busy:
-        lines.append(f"not valid here: the machine was busy while B = {', '.join(map(str, busy))} ran (the race's "
-                     "guard); close other work and rerun, or read the shipped batch-quick.json")
+        lines.append(busy_line(busy))
     if len(spec) > 1:
-        first, last = spec[0], spec[-1]
-        moved = trend(first["speedup_vs_ar"], last["speedup_vs_ar"])
-        noise = _overlap(first, last)
-        lines.append(f"{method}: from B = {first['batch_size']} to B = {last['batch_size']} the median speedup "
-                     f"{moved} ({first['speedup_vs_ar']:.2f}x -> {last['speedup_vs_ar']:.2f}x)"
-                     + ("; the two ranges overlap, so this run cannot tell the two batch sizes apart"
-                        if noise and moved != "stayed about the same" else
-                        "; the ranges do not overlap" if not noise else ""))
+        lines.append(f"{method}: {batch_trend(rows, method)}")
+    return lines
+
+
+def prediction_lines(rows: list[dict], ratios: dict[int, float], method: str, rule) -> list[str]:
+    """After exercise 2: the student's rule `rule(tokens_per_row_forward, t(k)/t(1))` against the measured speedup at
+    each B, once `check_batch_speedup(rule)` passes (before, one line saying so: the printout would give the answer
+    away). Where the machine was busy that comes first, and the gap is not read as a cost the rule leaves out."""
+    check = check_batch_speedup(rule)
+    if not check.ok:
+        return ["exercise 2 is not solved yet: once its checker passes, this cell prints your rule's prediction "
+                "beside the measured speedups"]
+    spec = _spec_rows(rows, method)
+    busy = _busy(spec)
+    lines = [busy_line(busy) + ": a gap below is timing noise before it is anything the rule leaves out"] if busy else []
+    for r in spec:
+        B = r["batch_size"]
+        if B not in ratios or ratios[B] <= 0:
+            continue
+        pred = float(rule(r["tokens_per_forward"], ratios[B]))
+        where = ("inside the measured range" if r["speedup_min"] <= pred <= r["speedup_max"] else
+                 "above the measured range" if pred > r["speedup_max"] else "below the measured range")
+        line = (f"B = {B:2d}: your rule predicts {pred:.2f}x, measured {r['speedup_vs_ar']:.2f}x (range "
+                f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}): the prediction lies {where}")
+        if where == "above the measured range":
+            line += (" (the machine was busy: rerun alone before reading the gap)" if B in busy else
+                     "; that gap is what the rule leaves out: the drafter's own time and the ragged-row bookkeeping")
+        lines.append(line)
     return lines
 
 
 def tree_lines(summary: dict[str, float], width: dict[str, int], timed: dict, *, widths, prompts: int,
-               tokens: int) -> list[str]:
-    """The tree against the chain: tokens per forward, verify width, wall clock over AR, and the verdict words
-    ('faster', 'slower', 'within noise') from the timed ranges."""
+               tokens: int, show_width: bool = True) -> list[str]:
+    """The tree against the chain: tokens per forward, verify width (only with show_width=True: exercise 1 asks
+    for it), wall clock over AR, and the verdict words ('faster', 'slower', 'within noise') from the timed ranges,
+    led by the race's not-valid flag when it was busy."""
     for name in ("chain", "tree"):
         if name not in summary or name not in timed or name not in width:
             raise MtplabError(f"no {name!r} row: give the chain's and the tree's tokens per forward, width and timing")
     ch, tr = timed["chain"], timed["tree"]
-    lines = [f"{name} {w}: {summary[name]:.2f} tokens per forward at a verify width of {width[name]}; wall clock "
+    lines = [f"{name} {w}: {summary[name]:.2f} tokens per forward"
+             + (f" at a verify width of {width[name]}" if show_width or name == "chain" else
+                " (its verify width: exercise 1)") + "; wall clock "
              f"over AR {timed[name]['median']:.2f}x (median of {timed[name]['repeats']}, range "
              f"{timed[name]['min']:.2f}-{timed[name]['max']:.2f})"
              for name, w in (("chain", (1,) * len(widths)), ("tree", tuple(widths)))]
     apart = tr["min"] > ch["max"] or ch["min"] > tr["max"]
     pace = ("faster than" if tr["median"] > ch["median"] else "slower than") if apart else "within noise of"
-    lines.append(f"the tree commits {summary['tree'] / summary['chain']:.2f}x the chain's tokens per forward and ran "
+    lines.append(_tree_flag(timed)
+                 + f"the tree commits {summary['tree'] / summary['chain']:.2f}x the chain's tokens per forward and ran "
                  f"{pace} the chain ({prompts} held-out prompt{'s' * (prompts != 1)} x {tokens} tokens, not the drawn step's "
                  "prompt)")
     verdict = next((timed[n].get("verdict") for n in ("chain", "tree") if timed[n].get("valid", True) is False), None)
     if verdict:
         lines.append(verdict)
     return lines
+
+
+def _tree_flag(timed: dict) -> str:
+    busy = any(timed[n].get("valid", True) is False for n in ("chain", "tree"))
+    return "not valid here (the machine was busy while the tree race ran): " if busy else ""
+
+
+def summary_lines(rows: list[dict], ratios: dict[int, float], method: str, *, summary: dict[str, float],
+                  width: dict[str, int], timed: dict, widths, show_width: bool) -> list[str]:
+    """The 'what was learnt' lines of sections 2 and 3, with the same verdict words and not-valid flags as the
+    lines printed there (`batch_trend`, `tree_lines`); the tree's width only once exercise 1 is solved."""
+    b0, b1 = min(ratios), max(ratios)
+    ch, tr = timed["chain"], timed["tree"]
+    apart = tr["min"] > ch["max"] or ch["min"] > tr["max"]
+    pace = ("faster than" if tr["median"] > ch["median"] else "slower than") if apart else "within noise of"
+    w = f"a verify width of {width['tree']}" if show_width else "the verify width of exercise 1"
+    return [f"{method}: {batch_trend(rows, method)}; t(k)/t(1) went from {ratios[b0]:.2f} to {ratios[b1]:.2f} over the "
+            "same batch sizes.",
+            f"{_tree_flag(timed)}a tree {tuple(widths)} committed {summary['tree']:.2f} tokens per forward against the "
+            f"chain's {summary['chain']:.2f}, at {w} instead of {width['chain']}; it ran {pace} the chain (wall clock "
+            f"over AR {tr['median']:.2f}x, range {tr['min']:.2f}-{tr['max']:.2f}, against "
+            f"{ch['median']:.2f}x, range {ch['min']:.2f}-{ch['max']:.2f})."]
 
 
 # ---------------------------------------------------------------------------------------------- exercises

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 
 from mtplab.decoding.drafters import SternDrafter
-from mtplab.decoding.trace import Trace, pooled
+from mtplab.decoding.trace import Trace, conditional_counts, pooled
 from mtplab.errors import MtplabError
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_onset, loop_window
@@ -57,6 +57,108 @@ def acceptance_text(traces: list[Trace], *, continuations: list[Trace] | None = 
     return (f"{rates} (n = {rows[0]['n'] if rows else 0} drafting steps over {total} prompt{'s' * (total != 1)}; "
             f"{loops} of {total} continuation{'s' * (total != 1)} looping, i.e. the last {window} tokens repeat with a "
             f"period of at most {window // 2})")
+
+
+def acceptance_intervals(trace: Trace) -> dict[str, list[tuple[float, float]]]:
+    """95% Wilson intervals per draft position for both conventions of one (pooled) trace: unconditional over the
+    drafting steps, conditional over the steps that reached the position."""
+    n = trace.num_drafts
+    return {"unconditional": [wilson(a, n) for a in trace.accepted_per_position],
+            "conditional": [wilson(a, r) if r else (0.0, 1.0) for a, r in conditional_counts(trace)]}
+
+
+def conditional_text(trace: Trace) -> str:
+    """The conditional rates per position with counts and 95% intervals, and what they did with the position in
+    words: 'rise', 'fall', 'go up and down'; 'cannot tell' when every interval overlaps every other."""
+    counts = conditional_counts(trace)
+    ivs = acceptance_intervals(trace)["conditional"]
+    rates = [a / r if r else float("nan") for a, r in counts]
+    parts = " / ".join(f"{a}/{r} = {x:.2f} [{lo:.2f}, {hi:.2f}]" for (a, r), x, (lo, hi) in zip(counts, rates, ivs))
+    steps = [b - a for a, b in zip(rates, rates[1:])]
+    shape = ("rise with the position" if all(d > 0 for d in steps) else "fall with the position"
+             if all(d < 0 for d in steps) else "go up and down with the position")
+    overlap = all(lo1 <= hi2 and lo2 <= hi1 for i, (lo1, hi1) in enumerate(ivs) for lo2, hi2 in ivs[i + 1:])
+    return (f"conditional by position: {parts}; here they {shape}"
+            + ("; every interval overlaps every other, so this decode cannot tell whether they change at all"
+               if overlap else ""))
+
+
+def control_verdicts(gaps: dict[str, float], n: int) -> list[str]:
+    """Did each control of notebook 08 §3 fail, i.e. move further from the live loop than either estimate, by more
+    than the sampling noise of one rate over n drafting steps (the 95% half-width at rate 0.5, 1.96 sqrt(0.25 / n))?
+    gaps: {estimate or control: largest gap from the live loop}, as `teacher_forced.largest_gap` gives."""
+    if n < 1:
+        raise MtplabError(f"n must be the live loop's drafting steps, at least 1 (got {n})")
+    ref = max(gaps["teacher-forced"], gaps["teacher-forced, every position"])
+    noise = 1.96 * (0.25 / n) ** 0.5
+    lines = []
+    for k in ("control: target shifted by one", "control: no causal mask"):
+        margin = gaps[k] - ref
+        if margin > noise:
+            words = (f"failed as it must: {margin:.3f} further from the live loop than either estimate, more than the "
+                     f"noise of a rate over n = {n} drafting steps (+-{noise:.3f})")
+        elif margin > 0:
+            words = (f"further from the live loop than either estimate by {margin:.3f}, within the noise of a rate "
+                     f"over n = {n} drafting steps (+-{noise:.3f}): on this few tokens it cannot tell")
+        else:
+            words = "did NOT fail: it is no further from the live loop than an estimate; on this few tokens it cannot tell"
+        lines.append(f"  {k}: {words}")
+    return lines
+
+
+def reuse_text(a: tuple[str, list[Trace]], b: tuple[str, list[Trace]], *, record_rows: list[dict] | None = None) -> str:
+    """Two decodes' acceptance by position compared through their 95% intervals: where one is above the other's
+    interval, or 'this run cannot tell them apart'; then each one's tokens per forward from the shipped record rows
+    ({label: row}) when given, read from the record."""
+    (la, ta), (lb, tb) = a, b
+    ra, rb = acceptance_rows(ta), acceptance_rows(tb)
+    apart = [(x["position"], x["rate"], y["rate"]) for x, y in zip(ra, rb) if x["low"] > y["high"] or y["low"] > x["high"]]
+    if apart:
+        text = (f"{la} and {lb} differ at draft position " + ", ".join(f"{i} ({x:.2f} against {y:.2f})"
+                                                                      for i, x, y in apart)
+                + ", beyond both 95% intervals")
+    else:
+        same = all(x["accepted"] == y["accepted"] for x, y in zip(ra, rb))
+        text = (f"{la} and {lb}: " + ("the same counts at every position" if same else "every position's intervals "
+                                      "overlap") + f" (n = {ra[0]['n'] if ra else 0} and {rb[0]['n'] if rb else 0} "
+                "drafting steps), so this run cannot tell them apart")
+    if record_rows and all(record_rows.get(x) for x in (la, lb)):
+        text += ("; docs/bench/k.json, read from the record: " + " against ".join(
+            f"{record_rows[x]['tokens_per_forward']:.2f} tokens per forward ({x}, k = {record_rows[x]['k']}, "
+            f"{record_rows[x]['prompts']} prompts)" for x in (la, lb)))
+    return text
+
+
+def race_summary(what: str, rows: list[dict], key: str, *, record_line: str | None = None) -> str:
+    """One 'what was learnt' line for live races: the fastest row and its speedup, led by the not-valid flag when any
+    race was busy (then the record's line, when given, is the number to quote). rows: {key, speedup, range, valid}."""
+    best = max(rows, key=lambda r: r["speedup"])
+    busy = [str(r[key]) for r in rows if not r["valid"]]
+    line = f"{what}: fastest here {best[key]} ({best['speedup']:.2f}x, range {best['range']})"
+    if busy:
+        line = (f"{what}: not valid here (the machine was busy while {', '.join(busy)} raced), so the live fastest, "
+                f"{best[key]} at {best['speedup']:.2f}x, says nothing")
+    return line + (f"; {record_line}" if record_line else "")
+
+
+def live_against_record(live: dict, valid: bool, row: dict | None) -> str:
+    """A live speedup {speedup, speedup_min, speedup_max} against the shipped record's row: the verdict word only when
+    the race was valid, and whether the record's median lies inside the live range."""
+    r, lo, hi = live["speedup"], live["speedup_min"], live["speedup_max"]
+    if not valid:
+        text = f"not valid here, no verdict ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
+    elif lo > 1.0:
+        text = f"faster than AR here ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
+    elif hi < 1.0:
+        text = f"slower than AR here ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
+    else:
+        text = f"not distinguishable from AR here ({r:.2f}x, range {lo:.2f}-{hi:.2f} spans 1)"
+    if row:
+        inside = lo <= row["speedup"] <= hi
+        text += (f"; the record's row: {row['speedup']:.2f}x ({row['speedup_min']:.2f}-{row['speedup_max']:.2f}), "
+                 + ("inside the live range" if inside else "outside the live range"
+                    + (": the busy machine is the first suspect" if not valid else "")))
+    return text
 
 
 # ---------------------------------------------------------------------------------------------- typical acceptance
@@ -126,11 +228,21 @@ def benchmark_story(a: dict, b: dict, *, name_a: str, name_b: str, pairs: list[t
         share = (ta / tb - 1) / (sa / sb - 1) if abs(sa / sb - 1) > 0.02 else None
         line = (f"{what}: {sa:.2f}x in {name_a}, {sb:.2f}x in {name_b}; tokens per forward {ta:.2f} against {tb:.2f}"
                 f" ({ta / tb:.2f}x, the speedups {sa / sb:.2f}x)")
-        if share is not None:
-            line += (", so acceptance makes " + ("all" if share >= 0.9 else "most" if share > 0.66 else "part"
-                                                   if share > 0.33 else "little") + " of the gap")
         k = str(ra.get("k", ""))
         ca, cb = a["cost_curve"].get(k), b["cost_curve"].get(k)
+        if share is not None:
+            line += (", so acceptance makes " + ("all" if abs(share - 1) < 0.005 else "more than all" if share > 1
+                                                   else "nearly all" if share >= 0.9 else "most" if share > 0.66
+                                                   else "part" if share > 0.33 else "little") + " of the gap")
+            rest = sa / sb - ta / tb
+            if abs(share - 1) >= 0.005:
+                line += f" (the rest of the speedups' ratio, {rest:+.2f}, is time that tokens per forward do not count"
+                if ca and cb and abs(ca / cb - 1) > 0.02:
+                    # a costlier verify step in a lowers a's speedup: the cost curves predict rest < 0 when ca > cb
+                    line += (": the verify step's cost, in the direction the cost curves predict" if (rest < 0) == (ca > cb)
+                             else ": not the verify step's cost, whose curves point the other way, so the drafter's time "
+                                  "or timing noise")
+                line += ")"
         if ca and cb:
             line += f"; t({k})/t(1) was {ca:.2f} against {cb:.2f} on the day each was measured"
         first = ra.get("tokens_per_forward_first64")

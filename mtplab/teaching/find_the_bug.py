@@ -6,11 +6,14 @@ or (n, V) target distributions and q (n, V) the distributions the drafts were dr
 
 Speculative sampling (Leviathan et al. 2023, sec. 2.3; Chen et al. 2023, alg. 2) keeps a draft d ~ q
 with probability min(1, p(d)/q(d)) and replaces a rejected one by a draw from norm(max(0, p - q)); the
-emitted token then follows p exactly. Four planted bugs have the shape of public reports: the draft
-sampled at a temperature the rule ignores (z-lab/dflash#74), p in another dtype than q (deepseek-ai/DeepSpec#31),
-an argmax where a sample was due (jaymody/speculative-sampling#3), sampling settings applied to one side only
-(vllm-project/vllm PR #10198, where top-p filtered the draft's q and not the target's p; here top-k filters p and
-not q); two are the lab's own: the first draft never verified, the residual taken as p.
+emitted token then follows p exactly. Four planted bugs are of the shape of public reports, not copies of them: the
+draft sampled at a temperature the rule ignores (z-lab/dflash#74); the target p rounded through bf16 while q stays
+in float32, one side in another dtype than the other (deepseek-ai/DeepSpec#31, where it was the draft side: drafts
+sampled through native-dtype logits, the ratio in float32); a rejected draft replaced by the residual's argmax where
+a sample was due (jaymody/speculative-sampling#3, where the draft itself was an argmax); top-k applied to the
+target p and not to q, a sampling setting on one side only (vllm-project/vllm PR #10198, where it was the other
+side: top-p filtered the draft's q and not the target's p). Two are the lab's own: the first draft never verified,
+the residual taken as p.
 
 The students see the rules under neutral names (`RULES`: rule_a, rule_b, ...); `ANSWERS` says which
 are broken and why; `check_verdicts` grades a student's verdicts without naming which are off. `power` runs the
@@ -142,11 +145,13 @@ ANSWERS: dict[str, Answer] = {
                                                  "ratio uses the drafter's distribution at T = 1"),
     "rule_d": Answer(first_unverified, True, "the loop starts at the second draft: the first one is never "
                                              "verified, so it follows q"),
-    "rule_e": Answer(p_in_bf16, True, f"p comes from bf16 logits near {LOGIT_LEVEL:g}, where bf16 steps by 1: "
-                                      "the rule is exact for a rounded p, not for p"),
+    "rule_e": Answer(p_in_bf16, True, f"the target p comes from bf16 logits near {LOGIT_LEVEL:g}, where bf16 steps "
+                                      "by 1, while q stays float32: the rule is exact for a rounded p, not for p (of "
+                                      "the shape of DeepSpec#31, where the draft side was in the other dtype)"),
     "rule_f": Answer(ratio_free, False, "u * q(d) < p(d) is u < p(d)/q(d) without the division"),
     "rule_g": Answer(argmax_residual, True, "a rejected draft becomes the residual's argmax; a sample was due"),
-    "rule_h": Answer(top_k_on_p, True, f"top-{TOP_K} applied to p but not to q: the output follows top-k(p)"),
+    "rule_h": Answer(top_k_on_p, True, f"top-{TOP_K} applied to the target p but not to q: the output follows "
+                                        "top-k(p) (of the shape of vllm PR #10198, where top-p filtered q, not p)"),
 }
 RULES = {name: a.rule for name, a in ANSWERS.items()}
 
@@ -169,30 +174,38 @@ def shared_listing() -> str:
 
 
 # ---------------------------------------------------------------------------------- the harness
-def judge(rule, seed: int = 0, *, n: int = N_DRAWS) -> dict:
+def judge(rule, seed: int = 0, *, n: int = N_DRAWS, stream: int = 0) -> dict:
     """Draw n drafts d ~ q on the toy of `seed`, let `rule` decide, chi-square the emitted tokens
-    against the exact target p. Returns the test's stat, dof and pvalue, the counts, p and `broken`."""
+    against the exact target p. Returns the test's stat, dof and pvalue, the counts, p and `broken`.
+    `stream` picks the random numbers of the draws (the toy stays the seed's): two rules judged on one stream see
+    the same numbers, so two correct rules written alike emit the same tokens; `judge_all` and `power` give each
+    rule its own stream, so that no two bars share their luck."""
     if not callable(rule):
         raise MtplabError(f"rule must be a function with decoding.accept's signature (got {type(rule).__name__})")
     if not isinstance(n, int) or n < 50:
         raise MtplabError(f"n must be an integer >= 50 draws (got {n!r}); the default is {N_DRAWS}")
     p, q = toy(seed)
-    run = accept_counts(p, q, n, generator=torch.Generator().manual_seed(10_000 + seed), rule=rule)
+    run = accept_counts(p, q, n, generator=torch.Generator().manual_seed(10_000 + seed + 7_919 * stream), rule=rule)
     test = chi_square(run["counts"], p)
     return {**test, "counts": run["counts"], "p": p, "kept": run["kept"], "broken": test["pvalue"] < ALPHA}
 
 
-def power(rule, *, seeds: int = 20, n: int = N_DRAWS) -> float:
+def power(rule, *, seeds: int = 20, n: int = N_DRAWS, stream: int = 0) -> float:
     """Fraction of `seeds` independent toys on which the test rejects the rule at ALPHA: the power for a
     broken rule, the false-alarm rate (about ALPHA) for a correct one."""
     if not isinstance(seeds, int) or seeds < 1:
         raise MtplabError(f"seeds must be an integer >= 1 (got {seeds!r})")
-    return sum(judge(rule, s, n=n)["broken"] for s in range(seeds)) / seeds
+    return sum(judge(rule, s, n=n, stream=stream)["broken"] for s in range(seeds)) / seeds
+
+
+def judge_all(seed: int = 0, *, n: int = N_DRAWS) -> dict[str, dict]:
+    """judge() for every rule in RULES on the toy of `seed`, each rule on its own stream of random numbers."""
+    return {name: judge(rule, seed, n=n, stream=i + 1) for i, (name, rule) in enumerate(RULES.items())}
 
 
 def power_table(*, seeds: int = 20, n: int = N_DRAWS) -> dict[str, float]:
-    """power(rule) for every rule in RULES."""
-    return {name: power(rule, seeds=seeds, n=n) for name, rule in RULES.items()}
+    """power(rule) for every rule in RULES, each rule on its own stream of random numbers (as `judge_all`)."""
+    return {name: power(rule, seeds=seeds, n=n, stream=i + 1) for i, (name, rule) in enumerate(RULES.items())}
 
 
 def check_verdicts(verdicts: dict) -> Check:

@@ -169,6 +169,16 @@ def second_token_counts(model, make_drafter, prompt: list[int], n: int, *, k: in
     return {"counts": counts, "kept": kept / max(1, drafted), "kept_per_run": kept / max(1, n)}
 
 
+def _mean_interval(per_window: torch.Tensor, z: float = 1.96) -> tuple[float, float, float]:
+    """Mean of per-window values with a 95% interval that treats each window as one draw (positions inside a window
+    are not independent): mean +- z * sd / sqrt(windows). One window gives no spread, so its interval is the mean."""
+    m = float(per_window.mean())
+    if per_window.numel() < 2:
+        return m, m, m
+    half = z * float(per_window.std()) / per_window.numel() ** 0.5
+    return m, m - half, m + half
+
+
 @torch.inference_mode()
 def acceptance_by_rule(target, draft, windows: torch.Tensor, *, temperatures=(1.0,)) -> dict:
     """Expected acceptance of one draft token at every position of some windows (teacher-forced).
@@ -176,19 +186,51 @@ def acceptance_by_rule(target, draft, windows: torch.Tensor, *, temperatures=(1.
     greedy: the draft is the drafter's argmax, kept if it equals the target's argmax.
     sampling at temperature T: the draft d ~ q is kept with probability min(1, p(d)/q(d)); averaged
     over d this is sum_v min(p(v), q(v)) = 1 - total variation distance between p and q.
-    Returns {"greedy": float, "sampling": {T: float}}.
+    Returns {"greedy": float, "sampling": {T: float}, "n": positions, "windows": B,
+    "interval": {"greedy": (lo, hi), T: (lo, hi)}, "difference": {T: (sampling - greedy, lo, hi)}}; every interval
+    is 95% over the windows (`_mean_interval`), the difference is paired window by window.
     """
     dev = target.wte.weight.device
     x = windows[:, :-1]
     p_logits = target(x.to(dev)).logits.float()  # (B, T, V)
     q_logits = draft(x.to(draft.wte.weight.device)).logits.float().to(dev)
-    greedy = (p_logits.argmax(-1) == q_logits.argmax(-1)).float().mean().item()
-    sampling = {}
+    g_win = (p_logits.argmax(-1) == q_logits.argmax(-1)).float().mean(-1)  # (B,)
+    greedy, glo, ghi = _mean_interval(g_win)
+    sampling, interval, difference = {}, {"greedy": (glo, ghi)}, {}
     for t in temperatures:
         p = torch.softmax(p_logits / t, -1)
         q = torch.softmax(q_logits / t, -1)
-        sampling[t] = torch.minimum(p, q).sum(-1).mean().item()
-    return {"greedy": greedy, "sampling": sampling}
+        s_win = torch.minimum(p, q).sum(-1).mean(-1)  # (B,)
+        sampling[t], lo, hi = _mean_interval(s_win)
+        interval[t] = (lo, hi)
+        difference[t] = _mean_interval(s_win - g_win)
+    return {"greedy": greedy, "sampling": sampling, "n": int(x.numel()), "windows": int(x.shape[0]),
+            "interval": interval, "difference": difference}
+
+
+def rule_verdicts(by_rule: dict) -> list[str]:
+    """`acceptance_by_rule` read in words: for each temperature, does sampling keep more or fewer drafts than greedy,
+    or can these windows not tell (the paired interval spans 0); then which temperature sits closest to greedy, against
+    the limit T -> 0 where both distributions become one-hot and sampling acceptance becomes greedy acceptance."""
+    diff, w = by_rule["difference"], by_rule["windows"]
+    lines = []
+    for t, (d, lo, hi) in diff.items():
+        words = ("keeps more drafts than greedy" if lo > 0 else "keeps fewer drafts than greedy" if hi < 0 else
+                 "cannot be told apart from greedy on these windows (the interval spans 0)")
+        lines.append(f"sampling at T={t} {words}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}], paired over {w} windows "
+                     f"({by_rule['n']} positions)")
+    if len(diff) > 1:
+        ts = sorted(diff)
+        near = min(ts, key=lambda t: abs(diff[t][0]))
+        shrinking = all(abs(diff[a][0]) <= abs(diff[b][0]) for a, b in zip(ts, ts[1:]))
+        apart = any(lo > 0 or hi < 0 for _, lo, hi in diff.values())
+        lines.append("as T -> 0 both distributions become one-hot on their argmax, so sampling acceptance tends to "
+                     f"greedy acceptance; at the temperatures measured here the closest to greedy is T={near}, and "
+                     + ("the distance shrinks as T falls" if shrinking else
+                        f"the lowest, T={ts[0]}, is not the closest: the limit is not reached at these temperatures")
+                     + ("" if apart else "; every difference is within its interval of 0, so this run cannot order "
+                                         "the temperatures"))
+    return lines
 
 
 def live_against_estimate(runs: dict[str, list], estimate: dict[str, float]) -> list[str]:

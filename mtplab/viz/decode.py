@@ -331,7 +331,9 @@ def tree_step(ts: TreeStep, *, root_token: int | None = None, label=token_repr) 
     ax.set_xticklabels(["last\ncommitted"] + [f"+{d}" for d in range(1, last + 1)])
     ax.set_xlabel("tokens after the last committed one (dashed: the target's bonus token)")
     ax.set_yticks([])
-    ax.set_title(f"{len(tree)} nodes in one forward: {len(ts.path) - 1} accepted (green) + bonus "
+    # no count in the title: the root (leftmost) goes through the forward too, and notebook 07's exercise 1 asks
+    # for the number of positions
+    ax.set_title(f"the root and every node in one forward: {len(ts.path) - 1} accepted (green) + bonus "
                  f"({ts.step.bonus_source}); grey = pruned", fontsize=9)
     for s in ("top", "right", "left"):
         ax.spines[s].set_visible(False)

@@ -86,25 +86,34 @@ def power_bars(power: dict[str, float], *, alpha: float, broken: dict[str, bool]
     return fig
 
 
-def conventions(acc: Acceptance, *, title: str = "") -> Figure:
-    """Unconditional and conditional rates per draft position, the two mean lengths in the legend."""
+def conventions(acc: Acceptance, *, title: str = "", intervals: dict | None = None, n: int | None = None) -> Figure:
+    """Unconditional and conditional rates per draft position, the two mean lengths in the legend; `intervals`
+    ({kind: [(low, high), ...]}) draws whiskers, `n` (drafting steps) goes under the title."""
     fig, axes = _figure(width=5.6)
     ax = axes[0][0]
     pos = list(range(len(acc.unconditional)))
     w = 0.38
-    ax.bar([x - w / 2 for x in pos], acc.unconditional, w, label="unconditional (vLLM, llama.cpp)")
-    ax.bar([x + w / 2 for x in pos], acc.conditional, w, label="conditional")
+    for shift, kind, lab in ((-w / 2, "unconditional", "unconditional (vLLM, llama.cpp)"), (w / 2, "conditional",
+                                                                                          "conditional")):
+        ys = getattr(acc, kind)
+        iv = (intervals or {}).get(kind)
+        yerr = None if iv is None else [[y - lo for y, (lo, _) in zip(ys, iv)], [hi - y for y, (_, hi) in zip(ys, iv)]]
+        ax.bar([x + shift for x in pos], ys, w, label=lab, yerr=yerr, capsize=3 if yerr else 0)
     ax.set_xticks(pos, [f"draft {j}\n(depth {j + 2})" for j in pos])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("acceptance rate")
-    ax.set_title(title or f"mean accepted length {acc.mean_accepted_length:.2f} with the bonus, "
-                          f"{acc.mean_accepted:.2f} without", fontsize=9)
+    ax.set_title((title or f"mean accepted length {acc.mean_accepted_length:.2f} with the bonus, "
+                           f"{acc.mean_accepted:.2f} without")
+                 + (f"\nn = {n} drafting steps" + ("; whiskers: 95% Wilson" if intervals else "") if n else ""),
+                 fontsize=9)
     ax.legend(fontsize=8)
     return fig
 
 
-def estimate_vs_live(results: dict[str, Acceptance], *, live: str = "live loop", title: str = "") -> Figure:
-    """Unconditional and conditional rate per draft position for each estimate; the live loop in black."""
+def estimate_vs_live(results: dict[str, Acceptance], *, live: str = "live loop", title: str = "",
+                     live_intervals: dict | None = None, n: int | None = None) -> Figure:
+    """Unconditional and conditional rate per draft position for each estimate; the live loop in black, with
+    whiskers from `live_intervals` ({kind: [(low, high), ...]}) and its n drafting steps in the title."""
     fig, axes = _figure(2, width=4.5)
     axes = axes[0]
     for ax, what in zip(axes, ("unconditional", "conditional")):
@@ -112,12 +121,19 @@ def estimate_vs_live(results: dict[str, Acceptance], *, live: str = "live loop",
             ys = getattr(acc, what)
             style = {"color": "k", "lw": 2.5, "marker": "o"} if name == live else {"marker": ".", "ls": "--"}
             ax.plot(range(len(ys)), ys, label=name, **style)
-        n = len(next(iter(results.values())).unconditional)
-        ax.set_xticks(range(n), [f"depth {j + 2}" for j in range(n)])
+            iv = (live_intervals or {}).get(what) if name == live else None
+            if iv:
+                ax.errorbar(range(len(ys)), ys, yerr=[[y - lo for y, (lo, _) in zip(ys, iv)],
+                                                      [hi - y for y, (_, hi) in zip(ys, iv)]],
+                            fmt="none", color="k", capsize=3)
+        depths = len(next(iter(results.values())).unconditional)
+        ax.set_xticks(range(depths), [f"depth {j + 2}" for j in range(depths)])
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{what} acceptance per draft position", fontsize=9)
     axes[0].set_ylabel("rate")
     axes[1].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    if title or n:
+        fig.suptitle((title or "") + (f" (live loop: n = {n} drafting steps" + ("; whiskers: 95% Wilson)" if
+                                                                                 live_intervals else ")") if n else ""),
+                     fontsize=10)
     return fig
