@@ -88,7 +88,7 @@ class TrainConfig:
             raise MtplabError(f"--depths must be an integer >= 2 (got {depths!r})")
         if depths > MAX_DEPTHS:
             raise MtplabError(f"--depths {depths} is more than {MAX_DEPTHS} prediction depths; use at most --depths "
-                              f"{MAX_DEPTHS} (acceptance falls off long before: the papers use 2 to 8)")
+                              f"{MAX_DEPTHS} (acceptance falls off long before: the papers use 1 to 10, 32 for bytes)")
         if depths < 2:
             raise MtplabError(f"--heads {heads} needs --depths >= 2 (got {depths}); depth 1 is the trunk's own head")
         return depths
