@@ -284,17 +284,41 @@ def correlation_figure(study: dict):
     return fig
 
 
+def rise_count(counts: dict[str, list[tuple[int, int]]], what: str = "(method, k)", who: str = "this run") -> str:
+    """counts: label -> (accepted, reached) per draft position. One sentence: for how many labels the conditional
+    rate's first and last positions have 95% Wilson intervals that separate upward (a rise this run measured),
+    separate downward, or overlap (no difference measured, whichever way the point estimate went)."""
+    rows = {n: [c for c in cs if c[1]] for n, cs in counts.items()}
+    rows = {n: cs for n, cs in rows.items() if len(cs) >= 2}
+    words = {n: compare_rates(cs[0], cs[-1], "rises", "falls") for n, cs in rows.items()}
+    up = [n for n, w in words.items() if w == "rises"]
+    down = [n for n, w in words.items() if w == "falls"]
+    higher = sum(w.startswith("ends higher") for w in words.values())
+    rest = len(rows) - len(up) - len(down)
+    out = (f"conditional acceptance rises from the first position to the last, with 95% intervals that do not overlap, "
+           f"for {len(up)} of {len(rows)} {what}" + (f" ({', '.join(up)})" if up else ""))
+    if down:
+        out += f"; falls, intervals apart, for {len(down)} ({', '.join(down)})"
+    if rest:
+        out += (f"; for {rest} the two intervals overlap, so {who} measured no difference there (the point "
+                f"estimate ended higher for {higher} of them)")
+    return out
+
+
 def bench_rise_line() -> str:
-    """Whether the shipped decode benchmark shows the same rise: its conditional rates by position, per pair."""
+    """Whether the shipped decode benchmark shows the same rise, per pair, from its (accepted, reached) counts and
+    their 95% intervals (`rise_count`); the oracle is left out (its verdicts are independent by construction)."""
     try:
         rows = Record.load("decode").rows
     except MtplabError as e:
         return str(e)
     rows = [r for r in rows if len(r.get("conditional_acceptance", [])) >= 2 and not r["method"].startswith("oracle")]
-    rise = [r["label"] for r in rows if r["conditional_acceptance"][-1] > r["conditional_acceptance"][0]]
     table = "; ".join(f"{r['label']} " + "/".join(f"{c:.2f}" for c in r["conditional_acceptance"]) for r in rows)
-    return (f"The benchmark ({bench_source()}): conditional acceptance ends higher than it starts for {len(rise)} of "
-            f"{len(rows)} trained drafters: {table}.")
+    counts = {r["label"]: list(zip(r["accepted"], r["reached"])) for r in rows}
+    untrained = [r["label"] for r in rows if r["method"] == "ngram"]
+    what = "drafters" + (f" ({', '.join(untrained)} is prompt lookup, not trained)" if untrained else "")
+    return (f"The benchmark ({bench_source()}): {rise_count(counts, what, 'the record')}. Conditional rates by "
+            f"position: {table}.")
 
 
 # ---------------------------------------------------------------------------------- loops, for 02, 03, 04 and 06
@@ -397,3 +421,26 @@ def accuracy_against_acceptance(acc_live: list[float], agree: list[float], poole
     out.append(f"agreement with the target exceeds accuracy against the true text at {words(above)}; "
                f"unconditional acceptance falls below accuracy at {words(below)}")
     return out
+
+
+def first_draft_line(study: dict, plain: Trace) -> str:
+    """Notebook 02 §4: the first draft's rate on the overlapped schedule (the correlation study) beside the plain
+    schedule's (section 4's decodes), with their intervals, and why the two need not agree."""
+    a_o, n_o = study["observed"]["accepted"][0], study["steps"]
+    a_p, n_p = plain.accepted_per_position[0], plain.num_drafts
+    words = compare_rates((a_p, n_p), (a_o, n_o), "is higher, intervals apart", "is lower, intervals apart")
+    return (f"first draft kept: {rate_text(a_o, n_o)} over the overlapped schedule's steps here, against "
+            f"{rate_text(a_p, n_p)} over the plain schedule's steps in section 4; the overlapped rate {words}. The two "
+            "schedules start their steps at different places of the same greedy text (the plain one once every two "
+            "forwards, the overlapped one at every forward), so these are rates over different steps.")
+
+
+def loop_count_line(traces: list[Trace], looping: int, window: int) -> str:
+    """Notebook 05 §2: its loop count (the last `window` tokens repeat, `engines.looping`) beside notebook 02's test
+    (`loop_split`) on the same continuations, since 02-04 report loops of the same prompts with that test."""
+    sp = loop_split(traces)
+    n = len(traces[0].tokens) if traces else 0
+    return (f"loops: {looping} of {len(traces)} by this notebook's test (the last {window} tokens repeat) on these "
+            f"{n}-token continuations; notebook 02's test (`blockwise.loop_split`), which notebooks 02-04 apply to "
+            f"longer continuations of the same prompts, finds {sp['looping']} of {sp['continuations']} here: the count "
+            "depends on the test and on how long the decode runs")

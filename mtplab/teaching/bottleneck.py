@@ -16,7 +16,7 @@ from mtplab.teaching.check import _number
 from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
-from mtplab.measuring.race import race
+from mtplab.measuring.race import LoadMeter, busy_reason, race
 from mtplab.measuring.record import Record
 
 
@@ -73,11 +73,19 @@ def check_latency_cut(fn) -> Check:
 
 def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: int = 5,
                   progress: bool = False) -> tuple[dict[str, Trace], dict[str, list[float]]]:
+    """`raced_decodes` without the busy-machine guard's verdict."""
+    median, ms, _ = raced_decodes(variants, prompt_ids, max_new_tokens=max_new_tokens, repeats=repeats,
+                                  progress=progress)
+    return median, ms
+
+
+def raced_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: int = 5,
+                  progress: bool = False) -> tuple[dict[str, Trace], dict[str, list[float]], str | None]:
     """Greedy autoregressive decoding of the same prompt by several (model, use_cache) variants, raced
     (`measuring.race`: one short warm-up decode each, then `repeats` rounds in rotating order).
 
-    Returns ({label: the Trace of its median round}, {label: ms per token of every round}); each Trace's steps
-    carry their wall time (`Step.wall_s`)."""
+    Returns ({label: the Trace of its median round}, {label: ms per token of every round}, why the race is not
+    valid here or None); each Trace's steps carry their wall time (`Step.wall_s`)."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise MtplabError(f"repeats must be an integer >= 1 (got {repeats!r})")
     traces: dict[str, list[Trace]] = {label: [] for label in variants}
@@ -95,13 +103,13 @@ def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: i
         from tqdm.auto import tqdm
         bar = tqdm(total=repeats * len(fns), desc="decoding", unit="decode")
     model = next(iter(variants.values()))[0]
-    race(fns, [prompt_ids], baseline=next(iter(fns)), rounds=repeats, device=model.wte.weight.device, bar=bar,
+    res = race(fns, [prompt_ids], baseline=next(iter(fns)), rounds=repeats, device=model.wte.weight.device, bar=bar,
          warmup=lambda label, fn: fn(prompt_ids, warm=True))  # the first decode pays one-off costs
     if bar is not None:
         bar.close()
     ms = {label: [ms_per_token(t) for t in ts] for label, ts in traces.items()}
     median = {label: sorted(ts, key=ms_per_token)[len(ts) // 2] for label, ts in traces.items()}
-    return median, ms
+    return median, ms, res.busy
 
 
 def spread(values) -> str:
@@ -148,3 +156,229 @@ def quantize_int8(model):
         return None, f"dynamic INT8 quantization failed on torch {torch.__version__}: {e}"
     n = sum(1 for mod in qm.modules() if type(mod).__module__.startswith("torch.ao.nn.quantized"))
     return qm, f"torch {torch.__version__}: {n} nn.Linear layers now hold int8 weights (deprecated torch.ao API)"
+
+
+# ---------------------------------------------------------------------------------- verdict words from the numbers
+NOT_VALID = "not valid here: the machine was busy ({why}); close other work and rerun, or read the shipped record"
+
+
+def busy_line(busy: str | None, what: str = "this timing") -> str:
+    """The busy-machine guard's line for one live measurement: valid, or why not (printed before any verdict)."""
+    return f"{what}: valid (the busy-machine guard saw no other load)" if busy is None else \
+        f"{what}: " + NOT_VALID.format(why=busy)
+
+
+class Watch:
+    """Other processes' CPU use around a block of live work, read as `measuring.race` reads it (`LoadMeter`),
+    for the measurements that do not go through the race themselves. Use as `with Watch() as w: ...`; then
+    `w.busy` (None: valid) and `w.line(what)`."""
+
+    busy: str | None = None
+
+    def __enter__(self) -> "Watch":
+        self._meter = LoadMeter().start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.busy = busy_reason(self._meter.stop(), None)
+
+    def line(self, what: str = "this timing") -> str:
+        return busy_line(self.busy, what)
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return min(a) <= max(b) and min(b) <= max(a)
+
+
+def compare_ms(ms: dict[str, list[float]], busy: str | None) -> str:
+    """Two labelled lists of ms per token (every round) in words: which was faster, only when the busy guard
+    passed and the ranges do not overlap; otherwise why this run cannot say."""
+    (a, va), (b, vb) = list(ms.items())[:2]
+    if busy is not None:
+        return NOT_VALID.format(why=busy) + f"; no verdict on {a} against {b}"
+    if _overlap(va, vb):
+        return f"valid here; {a} and {b}: the ranges overlap, so this run cannot tell them apart"
+    fast, slow = (a, b) if statistics.median(va) < statistics.median(vb) else (b, a)
+    return f"valid here; {fast} was faster than {slow} (the ranges do not overlap)"
+
+
+def race_line(race: dict, n_prompts: int) -> str:
+    """A live race (`timing.interleaved_race`'s dict) in words: the busy verdict first; a speedup verdict only when
+    the race is valid, and then only from its range."""
+    nums = (f"{race['speedup']:.2f}x (median of {len(race['rounds'])} rounds over {n_prompts} prompts, "
+            f"range {race['speedup_min']:.2f}-{race['speedup_max']:.2f})")
+    if not race["valid"]:
+        return race["verdict"] + f"; the measured {nums} is not read as a verdict"
+    word = ("faster than" if race["speedup_min"] > 1 else "slower than" if race["speedup_max"] < 1 else
+            "within noise of")
+    return f"measured {nums}: {word} plain decoding on this machine"
+
+
+def curve_flags(ratio: dict, name: str = "") -> str:
+    """Where a measured t(q)/t(1) falls as q grows (a noisy point: more q cannot cost less), or '' when none does."""
+    qs = sorted(ratio)
+    bad = [(a, b) for a, b in zip(qs, qs[1:]) if ratio[b] < ratio[a]]
+    if not bad:
+        return ""
+    parts = ", ".join(f"t({b})/t(1) = {ratio[b]:.2f} below t({a})/t(1) = {ratio[a]:.2f}" for a, b in bad)
+    return f"{name + ': ' if name else ''}not monotonic ({parts}): noise at this many repeats; read the trend, not one point"
+
+
+def ratio_range(curve, q: int) -> tuple[float, float]:
+    """(min, max) over the rounds of t(q)/t(1), each round's q over the same round's q = 1 (they were interleaved)."""
+    r = [a / b for a, b in zip(curve.samples[q], curve.samples[1])]
+    return min(r), max(r)
+
+
+def cheaper_to_verify(curves: dict, q: int) -> str:
+    """Which model's t(q)/t(1) is lower, in words, only when no curve is marked busy and the per-round ranges
+    do not overlap."""
+    busy = [f"{n}: {c.busy}" for n, c in curves.items() if c.busy]
+    if busy:
+        return NOT_VALID.format(why="; ".join(busy)) + "; no verdict on which model is cheaper to verify"
+    rng = {n: ratio_range(c, q) for n, c in curves.items()}
+    text = ", ".join(f"{n} {c.ratio[q]:.2f} (rounds {rng[n][0]:.2f}-{rng[n][1]:.2f})" for n, c in curves.items())
+    (a, ra), (b, rb) = list(rng.items())[:2]
+    if ra[0] <= rb[1] and rb[0] <= ra[1]:
+        return f"t({q})/t(1): {text}: the ranges overlap, so this run cannot tell which is cheaper to verify"
+    cheap = min(curves, key=lambda n: curves[n].ratio[q])
+    return f"t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
+
+
+def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4") -> list[str]:
+    """Notebook 01 §5 in words from its numbers: the live rows' t(q)/t(1) in order of weight size (is it monotonic,
+    which rows disagree with the shipped record's value for the same shape by more than a quarter), and the shipped
+    record's models that fit in the cache against those that do not (do the two ranges separate)."""
+    out = []
+    if busy is not None:
+        out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict")
+    rows = sorted(sizes, key=lambda r: r["weight_bytes"])
+    ref = {(r["n_layer"], r["n_embd"]): r["ratio"][q] for r in shipped or []}
+    noisy = [r for r in rows if (r["n_layer"], r["n_embd"]) in ref
+             and abs(r["ratio"][q] / ref[(r["n_layer"], r["n_embd"])] - 1) > 0.25]
+    vals = [r["ratio"][q] for r in rows]
+    order = " < ".join(f"{r['weight_mb']:.0f} MB" for r in rows)
+    trend = ("rises with the weights" if all(a < b for a, b in zip(vals, vals[1:])) else
+             "falls with the weights" if all(a > b for a, b in zip(vals, vals[1:])) else "is not monotonic in the weights")
+    out.append(f"live, t({q})/t(1) over {order}: " + ", ".join(f"{v:.2f}" for v in vals)
+               + ("" if busy is not None else f"; it {trend}"))
+    for r in noisy:
+        was = ref[(r["n_layer"], r["n_embd"])]
+        out.append(f"  the {r['weight_mb']:.0f} MB row ({r['ratio'][q]:.2f}) is {r['ratio'][q] / was:.1f}x "
+                   f"the shipped record's {was:.2f} for the same shape: a noisy row")
+    if shipped:
+        fit = [r["ratio"][q] for r in shipped if r["fits_in_llc"]]
+        big = [r["ratio"][q] for r in shipped if not r["fits_in_llc"]]
+        if fit and big:
+            verdict = ("the models that fit were cheaper to verify" if max(fit) < min(big) else
+                       "the models that do not fit were cheaper to verify" if max(big) < min(fit) else
+                       "the two ranges overlap, so on that machine fitting in the cache did not decide the cost of a "
+                       "verify")
+            out.append(f"shipped record (run alone): {len(fit)} models that fit in the cache verify {q} tokens for "
+                       f"{min(fit):.2f}-{max(fit):.2f} one-token forwards, the {len(big)} that do not for "
+                       f"{min(big):.2f}-{max(big):.2f}; {verdict}")
+    return out
+
+
+def why_shipped_differs(*, prompts: int, tokens: int, rounds: int, path=paths.DECODE_JSON) -> str:
+    """Why the live race and the shipped decode benchmark may give different speedups for the same pair, from the
+    record's own fields (prompts, max_new_tokens, repeats) against this run's."""
+    d = Record.load(path).data
+    diff = []
+    if (d.get("prompts"), d.get("max_new_tokens")) != (prompts, tokens):
+        diff.append(f"the record decoded {d.get('prompts')} prompts x {d.get('max_new_tokens')} new tokens, this run "
+                    f"{prompts} x {tokens}: the prefill and each decode's fixed costs weigh more in short decodes")
+    if d.get("repeats") != rounds:
+        diff.append(f"it kept the median of {d.get('repeats')} rounds, this run of {rounds}")
+    return "; ".join(diff) or "same prompts, tokens and rounds: the difference is the machine or its load"
+
+
+def claim_words(cuts: dict, predicted: float, race: dict) -> str:
+    """Notebook 01 §4: the claim, the prediction and the wall clock read against each other; when the race is not
+    valid, that first and no reading of the wall clock."""
+    claim = cuts["seed article's claim"]
+    head = f"the claim removes {claim:.0%}; measurements predict {cuts['predicted from measurements']:.0%}"
+    if not race["valid"]:
+        return f"{head}; {race['verdict']}: the wall clock is not read here (the shipped benchmark's figure is)"
+    measured = race["speedup"]
+    gap = abs(measured - predicted) / predicted
+    near = ("the measured speedup is within 10% of the predicted one" if gap <= 0.1 else
+            f"the measured speedup is {gap:.0%} {'below' if measured < predicted else 'above'} the predicted one "
+            "(loop overhead per step, which the prediction leaves out)")
+    return f"{head} and the wall clock gave {cuts['measured wall clock']:.0%}: {near}"
+
+
+def depth_words(rows: list[dict], busy: str | None) -> str:
+    """Notebook 01 §5: the same heads on a shallow and a deep trunk; a verdict only when the guard passed and the
+    two speedups' ranges do not overlap."""
+    a, b = rows[0], rows[-1]
+    head = (f"same heads, same tokens per forward ({a['tokens_per_forward']:.2f} and {b['tokens_per_forward']:.2f}): "
+            f"{a['speedup']:.2f}x on {a['n_layer']} layers, {b['speedup']:.2f}x on {b['n_layer']}")
+    if busy is not None:
+        return f"{head}; " + NOT_VALID.format(why=busy) + ": no verdict (the shipped record above is the reference)"
+    if a["speedup_max"] < b["speedup_min"]:
+        return f"{head}: the ranges do not overlap, so the deeper trunk is where these heads pay more"
+    if b["speedup_max"] < a["speedup_min"]:
+        return f"{head}: the ranges do not overlap, so here the shallower trunk paid more"
+    return f"{head}: the ranges overlap, so this run cannot tell the two depths apart"
+
+
+# ---------------------------------------------------------------------------------- notebook 05 §3, the same rules
+def _busy(lives: dict) -> list[str]:
+    return [n for n, (live, _) in lives.items() if live.get("valid") is False]
+
+
+def busy_marker(lives: dict) -> str:
+    """'' when every live race passed the busy-machine guard; otherwise a title suffix for the figure."""
+    busy = _busy(lives)
+    return f" - NOT VALID: busy machine ({len(busy)} of {len(lives)} races)" if busy else ""
+
+
+def prediction_line(lives: dict, predicted: dict[str, float]) -> str:
+    """Notebook 05 §3: each live speedup against its prediction, read only when the race is valid and only when the
+    whole live range lies on one side of the prediction. lives: name -> (live_speedup dict, bench row)."""
+    busy = _busy(lives)
+    if busy:
+        return (f"{len(busy)} of {len(lives)} live races are not valid here (busy machine: the lines above say why), "
+                "so no row's live figure is read against its prediction; the benchmark column is the reference")
+    below = [n for n, (lv, _) in lives.items() if lv["max"] < predicted[n]]
+    above = [n for n, (lv, _) in lives.items() if lv["min"] > predicted[n]]
+    inside = [n for n in lives if n not in below and n not in above]
+    return (f"whole live range below the prediction (overhead, which the prediction leaves out): {', '.join(below) or 'none'}; "
+            f"above it (the prediction's inputs, timed apart from the race, were off): {', '.join(above) or 'none'}; "
+            f"prediction inside the live range (no difference measured): {', '.join(inside) or 'none'}")
+
+
+def fastest_line(speedups: dict[str, tuple[float, float, float]], where: str) -> str:
+    """name -> (median, min, max). The fastest by median, and every other whose range overlaps its range: they tie
+    within their ranges, so the run does not rank them."""
+    best = max(speedups, key=lambda n: speedups[n][0])
+    m, lo, hi = speedups[best]
+    ties = [n for n, (mm, a, b) in speedups.items() if n != best and a <= hi and lo <= b]
+    text = f"{best} at {m:.2f}x (range {lo:.2f}-{hi:.2f})"
+    if not ties:
+        return f"{where} the fastest was {text}, its range apart from every other's"
+    return (f"{where} {text} ties within the ranges with " +
+            ", ".join(f"{n} {speedups[n][0]:.2f}x ({speedups[n][1]:.2f}-{speedups[n][2]:.2f})" for n in ties) +
+            ": no single fastest")
+
+
+def live_fastest_line(lives: dict) -> str:
+    """Notebook 05's summary of the live races: no ranking when any race is not valid, else `fastest_line`."""
+    busy = _busy(lives)
+    if busy:
+        return (f"Live, {len(busy)} of {len(lives)} races were not valid here (busy machine), so this run ranks no "
+                "method; the benchmark's line above is the reference")
+    return fastest_line({n: (lv["median"], lv["min"], lv["max"]) for n, (lv, _) in lives.items()}, "Live,")
+
+
+def bench_speedups(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
+    """label -> (speedup, min, max over its repeats) of a decode benchmark's rows, the oracle left out (it is a
+    yardstick, not a method)."""
+    out = {}
+    for r in rows:
+        if r.get("speedup_wall") is None or str(r.get("method", "")).startswith("oracle"):
+            continue
+        reps = r.get("speedup_wall_reps") or [r["speedup_wall"]]
+        out[r["label"]] = (r["speedup_wall"], min(reps), max(reps))
+    return out

@@ -236,3 +236,22 @@ def depth_trend(counts: list[tuple[int, int]]) -> str:
     (a0, n0), (a1, n1) = counts[0], counts[-1]
     return (f"from depth 2 to depth {len(counts) + 1}, teacher-forced agreement {words} "
             f"({a0 / n0:.2f} -> {a1 / n1:.2f})")
+
+
+def length_from_conditionals(trace) -> str:
+    """Why a trace's mean accepted length and 1 + c1 + c1 c2 + ... (from its conditional rates) can differ: steps
+    that drafted fewer than the most drafts (the decode stops at max_new_tokens) count in the first position's
+    denominator but never reach the later positions."""
+    c = [x for x in trace.conditional_acceptance if x == x]  # NaN where no step reached a position
+    prod, from_c = 1.0, 1.0
+    for x in c:
+        prod *= x
+        from_c += prod
+    most = max((len(s.drafted) for s in trace.steps), default=0)
+    short = sum(1 for s in trace.steps if s.drafted and len(s.drafted) < most)
+    line = (f"{trace.mean_accepted_length:.2f} tokens per step counted; 1 + c1 + c1 c2 + ... from the printed "
+            f"conditionals gives {from_c:.2f}")
+    if short:
+        return (line + f": {short} of {trace.num_drafts} drafting steps drafted fewer than {most} tokens (each decode "
+                "stops at its last token), which count in the first position's n but never reach the later ones")
+    return line + ": every drafting step drafted all its tokens, so the two agree"

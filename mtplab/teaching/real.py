@@ -166,3 +166,12 @@ def verdict_words(ratio: float, low: float, high: float) -> str:
     return f"not distinguishable from AR here ({ratio:.2f}x, range {low:.2f}-{high:.2f} spans 1)"
 
 
+
+
+def live_words(live: dict, row: dict) -> str:
+    """The live race in words: when the busy guard marks it not valid, that first and no verdict; otherwise the
+    verdict from the row's own range (`verdict_words`)."""
+    if not live["valid"]:
+        return live["verdict"] + f" (measured {row['speedup']:.2f}x, not read as a verdict)"
+    return ("live, on this machine: " + verdict_words(row["speedup"], row["speedup_min"], row["speedup_max"])
+            + f" ({live['verdict']})")

@@ -1,0 +1,144 @@
+"""Notebooks 01-05 choose their verdict words from the numbers: a busy machine first and no verdict, overlapping
+ranges or intervals say the run cannot tell, and only separated ones get a word like faster, rises or cheaper."""
+from mtplab.decoding.trace import Step, Trace
+from mtplab.measuring.timing import CostCurve
+from mtplab.teaching import blockwise, bottleneck, deepseek, real
+
+BUSY = "other processes used 1.50 cores on average while it ran"
+
+
+def _race(valid: bool, lo: float, mid: float, hi: float) -> dict:
+    return {"valid": valid, "verdict": "valid: 5 rounds" if valid else f"not valid here: the machine was busy ({BUSY})",
+            "speedup": mid, "speedup_min": lo, "speedup_max": hi, "rounds": [lo, mid, hi]}
+
+
+def test_compare_ms_needs_a_quiet_machine_and_separated_ranges():
+    apart = {"int8": [8.0, 9.0, 10.0], "fp32": [12.0, 13.0, 14.0]}
+    assert "int8 was faster than fp32" in bottleneck.compare_ms(apart, None)
+    busy = bottleneck.compare_ms(apart, BUSY)
+    assert busy.startswith("not valid here") and "faster" not in busy
+    overlap = {"int8": [8.0, 12.0, 16.0], "fp32": [11.0, 13.0, 14.0]}
+    assert "cannot tell them apart" in bottleneck.compare_ms(overlap, None)
+
+
+def test_race_and_claim_words_put_the_busy_verdict_first():
+    bad = bottleneck.race_line(_race(False, 0.6, 0.65, 0.7), 3)
+    assert bad.startswith("not valid here") and "slower" not in bad and "faster" not in bad
+    assert "faster than plain decoding" in bottleneck.race_line(_race(True, 1.1, 1.2, 1.3), 3)
+    assert "within noise" in bottleneck.race_line(_race(True, 0.9, 1.1, 1.3), 3)
+    cuts = {"seed article's claim": 0.75, "predicted from measurements": 0.2, "measured wall clock": 0.1}
+    words = bottleneck.claim_words(cuts, 1.25, _race(False, 1.0, 1.1, 1.2))
+    assert "not valid here" in words and "within 10%" not in words and "below" not in words
+    assert "within 10%" in bottleneck.claim_words(cuts, 1.25, _race(True, 1.2, 1.2, 1.3))
+
+
+def test_curve_flags_name_the_points_where_more_tokens_cost_less():
+    assert bottleneck.curve_flags({1: 1.0, 2: 1.1, 4: 1.3}) == ""
+    flag = bottleneck.curve_flags({1: 1.0, 2: 1.30, 4: 1.23, 8: 1.73}, "ntp")
+    assert "not monotonic" in flag and "t(4)/t(1) = 1.23 below t(2)/t(1) = 1.30" in flag
+
+
+def _curve(rounds_q4: list[float], busy=None) -> CostCurve:
+    samples = {1: [1.0] * len(rounds_q4), 4: rounds_q4}
+    return CostCurve({1: 1.0, 4: sorted(rounds_q4)[len(rounds_q4) // 2]}, 128, "cpu", samples, busy)
+
+
+def test_cheaper_to_verify_only_when_rounds_separate_and_no_curve_is_busy():
+    a, b = _curve([1.1, 1.2, 1.3]), _curve([1.6, 1.7, 1.8])
+    assert "a is the cheaper one" in bottleneck.cheaper_to_verify({"a": a, "b": b}, 4)
+    assert "cannot tell" in bottleneck.cheaper_to_verify({"a": a, "b": _curve([1.25, 1.7, 1.8])}, 4)
+    busy = bottleneck.cheaper_to_verify({"a": a, "b": _curve([1.6, 1.7, 1.8], busy=BUSY)}, 4)
+    assert busy.startswith("not valid here") and "cheaper one" not in busy
+
+
+def _size(n_layer, n_embd, mb, ratio, fits=True):
+    return {"n_layer": n_layer, "n_embd": n_embd, "weight_bytes": int(mb * 1e6), "weight_mb": mb, "fits_in_llc": fits,
+            "ratio": {"4": ratio}}
+
+
+def test_regime_lines_compare_every_row_and_flag_noise():
+    live = [_size(4, 256, 13, 3.51), _size(12, 256, 38, 1.19), _size(12, 768, 341, 1.90, fits=False)]
+    shipped = [_size(4, 256, 13, 1.32), _size(12, 256, 38, 1.30), _size(12, 768, 341, 1.77, fits=False),
+               _size(24, 768, 680, 1.49, fits=False)]
+    lines = bottleneck.regime_lines(live, shipped, None)
+    assert "is not monotonic in the weights" in lines[0]
+    assert any("13 MB row (3.51)" in ln and "noisy" in ln for ln in lines)
+    assert not any("38 MB row" in ln for ln in lines)  # 1.19 against 1.30: within a quarter
+    assert "the models that fit were cheaper to verify" in lines[-1]
+    busy = bottleneck.regime_lines(live, shipped, BUSY)
+    assert busy[0].startswith("not valid here") and "monotonic" not in busy[1]
+
+
+def test_depth_words():
+    row = lambda n, m, lo, hi: {"n_layer": n, "tokens_per_forward": 2.37, "speedup": m, "speedup_min": lo,
+                                "speedup_max": hi}
+    apart = [row(4, 1.0, 0.8, 1.2), row(12, 1.6, 1.5, 1.8)]
+    assert "deeper trunk is where these heads pay more" in bottleneck.depth_words(apart, None)
+    assert "cannot tell" in bottleneck.depth_words([row(4, 1.0, 0.7, 1.3), row(12, 1.4, 1.2, 1.6)], None)
+    assert "pay" not in bottleneck.depth_words(apart, BUSY)
+
+
+def test_watch_reads_a_busy_verdict():
+    with bottleneck.Watch() as w:
+        sum(range(1000))
+    assert w.busy is None or "cores" in w.busy
+    assert "valid" in w.line("x")
+
+
+def test_rise_count_counts_only_separated_intervals():
+    counts = {"a": [(50, 100), (95, 100)], "b": [(50, 100), (12, 20)], "c": [(80, 100), (10, 40)]}
+    line = blockwise.rise_count(counts)
+    assert "for 1 of 3 (method, k) (a)" in line and "falls, intervals apart, for 1 (c)" in line
+    assert "for 1 the two intervals overlap" in line
+
+
+def test_bench_rise_line_does_not_call_prompt_lookup_trained():
+    line = blockwise.bench_rise_line()
+    assert "trained drafters" not in line and "ngram is prompt lookup, not trained" in line
+
+
+def _step(n_drafted, accepted):
+    return Step(drafted=list(range(n_drafted)), accepted=accepted, emitted=[0] * (accepted + 1), bonus=0,
+                bonus_source="correction", forwards=1)
+
+
+def test_length_from_conditionals_explains_short_steps():
+    prefill = Step(drafted=[], accepted=0, emitted=[0], bonus=None, bonus_source="target", forwards=1)
+    full = Trace(method="x", prompt=[1], steps=[prefill, _step(3, 3), _step(3, 1), _step(3, 0)])
+    assert "so the two agree" in deepseek.length_from_conditionals(full)
+    cut = Trace(method="x", prompt=[1], steps=[prefill, _step(3, 3), _step(3, 1), _step(1, 1)])
+    line = deepseek.length_from_conditionals(cut)
+    assert "1 of 3 drafting steps drafted fewer than 3" in line
+
+
+def test_05_live_lines_rank_nothing_when_busy_or_tied():
+    live = lambda m, lo, hi, ok=True: ({"median": m, "min": lo, "max": hi, "valid": ok, "verdict": "v"}, None)
+    lives = {"a": live(1.5, 0.8, 2.4), "b": live(1.2, 1.1, 1.3, ok=False)}
+    assert "ranks no method" in bottleneck.live_fastest_line(lives)
+    assert "is read against its prediction" in bottleneck.prediction_line(lives, {"a": 1.2, "b": 1.0})
+    assert "NOT VALID" in bottleneck.busy_marker(lives)
+    quiet = {"a": live(1.5, 1.4, 1.6), "b": live(1.2, 1.1, 1.3)}
+    assert "the fastest was a" in bottleneck.live_fastest_line(quiet)
+    assert "above it (the prediction's inputs, timed apart from the race, were off): a" in \
+        bottleneck.prediction_line(quiet, {"a": 1.2, "b": 1.2})
+    tie = bottleneck.fastest_line({"ngram": (1.65, 1.48, 1.68), "deepseek D=3": (1.63, 1.57, 1.76),
+                                   "meta": (1.31, 1.25, 1.33)}, "In the benchmark")
+    assert "ties within the ranges with deepseek D=3" in tie and "meta" not in tie
+
+
+def test_bench_speedups_leave_the_oracle_out():
+    rows = [{"label": "oracle", "method": "oracle alpha=0.8", "speedup_wall": 2.1},
+            {"label": "ngram", "method": "ngram", "speedup_wall": 1.6, "speedup_wall_reps": [1.5, 1.7]}]
+    assert bottleneck.bench_speedups(rows) == {"ngram": (1.6, 1.5, 1.7)}
+
+
+def test_real_live_words_invalidation_first():
+    row = {"speedup": 0.65, "speedup_min": 0.61, "speedup_max": 0.69}
+    bad = real.live_words({"valid": False, "verdict": "not valid here: busy"}, row)
+    assert bad.startswith("not valid here") and "slower" not in bad
+    assert "slower than AR" in real.live_words({"valid": True, "verdict": "valid"}, row)
+
+
+def test_why_shipped_differs_reads_the_record():
+    line = bottleneck.why_shipped_differs(prompts=3, tokens=32, rounds=5)
+    assert "this run 3 x 32" in line
