@@ -142,14 +142,16 @@ ANSWERS: dict[str, Answer] = {
                                           "q over-proposes come out too often"),
     "rule_b": Answer(reference, False, "decoding.accept: min(1, p/q), then norm(max(0, p - q))"),
     "rule_c": Answer(ignores_temperature, True, f"the drafts were sampled at T = {DRAFT_TEMPERATURE}, but the "
-                                                 "ratio uses the drafter's distribution at T = 1"),
+                                                 "ratio uses the drafter's distribution at T = 1 (of the shape of "
+                                                 "z-lab/dflash#74)"),
     "rule_d": Answer(first_unverified, True, "the loop starts at the second draft: the first one is never "
                                              "verified, so it follows q"),
     "rule_e": Answer(p_in_bf16, True, f"the target p comes from bf16 logits near {LOGIT_LEVEL:g}, where bf16 steps "
                                       "by 1, while q stays float32: the rule is exact for a rounded p, not for p (of "
                                       "the shape of DeepSpec#31, where the draft side was in the other dtype)"),
     "rule_f": Answer(ratio_free, False, "u * q(d) < p(d) is u < p(d)/q(d) without the division"),
-    "rule_g": Answer(argmax_residual, True, "a rejected draft becomes the residual's argmax; a sample was due"),
+    "rule_g": Answer(argmax_residual, True, "a rejected draft becomes the residual's argmax; a sample was due (of "
+                                           "the shape of jaymody/speculative-sampling#3, where the draft was an argmax)"),
     "rule_h": Answer(top_k_on_p, True, f"top-{TOP_K} applied to the target p but not to q: the output follows "
                                         "top-k(p) (of the shape of vllm PR #10198, where top-p filtered q, not p)"),
 }
