@@ -19,6 +19,22 @@ def check_k(k) -> int:
     return k
 
 
+def check_call(model, seed, draft_model=None, reference=None) -> None:
+    """What `decode_with` is handed: loaded models, not names; a seed torch can take; a reference of token ids."""
+    for what, m in (("model", model), ("draft_model", draft_model)):
+        if m is None and what == "draft_model":
+            continue
+        if isinstance(m, (str, bytes)) or not hasattr(m, "config") or not callable(m):
+            raise MtplabError(f"{what} must be a loaded model, not {type(m).__name__} {str(m)[:40]!r}; load it first "
+                              "(mtplab.decoding.generate.load_for(METHOD, NAME) or mtplab.hf.target.load_target(PATH, HEADS))")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2 ** 63) <= seed < 2 ** 64:
+        raise MtplabError(f"seed must be an integer in [-2**63, 2**64) (got {seed!r})")
+    if reference is not None and (isinstance(reference, (str, bytes)) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in reference)):
+        raise MtplabError(f"reference must be a list of token ids (got {type(reference).__name__}); "
+                          "leave it None to compute the target's greedy continuation")
+
+
 def check_options(*, max_new_tokens: int, temperature: float, top_k: int | None, generator=None):
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise MtplabError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")

@@ -7,7 +7,7 @@ from mtplab.decoding import adaptive
 from mtplab.model import checkpoint as ckpt
 from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.device import now
-from mtplab.decoding.checks import check_k
+from mtplab.decoding.checks import check_call, check_k
 from mtplab.device import describe, pick
 from mtplab.decoding.drafters import check_same_vocabulary, method as get_method
 from mtplab.errors import MtplabError
@@ -53,6 +53,7 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
     `reference` (oracle only): the target's greedy continuation, if already known; otherwise it is
     computed here, inside whatever the caller is timing."""
     m = get_method(method)
+    check_call(model, seed, draft_model, reference)
     g = torch.Generator().manual_seed(seed)
     if m.make is None:
         return autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,

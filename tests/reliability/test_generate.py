@@ -155,3 +155,24 @@ def test_heads_with_ten_million_depths_stay_bounded(hfdirs, hfheads):
 def test_a_directory_as_heads_checkpoint_says_so(hfdirs, hfheads, capsys):
     refused(capsys, "is a directory; give the heads file that train --hf wrote", "generate", "--prompt", "x",
             "--hf", hfdirs / "gpt2", "--method", "blockwise", "--heads-checkpoint", hfheads)
+
+
+# ---- the Python API: decode_with is handed loaded models, a seed torch can take, a reference of token ids ------------
+@pytest.mark.parametrize("bad, match", [
+    (dict(seed=2 ** 64), r"seed must be an integer in \[-2\*\*63, 2\*\*64\)"),
+    (dict(seed=1.5), "seed must be an integer"),
+    (dict(seed=None), "seed must be an integer"),
+    (dict(model="stern-k4"), "model must be a loaded model, not str 'stern-k4'; load it first"),
+    (dict(method="draft-model", draft_model="draft"), "draft_model must be a loaded model"),
+    (dict(method="oracle", reference="abc"), "reference must be a list of token ids"),
+])
+def test_decode_with_refuses_what_it_cannot_run_in_one_line(bad, match):
+    from mtplab.decoding.generate import decode_with
+
+    call = dict(method="blockwise", model=random_model("stern", 4, seed=1), prompt_ids=[1, 2], max_new_tokens=4)
+    call.update(bad)
+    with pytest.raises(MtplabError, match=match):
+        decode_with(call.pop("method"), call.pop("model"), call.pop("prompt_ids"), **call)
+    edge = dict(call, seed=2 ** 64 - 1) if "seed" in bad else None  # the largest seed torch takes still decodes
+    if edge is not None:
+        assert len(decode_with("blockwise", random_model("stern", 4, seed=1), [1, 2], **edge).tokens) == 4
