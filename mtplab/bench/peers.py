@@ -106,6 +106,8 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
         raise MtplabError("give at least one prompt")
     dev = target.wte.weight.device
     table = variants(target, draft, k, heads)
+    if isinstance(only, str):  # one row named as text, not its characters
+        only = [only]
     if only is not None:
         unknown = [n for n in only if n not in table]
         if unknown:
