@@ -88,7 +88,7 @@ def test_watch_reads_a_busy_verdict():
 def test_rise_count_counts_only_separated_intervals():
     counts = {"a": [(50, 100), (95, 100)], "b": [(50, 100), (12, 20)], "c": [(80, 100), (10, 40)]}
     line = blockwise.rise_count(counts)
-    assert "for 1 of 3 (method, k) (a)" in line and "falls, intervals apart, for 1 (c)" in line
+    assert "for 1 of 3 (method, k): a" in line and "falls, intervals apart, for 1 (c)" in line
     assert "for 1 the two intervals overlap" in line
 
 

@@ -296,7 +296,7 @@ def rise_count(counts: dict[str, list[tuple[int, int]]], what: str = "(method, k
     higher = sum(w.startswith("ends higher") for w in words.values())
     rest = len(rows) - len(up) - len(down)
     out = (f"conditional acceptance rises from the first position to the last, with 95% intervals that do not overlap, "
-           f"for {len(up)} of {len(rows)} {what}" + (f" ({', '.join(up)})" if up else ""))
+           f"for {len(up)} of {len(rows)} {what}" + (f": {', '.join(up)}" if up else ""))
     if down:
         out += f"; falls, intervals apart, for {len(down)} ({', '.join(down)})"
     if rest:
@@ -429,6 +429,8 @@ def first_draft_line(study: dict, plain: Trace) -> str:
     a_o, n_o = study["observed"]["accepted"][0], study["steps"]
     a_p, n_p = plain.accepted_per_position[0], plain.num_drafts
     words = compare_rates((a_p, n_p), (a_o, n_o), "is higher, intervals apart", "is lower, intervals apart")
+    if not words.startswith("is"):
+        words = "is not told apart from it (the 95% intervals overlap)"
     return (f"first draft kept: {rate_text(a_o, n_o)} over the overlapped schedule's steps here, against "
             f"{rate_text(a_p, n_p)} over the plain schedule's steps in section 4; the overlapped rate {words}. The two "
             "schedules start their steps at different places of the same greedy text (the plain one once every two "
@@ -440,7 +442,10 @@ def loop_count_line(traces: list[Trace], looping: int, window: int) -> str:
     (`loop_split`) on the same continuations, since 02-04 report loops of the same prompts with that test."""
     sp = loop_split(traces)
     n = len(traces[0].tokens) if traces else 0
+    same = sp["looping"] == looping
     return (f"loops: {looping} of {len(traces)} by this notebook's test (the last {window} tokens repeat) on these "
             f"{n}-token continuations; notebook 02's test (`blockwise.loop_split`), which notebooks 02-04 apply to "
-            f"longer continuations of the same prompts, finds {sp['looping']} of {sp['continuations']} here: the count "
-            "depends on the test and on how long the decode runs")
+            f"longer continuations of the same prompts, finds {sp['looping']} of {sp['continuations']} here"
+            + (": the tests agree, so where notebooks 02-04 count more, the loop begins later in the same greedy text "
+               "(greedy decoding continues it token for token)" if same else
+               ": the two tests disagree on these continuations, so compare counts made by one test"))
