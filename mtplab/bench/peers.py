@@ -108,11 +108,14 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
     table = variants(target, draft, k, heads)
     if isinstance(only, str):  # one row named as text, not its characters
         only = [only]
-    if only is not None:
-        unknown = [n for n in only if n not in table]
-        if unknown:
-            raise MtplabError(f"no peer row named {unknown[0]!r}; choose among {', '.join(table)}")
-        table = {n: v for n, v in table.items() if n == BASE or n in only}
+    if only is not None:  # a row by its name or by a prefix only it starts with ("HF prompt lookup")
+        named = []
+        for n in only:
+            hits = [r for r in table if r == n] or [r for r in table if isinstance(n, str) and r.startswith(n)]
+            if len(hits) != 1:
+                raise MtplabError(f"no {'single ' if hits else ''}peer row named {n!r}; choose among {', '.join(table)}")
+            named += hits
+        table = {n: v for n, v in table.items() if n == BASE or n in named}
     counter = _Counter(target.hf)
     forwards = {label: 0 for label in table}
 
