@@ -148,17 +148,8 @@ def _opt_tensors(opt) -> tuple[dict, dict]:
 
 
 def _load_opt(opt, tensors: dict, scalars: dict) -> None:
-    if "param_groups" not in scalars:  # a save set written before the state_dict format: AdamW's three keys
-        if any(n.startswith("__opt__.") for n in tensors) or not any(n.endswith(".exp_avg") for n in tensors):
-            raise KeyError("param_groups")  # the optimizer's state would silently start afresh
-        for gi, group in enumerate(opt.param_groups):
-            for pi, p in enumerate(group["params"]):
-                key = f"{gi}.{pi}"
-                if f"{key}.exp_avg" in tensors:
-                    opt.state[p] = {"step": torch.tensor(scalars[f"{key}.step"]),
-                                    "exp_avg": tensors[f"{key}.exp_avg"].to(p.device),
-                                    "exp_avg_sq": tensors[f"{key}.exp_avg_sq"].to(p.device)}
-        return
+    if "param_groups" not in scalars:  # nothing shipped was saved before the state_dict format: refuse, never restart
+        raise KeyError("param_groups")  # the optimizer's state would silently start afresh
     state: dict = {}
     for name, t in tensors.items():
         if name.startswith("__opt__."):
