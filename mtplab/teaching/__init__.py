@@ -8,7 +8,7 @@
 * `acceptance_lab` (05): the widget: pure state, a session (models, decode, race), an ipywidgets view, exercises
 * `sampling` (06): exact counts of what the accept rule emits, chi-square against the target; two checkers
 * `batches` (07): the batch sweep's and the tree's verdicts in words read from the rows; two checkers
-* `find_the_bug` (08): eight accept rules, six with a planted bug, the test that finds them, the key kept hidden until earned
+* `find_the_bug` (08): eight accept rules, some with a planted bug, the test that finds them, the key kept hidden until earned
 * `engines` (09): acceptance with n, intervals and loops; typical acceptance against the exact rule; two records reconciled
 * `classroom` (01): the class as data: a folder of preflight records, speedup against cores, cache and threads
 * `real` (01, 05, 09): SmolLM2 in the notebooks: its cost curve, its projection's cost, live races, word pieces
