@@ -159,6 +159,7 @@ def quantize_int8(model):
 
 
 # ---------------------------------------------------------------------------------- verdict words from the numbers
+LOAD_OK = "the load check passed (other processes used little CPU; the spread of the rounds is not checked here)"
 NOT_VALID = "not valid here: the machine was busy ({why}); close other work and rerun, or read the shipped record"
 
 
@@ -183,6 +184,8 @@ class Watch:
         self.busy = busy_reason(self._meter.stop(), None)
 
     def line(self, what: str = "this timing") -> str:
+        if self.busy is None:
+            return f"{what}: {LOAD_OK}"
         return busy_line(self.busy, what)
 
 
@@ -211,7 +214,7 @@ def race_line(race: dict, n_prompts: int) -> str:
         return race["verdict"] + f"; the measured {nums} is not read as a verdict"
     word = ("faster than" if race["speedup_min"] > 1 else "slower than" if race["speedup_max"] < 1 else
             "within noise of")
-    return f"measured {nums}: {word} plain decoding on this machine"
+    return f"{race['verdict']}; measured {nums}: {word} plain decoding on this machine"
 
 
 def curve_flags(ratio: dict, name: str = "") -> str:
@@ -240,9 +243,9 @@ def cheaper_to_verify(curves: dict, q: int) -> str:
     text = ", ".join(f"{n} {c.ratio[q]:.2f} (rounds {rng[n][0]:.2f}-{rng[n][1]:.2f})" for n, c in curves.items())
     (a, ra), (b, rb) = list(rng.items())[:2]
     if ra[0] <= rb[1] and rb[0] <= ra[1]:
-        return f"t({q})/t(1): {text}: the ranges overlap, so this run cannot tell which is cheaper to verify"
+        return f"valid here; t({q})/t(1): {text}: the ranges overlap, so this run cannot tell which is cheaper to verify"
     cheap = min(curves, key=lambda n: curves[n].ratio[q])
-    return f"t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
+    return f"valid here; t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
 
 
 def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4") -> list[str]:
@@ -250,8 +253,8 @@ def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None
     which rows disagree with the shipped record's value for the same shape by more than a quarter), and the shipped
     record's models that fit in the cache against those that do not (do the two ranges separate)."""
     out = []
-    if busy is not None:
-        out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict")
+    out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
+               else LOAD_OK)
     rows = sorted(sizes, key=lambda r: r["weight_bytes"])
     ref = {(r["n_layer"], r["n_embd"]): r["ratio"][q] for r in shipped or []}
     noisy = [r for r in rows if (r["n_layer"], r["n_embd"]) in ref
@@ -316,6 +319,7 @@ def depth_words(rows: list[dict], busy: str | None) -> str:
             f"{a['speedup']:.2f}x on {a['n_layer']} layers, {b['speedup']:.2f}x on {b['n_layer']}")
     if busy is not None:
         return f"{head}; " + NOT_VALID.format(why=busy) + ": no verdict (the shipped record above is the reference)"
+    head = f"{LOAD_OK}; {head}"
     if a["speedup_max"] < b["speedup_min"]:
         return f"{head}: the ranges do not overlap, so the deeper trunk is where these heads pay more"
     if b["speedup_max"] < a["speedup_min"]:
