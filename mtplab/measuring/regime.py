@@ -58,7 +58,9 @@ def cost_by_size(shapes, *, qs=(1, 2, 4, 8), context: int = 128, repeats: int = 
         rows.append({"n_layer": n_layer, "n_embd": n_embd, "params": model.num_params(), "weight_bytes": b,
                      "weight_mb": b / 1e6, "llc_bytes": llc, "fits_in_llc": bool(llc and b <= llc),
                      "t1_ms": curve.seconds[1] * 1e3, "ms_per_layer": curve.seconds[1] * 1e3 / n_layer,
-                     "ratio": {str(q): r for q, r in curve.ratio.items()}})
+                     "ratio": {str(q): r for q, r in curve.ratio.items()},
+                     "samples_ms": {str(q): [s * 1e3 for s in v] for q, v in curve.samples.items()},
+                     "busy": curve.busy})  # the race's verdict: why this row's timings are not valid here (None: valid)
         del model
     return rows
 
@@ -84,7 +86,7 @@ def speedup_by_depth(models: dict, prompts, depths, *, max_new_tokens: int = 128
                          "n_layer": depth, "k": r["k"], "tokens_per_forward": r["tokens_per_forward"],
                          "ar_ms_per_token": r["ar_ms_per_token"], "speedup": r["speedup"],
                          "speedup_min": r["speedup_min"], "speedup_max": r["speedup_max"], "identical": r["identical"],
-                         "prompts": len(prompts)})
+                         "prompts": len(prompts), "busy": r["busy"]})
     if bar is not None:
         bar.close()
     return rows

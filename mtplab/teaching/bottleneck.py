@@ -163,6 +163,14 @@ LOAD_OK = "the load check passed (other processes used little CPU; the spread of
 NOT_VALID = "not valid here: the machine was busy ({why}); close other work and rerun, or read the shipped record"
 
 
+RACED_OK = "the race's guard passed (little other load, rounds that agree)"
+
+
+def rows_busy(rows: list[dict], watch: "Watch") -> str | None:
+    """The first reason any row's own race gave (`measuring.regime` rows carry it), else the load check's."""
+    return next((r["busy"] for r in rows if r.get("busy")), None) or watch.busy
+
+
 def busy_line(busy: str | None, what: str = "this timing") -> str:
     """The busy-machine guard's line for one live measurement: valid, or why not (printed before any verdict)."""
     return f"{what}: valid (the busy-machine guard saw no other load)" if busy is None else \
@@ -248,13 +256,14 @@ def cheaper_to_verify(curves: dict, q: int) -> str:
     return f"valid here; t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
 
 
-def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4") -> list[str]:
+def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4",
+                 raced: bool = False) -> list[str]:
     """Notebook 01 §5 in words from its numbers: the live rows' t(q)/t(1) in order of weight size (is it monotonic,
     which rows disagree with the shipped record's value for the same shape by more than a quarter), and the shipped
     record's models that fit in the cache against those that do not (do the two ranges separate)."""
     out = []
     out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
-               else LOAD_OK)
+               else RACED_OK if raced else LOAD_OK)
     rows = sorted(sizes, key=lambda r: r["weight_bytes"])
     ref = {(r["n_layer"], r["n_embd"]): r["ratio"][q] for r in shipped or []}
     noisy = [r for r in rows if (r["n_layer"], r["n_embd"]) in ref
@@ -311,7 +320,7 @@ def claim_words(cuts: dict, predicted: float, race: dict) -> str:
     return f"{head} and the wall clock gave {cuts['measured wall clock']:.0%}: {near}"
 
 
-def depth_words(rows: list[dict], busy: str | None) -> str:
+def depth_words(rows: list[dict], busy: str | None, *, raced: bool = False) -> str:
     """Notebook 01 §5: the same heads on a shallow and a deep trunk; a verdict only when the guard passed and the
     two speedups' ranges do not overlap."""
     a, b = rows[0], rows[-1]
@@ -319,7 +328,7 @@ def depth_words(rows: list[dict], busy: str | None) -> str:
             f"{a['speedup']:.2f}x on {a['n_layer']} layers, {b['speedup']:.2f}x on {b['n_layer']}")
     if busy is not None:
         return f"{head}; " + NOT_VALID.format(why=busy) + ": no verdict (the shipped record above is the reference)"
-    head = f"{LOAD_OK}; {head}"
+    head = f"{RACED_OK if raced else LOAD_OK}; {head}"
     if a["speedup_max"] < b["speedup_min"]:
         return f"{head}: the ranges do not overlap, so the deeper trunk is where these heads pay more"
     if b["speedup_max"] < a["speedup_min"]:

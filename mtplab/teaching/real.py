@@ -126,6 +126,28 @@ def record(path=REAL_JSON) -> dict | None:
     return Record.load(path).data
 
 
+def row_label(spec, rec: dict | None = None) -> str:
+    """A `bench real` row's label from its fields, (method, k, draft vocabulary), as a notebook's parameters name it
+    (a label such as 'DeepSeek D=1 reused, k=4' holds '=', which papermill cannot parse in a parameters cell);
+    a label given as text is returned as it is. fp32 rows only: the bf16 ones are lossy."""
+    if isinstance(spec, str):
+        return spec
+    rec = rec if rec is not None else record()
+    if rec is None:
+        raise MtplabError("no bench real record (docs/bench/real.json) to find the row in; restore it from git")
+    if not isinstance(spec, (tuple, list)) or len(spec) != 3:
+        raise MtplabError(f"name a real-model row as (method, k, draft vocabulary), e.g. ('deepseek-reuse', 4, "
+                          f"'reduced'), or by its label (got {spec!r})")
+    method, k, vocab = spec
+    hits = [r["label"] for r in record_rows(rec) if (r.get("method"), r.get("k"), r.get("draft_vocab", "full"),
+                                                      r.get("dtype", "fp32")) == (method, k, vocab, "fp32")]
+    if len(hits) != 1:
+        rows = "; ".join(f"({r.get('method')!r}, {r.get('k')}, {r.get('draft_vocab', 'full')!r})"
+                         for r in record_rows(rec) if r.get("dtype", "fp32") == "fp32")
+        raise MtplabError(f"no real-model row is {tuple(spec)!r}; the rows are {rows}")
+    return hits[0]
+
+
 def record_rows(rec: dict, threads: str = "1") -> list[dict]:
     return rec["threads"][threads]["rows"]
 
