@@ -23,14 +23,14 @@ from tests.reliability.helpers import ENV, TINY, child, one_line
 # ---- symlinks planted in --out: refused or stepped around, never written through (t08, t34) ------------------------
 @pytest.mark.parametrize("planted, fragment", [
     (".ntp.lock", r"\.ntp\.lock is a symlink; a run never writes through one: remove it"),
-    (f".ntp.probe.{os.getpid()}", None),  # the old write probe's predictable name: the probe is random now
-])
+    (".ntp.probe.PID", None),  # the old write probe's predictable name (PID: this process's): the probe is random now
+], ids=["lock", "old-probe-name"])
 def test_a_symlink_planted_in_out_is_never_written_through(tmp_path, planted, fragment):
     victim = tmp_path / "precious.txt"
     victim.write_text("keep me")
     out = tmp_path / "run"
     out.mkdir()
-    (out / planted).symlink_to(victim)
+    (out / planted.replace("PID", str(os.getpid()))).symlink_to(victim)
     if fragment is None:
         fit(steps=2, out=out, **TINY)
     else:
