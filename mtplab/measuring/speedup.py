@@ -123,7 +123,7 @@ def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar", device="cp
     res = race({n: untimed_output(fn) for n, fn in fns.items()}, [None], baseline=baseline, rounds=repeats,
                device=device)
     return {n: {"seconds": res.round_totals(n), "ratios": res.ratios(n), **res.speedup(n), "repeats": repeats,
-                "valid": res.valid, "verdict": res.verdict()} for n in fns}
+                "valid": res.valid, "verdict": res.verdict(), "busy": res.busy} for n in fns}
 
 
 def range_text(r: dict) -> str:

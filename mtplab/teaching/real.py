@@ -15,11 +15,10 @@ import statistics
 import torch
 
 from mtplab import paths
-from mtplab.device import now
 from mtplab.errors import MtplabError
 from mtplab.hf.distill import heldout_prompts
 from mtplab.hf.real import chat_ids
-from mtplab.measuring import timing
+from mtplab.measuring import speedup, timing
 from mtplab.measuring.record import Record
 
 REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
@@ -84,18 +83,13 @@ def head_cost(heads, *, context: int = 128, repeats: int = 7) -> dict:
     parts = {"forward": forward, "full": full}
     if vocab is not None:
         parts["reduced"] = reduced
-    samples: dict[str, list[float]] = {k: [] for k in parts}
-    for r in range(repeats + 1):
-        for name, fn in (parts.items() if r % 2 else reversed(list(parts.items()))):
-            t0 = now(dev)
-            fn()
-            if r:  # round 0 warms up
-                samples[name].append(now(dev) - t0)
-    ms = {k: 1e3 * statistics.median(v) for k, v in samples.items()}
+    res = speedup.interleaved(parts, repeats=repeats, baseline="forward", device=dev)  # the lab's one race
+    ms = {k: 1e3 * statistics.median(v["seconds"]) for k, v in res.items()}
     out = {"t1_ms": ms["forward"], "full_ms": ms["full"], "full_share": ms["full"] / ms["forward"],
            "vocab": V, "draft_vocab": len(vocab) if vocab is not None else None}
     if "reduced" in ms:
         out.update(reduced_ms=ms["reduced"], reduced_share=ms["reduced"] / ms["forward"])
+    out["busy"] = res["forward"]["busy"]  # why the race was not valid here (None: valid)
     return out
 
 
