@@ -55,7 +55,7 @@ lint: $(STAMP)
 # the Python tests on both cores (--dist loadfile: a file's tests stay in one worker), then the serial ones alone
 # (the busy-machine guard reads the machine's load), then the notebooks, each in one worker
 test: lint $(BROWSER) convert
-	$(PYTEST) -q -n 2 --dist loadfile -m "not serial" tests
+	$(PYTEST) -q -n 2 --dist loadfile -m "not serial" --durations=15 tests
 	$(PYTEST) -q -m serial tests
 	$(PYTEST) -q -n 2 --dist loadfile --nbval-lax notebooks/
 
