@@ -77,3 +77,12 @@ def test_guard_stays_quiet_on_an_idle_run():
                baseline="a", rounds=2)
     assert res.valid, res.busy
     assert res.others_cores is not None and res.others_cores < 0.25
+
+
+def test_one_stray_round_is_not_a_busy_machine_but_rounds_that_keep_disagreeing_are():
+    from mtplab.measuring.race import round_spread
+
+    assert round_spread([1.0, 1.02, 1.01, 1.6, 0.99]) < 0.05  # one slow round among five: left out
+    assert round_spread([1.0, 1.4, 1.7, 1.0, 1.4]) > 0.25     # they keep disagreeing
+    assert round_spread([1.0, 1.4]) == pytest.approx(0.4 / 1.2)  # two or three rounds: the whole range
+    assert round_spread([1.0]) is None

@@ -341,6 +341,11 @@ def _busy(lives: dict) -> list[str]:
     return [n for n, (live, _) in lives.items() if live.get("valid") is False]
 
 
+def not_valid_mark(*busy: str | None) -> str:
+    """A figure title's suffix when any measurement drawn in it was marked busy ('' when all were valid)."""
+    return " - NOT VALID: busy machine (see the line above)" if any(busy) else ""
+
+
 def busy_marker(lives: dict) -> str:
     """'' when every live race passed the busy-machine guard; otherwise a title suffix for the figure."""
     busy = _busy(lives)

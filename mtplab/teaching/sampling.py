@@ -231,7 +231,7 @@ def rule_verdicts(by_rule: dict) -> list[str]:
         near = min(ts, key=lambda t: abs(diff[t][0]))
         shrinking = all(abs(diff[a][0]) <= abs(diff[b][0]) for a, b in zip(ts, ts[1:]))
         apart = any(lo > 0 or hi < 0 for _, lo, hi in diff.values())
-        order = ("the distance shrinks as T falls" if shrinking else f"the lowest, T={ts[0]}, is not the closest")
+        order = ("the distance shrinks as T falls" if shrinking else f"the lowest temperature, T={ts[0]}, is not the closest")
         lines.append("as T -> 0 both distributions become one-hot on their argmax, so sampling acceptance tends to "
                      "greedy acceptance; "
                      + (f"at the temperatures measured here the closest to greedy is T={near}, and {order}"
