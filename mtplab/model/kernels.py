@@ -1,0 +1,170 @@
+"""The exact linear: row i of a q-row call is bit for bit the one-row call on that row, for q up to MAX_ROWS.
+
+q rows (tokens of one verify), n inputs, m outputs, JB outputs per panel.
+
+Why. Speculative decoding checks q drafted tokens in one forward, and greedy output is identical to plain decoding
+only if each verify row computes what a one-token forward computes. Stock float32 GEMM on a CPU picks its blocking
+and its summation order by the number of rows, so row 0 of a four-row `F.linear` can differ from the one-row call in
+its last bits; a near-tie between two logits can then flip. Equality is observed, not guaranteed.
+
+How. Every output is one plain sum, y[i, j] = (((0 + x[i,0] W[j,0]) + x[i,1] W[j,1]) + ...), in the order of k,
+whatever q is: no row's sum depends on another row or on the count of rows. The weights are stored once more as
+panels of JB outputs, k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advance side by side
+(the CPU's vector lanes hold JB independent outputs, never parts of one sum: nothing is reassociated), and each weight
+is read once per call and multiplied with every row. Two threads split the panels (outputs), so each output is still
+computed by one thread in one order: one and two threads give the same bits.
+
+The kernel is compiled by numba (cached on disk after the first call). Where numba is missing or fails, `linear` is
+`F.linear`, `EXACT` is False and `status()` says so. Above MAX_ROWS rows (a prefill), under autograd (training), off
+the CPU and for inputs other than float32, `linear` is `F.linear` too: those calls are not what a verify compares.
+`use_stock()` runs the stock kernel everywhere, to race the two.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MAX_ROWS = 16  # rows up to which `linear` is exact; above, F.linear (a prefill)
+JB = 64        # outputs per panel: the lanes that advance side by side
+
+_state = {"stock": False}  # use_stock() sets it for the whole process
+_NUMBA_ERROR = ""
+
+try:  # pragma: no cover - the branch taken depends on the environment
+    import numba
+
+    def _jit(**kw):
+        """numba.njit with its cache on disk where numba finds a writable place, and without where it finds none."""
+        def wrap(f):
+            try:
+                return numba.njit(cache=True, **kw)(f)
+            except RuntimeError:  # no writable cache directory: compile at each start instead
+                return numba.njit(cache=False, **kw)(f)
+        return wrap
+
+    @_jit()
+    def _panel(x, wp, out, b):
+        """Outputs b*JB..b*JB+JB-1 of every row: for each k, one weight vector times each row's x[i, k]."""
+        q, n = x.shape
+        jb = wp.shape[2]
+        acc = np.zeros((q, jb), np.float32)
+        for k in range(n):
+            for i in range(q):
+                xv = x[i, k]
+                for jj in range(jb):
+                    acc[i, jj] = acc[i, jj] + xv * wp[b, k, jj]
+        m = out.shape[1]
+        top = min(jb, m - b * jb)
+        for i in range(q):
+            for jj in range(top):
+                out[i, b * jb + jj] = acc[i, jj]
+
+    @_jit()
+    def _serial(x, wp, out):
+        for b in range(wp.shape[0]):
+            _panel(x, wp, out, b)
+
+    @_jit(parallel=True)
+    def _parallel(x, wp, out):
+        for b in numba.prange(wp.shape[0]):
+            _panel(x, wp, out, b)
+
+    EXACT = True
+except Exception as e:  # pragma: no cover - numba missing or broken
+    EXACT = False
+    _NUMBA_ERROR = f"{type(e).__name__}: {e}"
+
+
+def status() -> str:
+    """One line: which kernel `linear` runs, and what that promises."""
+    if not EXACT:
+        return (f"stock kernel (F.linear): numba is not available ({_NUMBA_ERROR or 'not installed'}); equality "
+                "with plain decoding is observed, not guaranteed (pip install numba for the exact kernel)")
+    if _stock():
+        return "stock kernel (F.linear), forced by use_stock(): equality is observed, not guaranteed"
+    return (f"exact kernel (numba {numba.__version__}): each row of a call of up to {MAX_ROWS} rows is bit for bit "
+            "the one-row call")
+
+
+def _stock() -> bool:
+    return _state["stock"]
+
+
+@contextlib.contextmanager
+def use_stock(stock: bool = True):
+    """Within the block, `linear` is F.linear (stock=True) or the exact kernel (stock=False): to race the two."""
+    old = _stock()
+    _state["stock"] = stock
+    try:
+        yield
+    finally:
+        _state["stock"] = old
+
+
+def active() -> bool:
+    """Whether `linear` runs the exact kernel now (numba is there and `use_stock` is not in force)."""
+    return EXACT and not _stock()
+
+
+# ---- panels: each weight packed once, kept while the weight lives and is not changed in place ----------------------
+_PANELS: dict[int, tuple] = {}
+
+
+def _pack(w: torch.Tensor) -> np.ndarray:
+    """(m, n) weight -> (ceil(m/JB), n, JB) float32 panels, zero-padded outputs at the end."""
+    m, n = w.shape
+    nb = -(-m // JB)
+    wp = torch.zeros(nb * JB, n, dtype=torch.float32)
+    wp[:m] = w.detach().float()
+    return np.ascontiguousarray(wp.view(nb, JB, n).transpose(1, 2).numpy())  # (nb, n, JB)
+
+
+def panels(w: torch.Tensor) -> np.ndarray:
+    """The packed copy of `w`, made at first use and again whenever `w` changes in place or is freed."""
+    key = id(w)
+    hit = _PANELS.get(key)
+    stamp = (w.data_ptr(), w._version, tuple(w.shape), w.dtype)
+    if hit is not None and hit[0]() is w and hit[1] == stamp:
+        return hit[2]
+    wp = _pack(w)
+    _PANELS[key] = (weakref.ref(w, lambda _, key=key: _PANELS.pop(key, None)), stamp, wp)
+    return wp
+
+
+def _threads(threads: int | None, m: int) -> int:
+    t = torch.get_num_threads() if threads is None else threads
+    return max(1, min(t, numba.config.NUMBA_NUM_THREADS, -(-m // JB)))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           threads: int | None = None) -> torch.Tensor:
+    """y = x W^T + b, x (..., n) -> (..., m), like F.linear; exact (see the module's docstring) for float32 inputs on
+    the CPU of up to MAX_ROWS rows outside autograd. `threads` (default: torch's) splits the outputs."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if (not active() or not 0 < rows <= MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu"
+            or weight.device.type != "cpu" or weight.dim() != 2
+            or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                             or (bias is not None and bias.requires_grad)))):
+        return F.linear(x, weight, bias)
+    m, n = weight.shape
+    if x.shape[-1] != n:
+        return F.linear(x, weight, bias)  # F.linear's own error names the shapes
+    wp = panels(weight)
+    x2 = x.detach().reshape(rows, n).contiguous().numpy()
+    out = np.empty((rows, m), np.float32)
+    t = _threads(threads, m)
+    if t > 1:
+        if numba.get_num_threads() != t:
+            numba.set_num_threads(t)
+        _parallel(x2, wp, out)
+    else:
+        _serial(x2, wp, out)
+    y = torch.from_numpy(out)
+    if bias is not None:
+        y = y + bias.detach().float()
+    return y.view(*x.shape[:-1], m)
+
