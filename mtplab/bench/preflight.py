@@ -28,7 +28,7 @@ from mtplab.measuring.race import LoadMeter, busy_reason
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint
-from mtplab.model.checkpoint import atomic_write_text
+from mtplab.files import atomic_write_text
 
 NEEDS = {"notebooks": ("matplotlib", "ipywidgets", "jupyterlab", "papermill"), "hf": ("transformers", "gguf")}
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from mtplab.errors import MtplabError
 from mtplab.device import machine, machine_line
-from mtplab.model.checkpoint import atomic_write, atomic_write_text, os_reason
+from mtplab import files
+from mtplab.files import atomic_write_text, os_reason
 
 
 def held_out_count(a) -> int:
@@ -40,7 +41,7 @@ def _files(out: Path, name: str, data: dict, md: str, fig) -> None:
     atomic_write_text(out / f"{name}.json", json.dumps(data, indent=2) + "\n")
     atomic_write_text(out / f"{name}.md", md)
     if fig is not None:
-        atomic_write(out / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+        files.atomic_write(out / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
 
 
 def _keep(name: str, data: dict, md: str, fig) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import atomic_write, atomic_write_text, read_json
+from mtplab.files import atomic_write, atomic_write_text, read_json
 from mtplab.device import machine, pick
 from mtplab.hf.real import REAL_MODELS, real_model
 from mtplab.paths import DATA_DIR, may_write_shipped

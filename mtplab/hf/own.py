@@ -26,7 +26,7 @@ from mtplab.data import CORPORA, corpus_path, get_batch, load_corpus, val_window
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.target import quiet_transformers
-from mtplab.model.checkpoint import atomic_write_text, os_reason, sha256
+from mtplab.files import atomic_write_text, os_reason, sha256
 from mtplab.training import runs
 from mtplab.model.config import ModelConfig
 from mtplab.training.config import check_memory, check_name, need_int, need_number

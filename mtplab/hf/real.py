@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import atomic_write_text, read_json, sha256
+from mtplab.files import atomic_write_text, read_json, sha256
 from mtplab.paths import HF_DIR, REAL_NAMES
 
 SOURCE = "mtplab_source.json"  # written last into a converted folder: what it was converted from
@@ -177,6 +177,25 @@ def chat_ids(target, prompt: str) -> list[int]:
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return [int(i) for i in ids]
+
+
+def end_of_turn(target) -> int:
+    """The token that closes an assistant turn in the model's own chat template (SmolLM2: <|im_end|>): a chat
+    decode stops there, since what follows is a turn the model invents. Read by rendering a turn and taking the
+    token after its text; the tokenizer's end-of-text token when the template puts nothing there."""
+    tok = target.tokenizer
+    if not getattr(tok, "chat_template", None):
+        raise MtplabError(f"{target.path} has no chat template; drop --chat and give the raw prompt")
+    mark = "mtplab-answer"
+    text = tok.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": mark}],
+                                   tokenize=False)
+    after = tok.encode(text.split(mark, 1)[1], add_special_tokens=False) if mark in text else []
+    if after and after[0] in tok.all_special_ids:
+        return int(after[0])
+    if tok.eos_token_id is None:
+        raise MtplabError(f"{target.path}'s chat template closes no turn with a special token and it has no "
+                          "end-of-text token; drop --chat and give the raw prompt")
+    return int(tok.eos_token_id)
 
 
 def shipped_heads(name_or_path, family: str) -> Path | None:

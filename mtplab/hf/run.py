@@ -28,9 +28,9 @@ from mtplab.training.config import TrainConfig
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
 from mtplab.device import describe, now, pick
-from mtplab.hf.real import chat_ids, shipped_heads, shipped_vocab
+from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads, shipped_vocab
 from mtplab.hf.target import base_record, load_hf, load_target, save_heads
-from mtplab.model.checkpoint import read_bounded
+from mtplab.files import read_bounded
 from mtplab.model.heads import build_heads
 from mtplab.training import runs
 from mtplab.training.config import check_memory, check_name, default_name, need_int, need_number
@@ -260,31 +260,33 @@ def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str
 
 
 @torch.inference_mode()
-def reference_generate(target, prompt_ids, *, max_new_tokens: int) -> list[int]:
+def reference_generate(target, prompt_ids, *, max_new_tokens: int, stop: int | None = None) -> list[int]:
     """The model's own `generate`, greedy, exactly max_new_tokens new tokens (no stop at EOS, as the lab's
-    decoders do not stop either): what every lab method must reproduce token for token."""
+    decoders do not stop either; with `stop`, both end with that token): what every lab method must reproduce
+    token for token."""
     from transformers import GenerationConfig
 
     check_options(max_new_tokens=max_new_tokens, temperature=0.0, top_k=None)
     prompt = check_prompt(target, prompt_ids, max_new_tokens)
     ids = torch.tensor([prompt], device=target.wte.weight.device)
-    gc = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=0, eos_token_id=None,
+    gc = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=0, eos_token_id=stop,
                           pad_token_id=0, num_beams=1)
     out = target.hf.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gc)
     return out[0, len(prompt):].tolist()
 
 
-def generate_ids(hf, ids: list[int], m: int, **kw) -> list[int]:
-    """transformers' greedy `generate` for exactly m new tokens (no early stop at end-of-text), the new ids;
-    `kw` goes to `generate` (prompt_lookup_num_tokens, assistant_model, ...)."""
+def generate_ids(hf, ids: list[int], m: int, stop: int | None = None, **kw) -> list[int]:
+    """transformers' greedy `generate` for exactly m new tokens (no early stop at end-of-text), the new ids; with
+    `stop` (a chat model's end of turn), at most m, ending with it; `kw` goes to `generate` (prompt_lookup_num_tokens,
+    assistant_model, ...)."""
     import transformers
 
     x = torch.tensor([ids], device=hf.device)
     level = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()  # its notes about its own argument handling, once per call
     try:
-        out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, do_sample=False,
-                          num_beams=1, pad_token_id=0, eos_token_id=None, **kw)
+        out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m if stop is None
+                          else 0, do_sample=False, num_beams=1, pad_token_id=0, eos_token_id=stop, **kw)
     finally:
         transformers.utils.logging.set_verbosity(level)
     return out[0, len(ids):].tolist()
@@ -309,7 +311,8 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
                     dtype="fp32", chat: bool = False, draft_vocab: str = "full") -> dict:
     """`generate --hf`: decode with any method; `tokens` are the model's own token ids, `text` its decoding.
     For a real model named by its bare name (`smollm2`), a head method finds the heads the lab ships for it;
-    `chat` wraps the prompt as one user turn; `draft_vocab='reduced'` drafts over the shipped draft vocabulary."""
+    `chat` wraps the prompt as one user turn and ends the decode at the end of the model's turn (`end_of_turn`);
+    `answer` is the new text without that token; `draft_vocab='reduced'` drafts over the shipped draft vocabulary."""
 
     m = get_method(method)
     if dtype not in DTYPES:
@@ -340,12 +343,14 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
             raise MtplabError("method draft-model with --hf needs a smaller model with the same tokenizer: --draft-hf PATH")
         draft = load_hf(draft_hf, device=dev, dtype=DTYPES[dtype])
     ids = chat_ids(target, prompt) if chat else target.encode(prompt)
+    stop = end_of_turn(target) if chat else None
     t0 = now()
     trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
-                        top_k=top_k, seed=seed, alpha=alpha, draft_model=draft)
+                        top_k=top_k, seed=seed, alpha=alpha, draft_model=draft, stop=stop)
     wall = now() - t0
     res = HFTrace.of(trace, target).summary()
     res.update(checkpoint=str(heads_checkpoint) if heads_checkpoint else target.path, hf=target.path,
                device=describe(dev), wall_s=wall, draft_vocab=draft_vocab, chat=chat,
-               answer=target.decode(trace.tokens[len(ids):]))
+               answer=target.decode(trace.tokens[:-1] if trace.tokens[-1:] == [stop] else trace.tokens),
+               ended_turn=stop is not None and trace.tokens[-1:] == [stop])
     return res

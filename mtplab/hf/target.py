@@ -13,6 +13,12 @@ The head families of `mtplab.heads` then sit on its hidden states unchanged:
 * pre_last: the input of the last decoder layer (Meta heads branch off there, beside the model's last layer);
 * rope: rotary factors for the heads' own attention layers (Meta, DeepSeek); the trunk keeps its own positions.
 
+Which forward computes the trunk (`kernel`, `forward_path`): for a Llama-family model (SmolLM2), by default the lab's
+own (`mtplab.hf.llama.LlamaForward`) with the exact kernel (`mtplab.model.kernels`): row i of a verify is bit for bit
+the one-token forward's, so greedy speculative output equals greedy AR by construction. The heads and the draft
+vocabulary's projection go through the same kernel. kernel="stock" (and any other architecture, with the reason in
+`forward_path`) runs transformers' forward with its stock kernels: equality is then observed, not guaranteed.
+
 Heads are saved alone (`save_heads`), in one safetensors file whose metadata names the base model, the sha256 of
 its config and a fingerprint of its output weights; `load_heads` refuses heads trained on another base.
 This is the only module that imports `transformers` (an optional extra: pip install -e ".[hf]").
@@ -31,13 +37,15 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 from safetensors import SafetensorError
-from mtplab.model.checkpoint import atomic_write, read_json
+from mtplab.files import atomic_write, read_json
 from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
-from mtplab.model.layers import rotary_table
+from mtplab.model.layers import KVCache, rotary_table
 from mtplab.model.gpt import TrunkOutput
 from mtplab.hf.real import REAL_MODELS, real_model, resolve_model
+from mtplab.hf.llama import LlamaForward, unsupported
+from mtplab.model import kernels
 try:
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -49,6 +57,7 @@ MAX_CONTEXT = 2048  # the heads' rotary table and the DeepSeek drafter's buffers
 MAX_CONFIG = 1 << 20  # bytes of config.json we are willing to read
 FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
 LAYER_LISTS = ("layers", "h", "blocks", "layer")
+KERNELS = ("exact", "stock")  # exact: the lab's forward and kernel (Llama family); stock: transformers' forward
 
 
 def _need_transformers():
@@ -92,7 +101,7 @@ class HFCache:
 class HFTarget(nn.Module):
     """A Hugging Face causal LM (frozen, eval mode) as the lab's target, with an optional head family `mtp`."""
 
-    def __init__(self, hf, tokenizer, *, path: str, max_context: int = MAX_CONTEXT):
+    def __init__(self, hf, tokenizer, *, path: str, max_context: int = MAX_CONTEXT, kernel: str = "exact"):
         super().__init__()
         self.hf = hf.eval().requires_grad_(False)
         self.tokenizer, self.path = tokenizer, str(path)
@@ -120,6 +129,40 @@ class HFTarget(nn.Module):
         self.chat = False
         self.draft_vocab: torch.Tensor | None = None
         self._draft_rows: torch.Tensor | None = None
+        self._lab: LlamaForward | None = None
+        self.use_kernel(kernel)
+
+    # ---- which forward and which kernel ---------------------------------------------------
+    def use_kernel(self, kernel: str) -> "HFTarget":
+        """'exact': the lab's forward with the exact kernel where the architecture allows (Llama family);
+        'stock': transformers' forward and F.linear everywhere, the path to compare with. Returns self."""
+        if kernel not in KERNELS:
+            raise MtplabError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+        self.kernel = kernel
+        self._why_stock = "kernel='stock'" if kernel == "stock" else unsupported(self.hf)
+        self._lab = None  # built at the next forward, on the weights' device
+        return self
+
+    @property
+    def lab_forward(self) -> LlamaForward | None:
+        """The lab's forward of this model, or None when transformers' forward computes it (`forward_path` says why)."""
+        if self._why_stock is not None:
+            return None
+        if self._lab is None or self._lab.embed.device != self.wte.weight.device:
+            self._lab = LlamaForward(self.hf, self.config.block_size)
+        return self._lab
+
+    @property
+    def forward_path(self) -> str:
+        """One line: which forward and kernel compute the trunk, and what that promises."""
+        if self._why_stock is None:
+            return f"the lab's Llama forward; {kernels.status()}"
+        return (f"transformers' forward with stock kernels ({self._why_stock}): greedy equality with AR is observed, "
+                "not guaranteed")
+
+    def _linear(self, x, weight, bias=None):
+        """The heads' and draft vocabulary's linear: the exact kernel, unless kernel='stock'."""
+        return nn.functional.linear(x, weight, bias) if self.kernel == "stock" else kernels.linear(x, weight, bias)
 
     def _catch_pre_last(self, module, args, kwargs):
         self._seen["pre_last"] = args[0] if args else kwargs["hidden_states"]
@@ -141,7 +184,8 @@ class HFTarget(nn.Module):
 
     def unembed(self, h):
         """The model's own output head: final norm, then lm_head."""
-        return self.lm_head(self.norm(h))
+        lab = self.lab_forward
+        return self.lm_head(self.norm(h)) if lab is None else lab.unembed(h)
 
     def draft_unembed(self, h):
         """A drafter's projection: over the draft vocabulary when one is set (`set_draft_vocab`), every other token
@@ -149,7 +193,8 @@ class HFTarget(nn.Module):
         the output is the same either way and only the drafts' cost and acceptance change."""
         if self.draft_vocab is None:
             return self.unembed(h)
-        small = nn.functional.linear(self.norm(h), self._draft_rows)  # (..., N)
+        lab = self.lab_forward
+        small = self._linear(self.norm(h), self._draft_rows) if lab is None else lab.unembed(h, self._draft_rows)  # (..., N)
         full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))
         return full.index_copy_(-1, self.draft_vocab, small)
 
@@ -166,14 +211,21 @@ class HFTarget(nn.Module):
         self._draft_rows = self.lm_head.weight.detach()[self.draft_vocab].contiguous()  # (N, C)
         return self
 
-    def new_cache(self, batch: int = 1, max_len: int | None = None) -> HFCache:
-        return HFCache(self.hf.config)
+    def new_cache(self, batch: int = 1, max_len: int | None = None) -> HFCache | KVCache:
+        lab = self.lab_forward
+        return HFCache(self.hf.config) if lab is None else lab.new_cache(batch, max_len or self.config.block_size)
 
-    def forward(self, idx, cache: HFCache | None = None) -> TrunkOutput:
+    def forward(self, idx, cache: HFCache | KVCache | None = None) -> TrunkOutput:
         """idx: (B, T) token ids. With a cache, they sit at positions cache.length..cache.length+T-1."""
         start = cache.length if cache is not None else 0
         if start + idx.shape[1] > self.config.block_size:
             self.rope(start, idx.shape[1])  # raises the context-window error
+        lab = self.lab_forward
+        if lab is not None:
+            if cache is not None and not isinstance(cache, KVCache):
+                raise MtplabError("this cache was made before the kernel changed; make a new one with "
+                                  "target.new_cache()")
+            return lab(idx, cache)
         kw = {self._cache_kw: cache.kv, "use_cache": True} if cache is not None else {"use_cache": False}
         self._seen.clear()
         res = self.hf(input_ids=idx, **kw)
@@ -197,6 +249,9 @@ class HFTarget(nn.Module):
                     nn.init.normal_(m.weight, std=0.02)
             p = self.wte.weight
             mtp = mtp.to(device=p.device, dtype=p.dtype)
+            for m in mtp.modules():  # every linear of the heads through the target's kernel
+                if isinstance(m, nn.Linear):
+                    m.forward = lambda x, m=m: self._linear(x, m.weight, m.bias)
         self.mtp = mtp
         return self
 

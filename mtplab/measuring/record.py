@@ -4,7 +4,7 @@
     rec.row(method="deepseek", checkpoint="deepseek-d3")    # the row of that pair, or None
     rec.machine_text()                                      # 'measured on <cpu>, 1 of 2 cores, ...'
 
-A record is read bounded in size (`checkpoint.read_json`), and every failure is one line that names the file and
+A record is read bounded in size (`files.read_json`), and every failure is one line that names the file and
 the command that writes it again. Rows are found by what they measured (method, checkpoint, k, or any other field),
 never by parsing a label. Records written from now on store `label`, `method` and `checkpoint` in every row that
 measures a shipped pair; records written before (decode*.json, k.json, regime.json's by_depth), where `method`
@@ -19,7 +19,7 @@ from mtplab import paths
 from mtplab.device import machine_words
 from mtplab.decoding.drafters import PAIRS
 from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import read_json
+from mtplab.files import read_json
 
 LIMIT = 16 << 20  # bytes: the largest record the lab writes is well under 1 MB
 BENCHES = ("cost-curve", "crossover", "decode", "domain", "train", "batch", "regime", "peers", "tree", "real", "k")

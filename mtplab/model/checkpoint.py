@@ -14,78 +14,28 @@ anything in the current directory; give a path ('./ntp', 'runs/x/ntp') to load a
 """
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
 import math
 import os
-import stat
-import tempfile
 from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from mtplab.model.config import MAX_BLOCK, MAX_DEPTHS, ModelConfig
-from mtplab import paths
+from mtplab import files, paths
 from mtplab.device import pick
 from mtplab.errors import MtplabError
+from mtplab.files import MAX_JSON, os_reason, read_json
+from mtplab.files import atomic_write_text  # noqa: F401  (hf/chatdata imports it from here)
 from mtplab.model.gpt import GPT
 
 # module attributes (tests point them elsewhere); MTPLAB_CHECKPOINTS and MTPLAB_DATA are read in mtplab.paths
 SHIPPED_DIR = paths.SHIPPED_DIR
 CHECKPOINT_DIR = paths.CHECKPOINT_DIR
 MAX_HEADER = 100 << 20  # bytes of safetensors header we are willing to read
-MAX_JSON = 16 << 20     # bytes of NAME.json (or a run's state.json) we are willing to read
 WEIGHT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 SAVE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 _ = MAX_BLOCK  # re-exported: callers read checkpoint.MAX_BLOCK
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call write(tmp_path), then rename over `path`: a failure leaves the old file intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        with open(tmp, "rb") as f:  # the bytes reach the disk before the name points at them
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    def w(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    atomic_write(path, w)
-
-
-def os_reason(e: BaseException) -> str:
-    """Why a read or write failed, in words; a full disk says so (ENOSPC, EDQUOT, or safetensors' 'os error 28')."""
-    text = str(e)
-    if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "os error 28" in text or "No space left" in text:
-        return "the disk is full"
-    return getattr(e, "strerror", None) or (text.splitlines()[0][:160] if text else type(e).__name__)
 
 
 def check_path(flag: str, path) -> None:
@@ -100,14 +50,6 @@ def check_path(flag: str, path) -> None:
         bad = os.fsencode(raw[e.start:e.end])
         raise MtplabError(f"{flag} {ascii(raw)} is not valid UTF-8 (byte {bad.hex()}), and the weights files cannot be "
                           "opened under such a path; choose a name of UTF-8 characters") from None
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stem(p: Path) -> str:
@@ -189,7 +131,7 @@ def write_files(model: GPT, path, *, meta: dict | None = None, base: str | Path 
     if base is not None:
         base_path = resolve(base)
         state = {n: t for n, t in state.items() if n.startswith("mtp.")}
-        info["base"] = {"file": base_path.name, "dir": str(base_path.resolve().parent), "sha256": sha256(base_path)}
+        info["base"] = {"file": base_path.name, "dir": str(base_path.resolve().parent), "sha256": files.sha256(base_path)}
     state = {n: (t.to(dtype) if dtype is not None and t.is_floating_point() else t).contiguous().cpu()
              for n, t in state.items()}
     header = {"format": "mtplab", "config": json.dumps(model.config.to_dict(), sort_keys=True)}
@@ -197,56 +139,17 @@ def write_files(model: GPT, path, *, meta: dict | None = None, base: str | Path 
 
     def write(tmp):
         save_file(state, tmp, metadata=header)
-        digest["sha256"] = sha256(Path(tmp))
+        digest["sha256"] = files.sha256(Path(tmp))
 
-    atomic_write(path, write)
+    files.atomic_write(path, write)
     info["weights_sha256"] = digest["sha256"]
-    atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=2) + "\n")
+    files.atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=2) + "\n")
     return path
 
 
 def read_info(path) -> dict:
     """NAME.json of a checkpoint (a name or a path, as `resolve` takes it), checked to be a JSON object."""
     return _info_at(resolve(path))
-
-
-def read_bounded(path, *, limit: int, what: str, fix: str) -> bytes:
-    """At most `limit` bytes of a regular file, or a one-line error. Opened without blocking (a FIFO with no writer
-    would wait forever), checked to be a regular file after opening (a link to /dev/zero is refused, not read until
-    memory runs out), then read up to limit + 1 bytes, so that a file that grows while it is read is refused too."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise MtplabError(f"{path} is not a regular file (a device, a pipe or a directory), not {what}; {fix}")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(limit + 1)
-    except OSError as e:
-        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > limit:
-        raise MtplabError(f"{path} is larger than {limit} bytes, not {what}; {fix}")
-    return raw
-
-
-def read_json(path: Path, *, limit: int, what: str, fix: str, invalid_fix: str | None = None):
-    """The lab's one reader of a JSON file it did not write in this process (a checkpoint's NAME.json, a run's
-    manifest, a model folder's config.json, a benchmark record): bounded in size before it is read, and every
-    failure is one line that names the file and the fix. Returns whatever the JSON holds."""
-    try:
-        return json.loads(read_bounded(path, limit=limit, what=what, fix=fix).decode("utf-8"))
-    except MtplabError:  # read_bounded's own line (a device, a pipe, too large): not "invalid JSON"
-        raise
-    except (ValueError, UnicodeDecodeError) as e:
-        raise MtplabError(f"{path} is not valid JSON ({str(e)[:120]}); {invalid_fix or fix}") from None
-    except RecursionError:
-        raise MtplabError(f"{path} is not {what} (JSON nested too deeply); {fix}") from None
-    except OSError as e:
-        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
 
 
 def _info_at(path: Path) -> dict:
@@ -387,7 +290,7 @@ def _check_recorded(cfg: ModelConfig | None, meta: dict, info: dict, path: Path)
             raise MtplabError(f"config does not match the weights in {path.name}: they were saved with another config "
                               f"({'; '.join(diff)}). Restore the config saved with them or retrain.")
     want = info.get("weights_sha256")  # absent: not recorded (files before 2026-12); null or anything else: refused
-    if "weights_sha256" in info and (not isinstance(want, str) or sha256(path) != want):
+    if "weights_sha256" in info and (not isinstance(want, str) or files.sha256(path) != want):
         if path.with_name(f"{_stem(path)}.state.json").is_file():  # a training run's save cut between its files
             raise MtplabError(f"{path.name} is not the file {path.with_suffix('.json').name} was saved with: a save of "
                               f"the run in {path.parent} was cut between its files; continue the run with the same "
@@ -410,7 +313,7 @@ def _find_base(path: Path, base) -> Path:
     # only when it is an mtplab checkpoint, NAME.json beside a weights file whose header parses
     seen = [d / name for d in dirs if (d / name).is_file() and (d not in trained or _is_checkpoint(d / name))]
     for cand in seen:
-        if sha256(cand) == base["sha256"]:
+        if files.sha256(cand) == base["sha256"]:
             return cand
     if seen:
         raise MtplabError(f"{path.name} was trained on a different {name} (sha256 differs from "

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import read_json
+from mtplab.files import read_json
 from mtplab.paths import DATA_DIR
 
 SHIPPED = DATA_DIR / "classroom"  # the machines this lab was measured on: its first points

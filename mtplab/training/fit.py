@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 import torch
+from mtplab import files
 from mtplab.model import checkpoint as ckpt
 from mtplab.training import distributed
 from mtplab.training import runs
@@ -85,8 +86,8 @@ def _settings(c: TrainConfig, depths: int, warmup: int, dev: torch.device, world
     s = {k: v for k, v in asdict(c).items() if k not in runs.MAY_CHANGE and k not in ("name", "from_checkpoint")}
     s.update(n_depths=depths, n_modules=None, warmup=warmup, autocast=autocast_kind(dev, c.autocast), world=world,
              preset=c.preset if c.from_checkpoint is None else None,
-             corpus_sha256=ckpt.sha256(corpus_path(c.corpus, "train")),  # --resume on the same bytes
-             from_sha256=ckpt.sha256(ckpt.resolve(c.from_checkpoint)) if c.from_checkpoint is not None else None)
+             corpus_sha256=files.sha256(corpus_path(c.corpus, "train")),  # --resume on the same bytes
+             from_sha256=files.sha256(ckpt.resolve(c.from_checkpoint)) if c.from_checkpoint is not None else None)
     return s
 
 

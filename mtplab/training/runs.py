@@ -16,7 +16,6 @@ and the signals (SIGINT and SIGTERM finish the step, save it and stop with one l
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import signal
@@ -29,8 +28,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from mtplab.paths import may_write_shipped, shipped_folder
+from mtplab import files
 from mtplab.model import checkpoint as ckpt
 from mtplab.errors import MtplabError
+from mtplab import platform_compat as compat
 
 # settings that may differ between a run and its --resume; every other saved setting must match
 MAY_CHANGE = ("steps", "max_seconds", "eval_every", "eval_windows", "save_every", "progress", "device",
@@ -67,7 +68,7 @@ def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
             os.close(fd)
             os.unlink(probe)
     except OSError as e:
-        raise MtplabError(f"cannot write to --out {out} ({ckpt.os_reason(e)}); choose a writable directory") from None
+        raise MtplabError(f"cannot write to --out {out} ({files.os_reason(e)}); choose a writable directory") from None
     p = paths(out, name)
     held = [p[k].name for k in ("weights", "manifest") if p[k].exists()]
     if held and not (resume or overwrite):
@@ -85,32 +86,32 @@ def lock(out: Path, name: str):
     fix. Every file of a run is written atomically, so its last complete save stays intact."""
     path = paths(out, name)["lock"]
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = compat.open_no_follow(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise MtplabError(f"{path} is a symlink; a run never writes through one: remove it (rm {path}) "
                               "and start again") from None
-        raise MtplabError(f"cannot create the lock file {path} ({ckpt.os_reason(e)}); choose a writable --out") from None
+        raise MtplabError(f"cannot create the lock file {path} ({files.os_reason(e)}); choose a writable --out") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise MtplabError(f"{path} is not a regular file; remove it and start again")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            compat.lock_exclusive(fd)
         except OSError:
-            who = os.pread(fd, 64, 0).decode("utf-8", "replace").strip() or "another process"
+            who = compat.read_at(fd, 64, 0).decode("utf-8", "replace").strip() or "another process"
             raise MtplabError(f"run {name!r} in {out} is locked by {who}; wait for it to finish or choose "
                               "another --out or --name") from None
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+            compat.write_at(fd, f"pid {os.getpid()}".encode(), 0)
         except OSError as e:
-            raise MtplabError(f"cannot write the lock file {path} ({ckpt.os_reason(e)}); free space or choose "
+            raise MtplabError(f"cannot write the lock file {path} ({files.os_reason(e)}); free space or choose "
                               "another --out") from None
         try:
             yield
         except OSError as e:
             where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-            raise MtplabError(f"the run in {out} stopped: {ckpt.os_reason(e)}{where}; its last complete save is "
+            raise MtplabError(f"the run in {out} stopped: {files.os_reason(e)}{where}; its last complete save is "
                               "intact: free space or fix --out, then continue with the same command plus "
                               "--resume") from None
     finally:
@@ -180,13 +181,13 @@ def save(out: Path, name: str, *, model, opt, gen, step: int, history: list, set
             write_weights(p["weights"])
         else:
             ckpt.write_files(model, p["weights"], meta=meta, base=base, dtype=dtype)
-        ckpt.atomic_write(p["next"], lambda tmp: save_file(tensors, tmp))
-        manifest = {"step": step, "state_sha256": ckpt.sha256(p["next"]), "scalars": scalars,
+        files.atomic_write(p["next"], lambda tmp: save_file(tensors, tmp))
+        manifest = {"step": step, "state_sha256": files.sha256(p["next"]), "scalars": scalars,
                     "settings": settings, "history": history}
-        ckpt.atomic_write_text(p["manifest"], json.dumps(manifest) + "\n")
+        files.atomic_write_text(p["manifest"], json.dumps(manifest) + "\n")
         _promote(p["next"], p["state"])
     except (OSError, SafetensorError) as e:
-        raise MtplabError(f"could not save step {step} to {out} ({ckpt.os_reason(e)}); the last complete save is "
+        raise MtplabError(f"could not save step {step} to {out} ({files.os_reason(e)}); the last complete save is "
                           "still there: free space or fix --out, then continue with --resume") from None
 
 
@@ -201,7 +202,7 @@ def read_manifest(out: Path, name: str) -> dict:
         raise MtplabError(f"nothing to resume in {out}: {p['manifest'].name} is missing; run without --resume "
                           "first (or with --overwrite)")
     try:
-        m = json.loads(ckpt.read_bounded(p["manifest"], limit=ckpt.MAX_JSON, what="a run's manifest",
+        m = json.loads(files.read_bounded(p["manifest"], limit=files.MAX_JSON, what="a run's manifest",
                                          fix="restore it, or start again with --overwrite").decode("utf-8"))
         if not isinstance(m, dict):
             raise ValueError("not an object")
@@ -238,7 +239,7 @@ def load_state(out: Path, name: str, manifest: dict) -> dict:
     p = paths(out, name)
     want = manifest.get("state_sha256")
     for path in (p["state"], p["next"]):
-        if path.is_file() and ckpt.sha256(path) == want:
+        if path.is_file() and files.sha256(path) == want:
             try:
                 return load_file(str(path))
             except (SafetensorError, OSError) as e:

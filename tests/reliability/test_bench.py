@@ -8,7 +8,7 @@ import pytest
 
 from mtplab.bench import report
 from mtplab.errors import MtplabError
-from mtplab.model import checkpoint as ckpt
+from mtplab import files
 from tests.reliability.helpers import disk_full, full_under, main, refused
 
 
@@ -44,7 +44,7 @@ RECORD = {"rows": [{"method": "ar", "speedup": 1.0}]}
 
 
 def test_results_that_out_cannot_take_are_kept_in_the_temp_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(ckpt, "atomic_write", full_under(tmp_path / "out", ckpt.atomic_write))
+    monkeypatch.setattr(files, "atomic_write", full_under(tmp_path / "out", files.atomic_write))
     with pytest.raises(MtplabError) as e:
         report._write(tmp_path / "out", "decode", RECORD, "| method |", device="cpu")
     msg = str(e.value)
@@ -56,7 +56,7 @@ def test_results_that_out_cannot_take_are_kept_in_the_temp_dir(tmp_path, monkeyp
 
 
 def test_results_are_printed_when_the_temp_dir_is_full_too(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ckpt, "atomic_write", disk_full)
+    monkeypatch.setattr(files, "atomic_write", disk_full)
     monkeypatch.setattr(report.tempfile, "tempdir", str(tmp_path))
     with pytest.raises(MtplabError, match=r"the results measured are kept in the JSON printed above"):
         report._write(tmp_path / "out", "decode", RECORD, "| method |", device="cpu")
@@ -71,7 +71,7 @@ def test_the_cli_reports_kept_results_in_one_line(tmp_path, monkeypatch, capsys)
         report._write(Path(a.out), "decode", RECORD, "| method |")
         return RECORD
     monkeypatch.setitem(bench.RUNS, "decode", measured)
-    monkeypatch.setattr(ckpt, "atomic_write", full_under(tmp_path / "out", ckpt.atomic_write))
+    monkeypatch.setattr(files, "atomic_write", full_under(tmp_path / "out", files.atomic_write))
     t = time.time()
     rc, err = main(capsys, "bench", "decode", "--quick", "--device", "cpu", "--out", tmp_path / "out")
     assert rc == 2 and err.count("\n") == 0 and "the results measured are kept in " in err, err

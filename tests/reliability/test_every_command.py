@@ -6,7 +6,7 @@ import pytest
 
 from mtplab import cli
 from mtplab.errors import MtplabError
-from mtplab.model import checkpoint as ckpt
+from mtplab import files
 from mtplab.training import runs
 from mtplab.training.fit import fit
 from tests.reliability.helpers import NOT_UTF8, TINY, disk_full, full_under, main, refused
@@ -99,7 +99,7 @@ def _fill(monkeypatch, where, out):
     elif where == "lock":
         monkeypatch.setattr(runs.os, "pwrite", disk_full)
     elif where == "save":
-        monkeypatch.setattr(ckpt, "atomic_write", full_under(out, ckpt.atomic_write))
+        monkeypatch.setattr(files, "atomic_write", full_under(out, files.atomic_write))
     else:  # an OSError from anywhere inside the run (the lock is where it ends)
         monkeypatch.setattr(runs.Stop, "__enter__", disk_full)
 
@@ -122,7 +122,7 @@ def test_a_full_disk_at_a_later_save_leaves_the_last_one_byte_for_byte(tmp_path,
     out = tmp_path / "r"
     fit(steps=2, out=out, save_every=2, **TINY)
     before = {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")}
-    monkeypatch.setattr(ckpt, "atomic_write", full_under(out, ckpt.atomic_write))
+    monkeypatch.setattr(files, "atomic_write", full_under(out, files.atomic_write))
     with pytest.raises(MtplabError, match=r"could not save step 4 to .* \(the disk is full\)"):
         fit(steps=4, out=out, save_every=2, resume=True, **TINY)
     assert {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")} == before

@@ -12,8 +12,9 @@ import torch
 
 from mtplab.errors import MtplabError
 from mtplab.measuring.speedup import read_decode_bench
+from mtplab import files
 from mtplab.model import checkpoint as ckpt
-from mtplab.model.checkpoint import read_json
+from mtplab.files import read_json
 from mtplab.training import runs
 from tests.conftest import random_model
 from tests.reliability.helpers import edit_config, raises
@@ -117,7 +118,7 @@ def test_a_huge_extra_tensor_is_refused_from_the_header_before_hashing_or_mappin
     """n-ck-extra-3g-sha (17 s of hashing), n-ck-extra-40g (MemoryError from safe_open's mmap under ulimit -v)."""
     path = _with_extra_tensor(heads_dir / "ntp.json", tmp_path / "x", gb)
     hashed = []
-    monkeypatch.setattr(ckpt, "sha256", lambda p: hashed.append(p) or "0" * 64)
+    monkeypatch.setattr(files, "sha256", lambda p: hashed.append(p) or "0" * 64)
     t = time.monotonic()
     with pytest.raises(MtplabError, match=r"config does not match the weights in ntp.safetensors: unexpected \['zzz'\]"):
         ckpt.load(path)
@@ -225,8 +226,8 @@ def test_the_recorded_base_dir_hashes_and_names_only_lab_checkpoints(heads_dir, 
     info = json.loads((tmp_path / "h" / "stern.json").read_text())
     info["base"]["dir"] = str(other)
     (tmp_path / "h" / "stern.json").write_text(json.dumps(info))
-    real, hashed = ckpt.sha256, []
-    monkeypatch.setattr(ckpt, "sha256", lambda p: hashed.append(p) or real(p))
+    real, hashed = files.sha256, []
+    monkeypatch.setattr(files, "sha256", lambda p: hashed.append(p) or real(p))
     monkeypatch.setattr(ckpt, "CHECKPOINT_DIR", tmp_path / "none")
     err = raises(ckpt.load, tmp_path / "h" / "stern")
     assert other / "ntp.safetensors" not in hashed and str(other / "ntp.safetensors") not in err

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtplab.errors import MtplabError
+from mtplab import files
 from mtplab.model import checkpoint as ckpt
 from mtplab.training import fit as fit_module
 from mtplab.training.fit import fit
@@ -105,14 +106,14 @@ def test_a_save_cut_between_its_files_names_resume(tmp_path, monkeypatch):
     files from the same save or retrain', although --resume repairs both."""
     class Killed(BaseException):
         pass
-    real, n = ckpt.atomic_write, {"writes": 0}
+    real, n = files.atomic_write, {"writes": 0}
 
     def write(path, w):
         n["writes"] += 1
         if str(path).endswith("ntp.json") and n["writes"] > 4:
             raise Killed
         real(path, w)
-    monkeypatch.setattr(ckpt, "atomic_write", write)
+    monkeypatch.setattr(files, "atomic_write", write)
     with pytest.raises(Killed):
         fit(steps=4, out=tmp_path, save_every=2, **TINY)
     monkeypatch.undo()

@@ -1,0 +1,111 @@
+"""Files the lab reads and writes, on the ground floor: bounded readers (a file it did not write in this process is
+read up to a limit, never followed into a device or a pipe), sha256 of a file, and atomic writes (a failed write
+leaves the old file intact). Imports only mtplab.errors.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from mtplab.errors import MtplabError
+
+MAX_JSON = 16 << 20  # bytes of a JSON file (a checkpoint's NAME.json, a run's manifest) we are willing to read
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call write(tmp_path), then rename over `path`: a failure leaves the old file intact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        with open(tmp, "rb") as f:  # the bytes reach the disk before the name points at them
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    def w(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    atomic_write(path, w)
+
+
+def os_reason(e: BaseException) -> str:
+    """Why a read or write failed, in words; a full disk says so (ENOSPC, EDQUOT, or safetensors' 'os error 28')."""
+    text = str(e)
+    if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "os error 28" in text or "No space left" in text:
+        return "the disk is full"
+    return getattr(e, "strerror", None) or (text.splitlines()[0][:160] if text else type(e).__name__)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_bounded(path, *, limit: int, what: str, fix: str) -> bytes:
+    """At most `limit` bytes of a regular file, or a one-line error. Opened without blocking (a FIFO with no writer
+    would wait forever), checked to be a regular file after opening (a link to /dev/zero is refused, not read until
+    memory runs out), then read up to limit + 1 bytes, so that a file that grows while it is read is refused too."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise MtplabError(f"{path} is not a regular file (a device, a pipe or a directory), not {what}; {fix}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise MtplabError(f"{path} is larger than {limit} bytes, not {what}; {fix}")
+    return raw
+
+
+def read_json(path: Path, *, limit: int, what: str, fix: str, invalid_fix: str | None = None):
+    """The lab's one reader of a JSON file it did not write in this process (a checkpoint's NAME.json, a run's
+    manifest, a model folder's config.json, a benchmark record): bounded in size before it is read, and every
+    failure is one line that names the file and the fix. Returns whatever the JSON holds."""
+    try:
+        return json.loads(read_bounded(path, limit=limit, what=what, fix=fix).decode("utf-8"))
+    except MtplabError:  # read_bounded's own line (a device, a pipe, too large): not "invalid JSON"
+        raise
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MtplabError(f"{path} is not valid JSON ({str(e)[:120]}); {invalid_fix or fix}") from None
+    except RecursionError:
+        raise MtplabError(f"{path} is not {what} (JSON nested too deeply); {fix}") from None
+    except OSError as e:
+        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
