@@ -62,7 +62,9 @@ def decode_rows(hf, prompts: list[list[int]], *, max_new: int, stop: int, pad: i
 
     Left padding; a finished row leaves the batch (its cache rows are dropped), so a batch costs what its live
     rows cost, not 64 rows times the longest answer."""
+    import inspect
     from transformers import DynamicCache
+    kw = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"  # renamed in 5.x
     B, W = len(prompts), max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (W - len(p)) + list(p) for p in prompts])
     mask = (torch.arange(W)[None] >= torch.tensor([W - len(p) for p in prompts])[:, None]).long()
@@ -71,8 +73,8 @@ def decode_rows(hf, prompts: list[list[int]], *, max_new: int, stop: int, pad: i
     gen = torch.Generator().manual_seed(seed)
     out: list[list[int]] = [[] for _ in range(B)]
     alive = list(range(B))
-    logits = hf(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
-                logits_to_keep=1).logits[:, -1].float()
+    logits = hf(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                **{kw: cache}).logits[:, -1].float()
     last = pos[:, -1]
     for _ in range(max_new):
         if temperature > 0:
@@ -95,8 +97,8 @@ def decode_rows(hf, prompts: list[list[int]], *, max_new: int, stop: int, pad: i
             mask, nxt, last, alive = mask[idx], nxt[idx], last[idx], [alive[j] for j in keep]
         mask = torch.cat([mask, torch.ones(len(alive), 1, dtype=mask.dtype)], 1)
         last = last + 1
-        logits = hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None], past_key_values=cache,
-                    use_cache=True).logits[:, -1].float()
+        logits = hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None], use_cache=True,
+                    **{kw: cache}).logits[:, -1].float()
     return out
 
 
@@ -184,7 +186,7 @@ def stage_questions(hf, tok, work: DataWork, *, batches: int, worker: tuple[int,
                 tok.decode(t[:-1] if r["finished"] else t).strip()
         _timed_write(path, rows, sum(map(len, new)), cpu0, wall0, {"temperature": temp})
         log(f"questions: batch {b + 1}/{batches} done at T={temp} ({time.perf_counter() - wall0:.0f} s, "
-            f"{sum(r['finished'] for r in rows)} finished)")
+            f"{sum(1 for r in rows if r['finished'])} finished)")
 
 
 # ------------------------------------------------------------------------------------------- selection
@@ -202,9 +204,10 @@ def _jaccard(a: set, b: set) -> float:
 
 
 def select_prompts(candidates: list[dict], heldout: list[str], *, templates: list[dict], max_template_share: float = 0.15,
-                   near: float = 0.6, seed: int = 0) -> tuple[list[dict], dict]:
+                   near: float = 0.6, near_heldout: float = 0.4, seed: int = 0) -> tuple[list[dict], dict]:
     """Distinct prompts: exact duplicates after normalising dropped, then any prompt whose word trigrams overlap an
-    earlier kept one's (or a held-out prompt's) by Jaccard >= `near`. Templates fill at most `max_template_share`.
+    earlier kept one's by Jaccard >= `near`
+    (a held-out prompt's: >= `near_heldout`). Templates fill at most `max_template_share`.
     Returns (prompts, counts of what was dropped and why)."""
     held = [trigrams(h) for h in heldout]
     held_norm = {normalise(h) for h in heldout}
@@ -216,7 +219,7 @@ def select_prompts(candidates: list[dict], heldout: list[str], *, templates: lis
     def admit(c: dict) -> bool:
         text = c["prompt"]
         norm = normalise(text)
-        if norm in held_norm or any(_jaccard(g, h) >= near for h in held for g in [trigrams(text)]):
+        if norm in held_norm or any(_jaccard(g, h) >= near_heldout for h in held for g in [trigrams(text)]):
             why["heldout"] += 1
             return False
         g = trigrams(text)
