@@ -4,7 +4,6 @@ training step costs per head family, and where a drafter's cost stops paying.
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from mtplab.bench.report import _write
 from mtplab.decoding.drafters import OracleDrafter
 from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.training.steps import train_step
+from mtplab.platform_compat import peak_rss_bytes
 
 
 # ------------------------------------------------------------------------------------ cost curve
@@ -48,6 +48,11 @@ def run_cost_curve(a) -> dict:
 
 
 # ------------------------------------------------------------------------------------ training
+def _grown(before: int | None, after: int | None) -> int | None:
+    """How far the peak resident memory grew (bytes); None where this system cannot read it."""
+    return None if before is None or after is None else after - before
+
+
 def _train_probe(spec: dict) -> dict:
     """One configuration, in this (fresh) process: median step time and peak memory."""
     dev = pick(spec["device"])
@@ -57,7 +62,7 @@ def _train_probe(spec: dict) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     B, T = spec["batch"], spec["T"]
     x = torch.randint(0, 256, (B, T + 1), device=dev)
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base_rss = peak_rss_bytes()
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times = []
@@ -69,7 +74,7 @@ def _train_probe(spec: dict) -> dict:
         if i:
             times.append(now(dev) - t0)
     peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda"
-            else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss) * 1024)
+            else _grown(base_rss, peak_rss_bytes()))
     return {"tokens_per_s": B * T / statistics.median(times), "peak_bytes": peak}
 
 
@@ -91,8 +96,9 @@ def run_train(a) -> dict:
     base = rows[0]
     for r in rows:
         r["speed vs next-token"] = r["tokens_per_s"] / base["tokens_per_s"]
-        r["memory vs next-token"] = r["peak_bytes"] / max(1, base["peak_bytes"])
-        r["peak MiB"] = r["peak_bytes"] / 2**20
+        known = r["peak_bytes"] is not None and base["peak_bytes"] is not None  # None: not readable on this system
+        r["memory vs next-token"] = r["peak_bytes"] / max(1, base["peak_bytes"]) if known else None
+        r["peak MiB"] = r["peak_bytes"] / 2**20 if r["peak_bytes"] is not None else None
     data = {"setup": common, "device": describe(pick(a.device)), "rows": rows}
     _write(Path(a.out), "train", data, f"training cost, {common}\n\n" + _md(
         rows, ["config", "tokens_per_s", "peak MiB", "speed vs next-token", "memory vs next-token"]), device=pick(a.device))

@@ -3,9 +3,7 @@ check, run before anything is loaded or written."""
 from __future__ import annotations
 
 import math
-import os
 import re
-import resource
 from dataclasses import dataclass
 from pathlib import Path
 import torch
@@ -13,6 +11,7 @@ from mtplab.model import checkpoint as ckpt
 from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig, preset as get_preset
 from mtplab.data import corpus_path
 from mtplab.errors import MtplabError
+from mtplab import platform_compat as compat
 from mtplab.model.gpt import GPT
 from mtplab.training.steps import AUTOCAST, LABELS
 
@@ -192,9 +191,7 @@ def memory_here(dev: torch.device) -> int:
     """Bytes a run may use: the accelerator's memory, else the RAM (or the address-space limit, if lower)."""
     if dev.type == "cuda":
         return torch.cuda.get_device_properties(dev).total_memory
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return min(total, soft) if soft not in (resource.RLIM_INFINITY, -1) and soft > 0 else total
+    return compat.memory_bytes() or 1 << 62  # unknown: no limit from here (platform_compat says where)
 
 
 def _size(n: float) -> str:

@@ -1,0 +1,312 @@
+"""Windows, without a Windows machine: every module of the package, every command's --help and every notebook's
+imports run in a Python where the POSIX-only modules (`fcntl`, `resource`, `termios`) cannot be imported and the
+POSIX-only functions the package once used (`os.pread`, `os.pwrite`, `os.sysconf`, `os.O_NOFOLLOW`) are gone;
+and the Windows paths of `mtplab.platform_compat` (the run's lock, reads at an offset, the symlink check) run
+against a stand-in `msvcrt`. What this cannot check (a real Windows file system, its mandatory locks, its
+wheels) is said in the README: until Windows itself has run the lab, WSL2 is the safe path there."""
+from __future__ import annotations
+
+import argparse
+import ast
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtplab import platform_compat as compat
+from mtplab.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCKED = ("fcntl", "resource", "termios")
+GONE = ("pread", "pwrite", "sysconf", "O_NOFOLLOW", "O_NONBLOCK")
+
+# runs first in the child: a finder that refuses the POSIX-only modules, and an os without the POSIX-only names
+NO_POSIX = f"""
+import os, sys
+BLOCKED = {BLOCKED!r}
+class _NoPosix:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in BLOCKED:
+            raise ImportError('no module named ' + repr(name) + ' (blocked: as on Windows)')
+        return None
+for _m in BLOCKED:
+    sys.modules.pop(_m, None)
+sys.meta_path.insert(0, _NoPosix())
+for _n in {GONE!r}:
+    if hasattr(os, _n):
+        delattr(os, _n)
+"""
+
+
+def _child(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-c", NO_POSIX + code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _modules() -> list[str]:
+    out = []
+    for p in sorted((ROOT / "mtplab").rglob("*.py")):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        out.append(name)
+    return out
+
+
+def test_the_blocker_blocks():
+    """The check could fail: in the child, `import fcntl` and `import resource` raise, and os.pread is gone."""
+    r = _child("""
+for m in ('fcntl', 'resource'):
+    try:
+        __import__(m)
+    except ImportError:
+        print('blocked', m)
+print('pread' in dir(os))
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["blocked fcntl", "blocked resource", "False"]
+
+
+@pytest.mark.slow
+def test_every_module_imports_without_posix():
+    mods = _modules()
+    r = _child(f"""
+import importlib, traceback
+bad = []
+for m in {mods!r}:
+    try:
+        importlib.import_module(m)
+    except Exception as e:
+        bad.append(m + ': ' + type(e).__name__ + ': ' + str(e).splitlines()[0])
+print('\\n'.join(bad) or 'all imported')
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "all imported", r.stdout
+    assert len(mods) > 50
+
+
+def _commands() -> list[list[str]]:
+    """Every command and subcommand of `python -m mtplab`, from the parser itself."""
+    def walk(p: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+        out = [prefix]
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    out += walk(sp, prefix + [name])
+        return out
+    return walk(build_parser(), [])
+
+
+@pytest.mark.slow
+def test_every_command_helps_without_posix():
+    cmds = _commands()
+    assert ["preflight"] in cmds and ["convert"] in cmds and ["train"] in cmds
+    r = _child(f"""
+import contextlib, io, json
+from mtplab.cli import main
+out = {{}}
+for cmd in {cmds!r}:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            code = main(cmd + ['--help'])
+        except SystemExit as e:
+            code = e.code
+    out[' '.join(cmd) or '(none)'] = [code, buf.getvalue()[:60]]
+print(json.dumps(out))
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(res) == len(cmds)
+    for cmd, (code, text) in res.items():
+        assert code == 0 and text.startswith("usage:"), (cmd, code, text)
+
+
+def _notebook_imports() -> dict[str, list[str]]:
+    """Every import statement in every notebook's code cells (top level of the cell, as written)."""
+    out = {}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        lines = []
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            try:
+                tree = ast.parse("\n".join(x for x in src.splitlines() if not x.lstrip().startswith(("%", "!"))))
+            except SyntaxError:
+                continue
+            lines += [ast.unparse(s) for s in ast.walk(tree) if isinstance(s, (ast.Import, ast.ImportFrom))]
+        out[nb.name] = lines
+    return out
+
+
+@pytest.mark.slow
+def test_every_notebooks_imports_without_posix():
+    imports = _notebook_imports()
+    assert len(imports) >= 10 and all(imports.values())
+    r = _child(f"""
+import json
+bad = {{}}
+for nb, lines in {imports!r}.items():
+    for line in lines:
+        try:
+            exec(line, {{}})
+        except Exception as e:
+            bad.setdefault(nb, []).append(line + ': ' + type(e).__name__ + ': ' + str(e).splitlines()[0])
+print(json.dumps(bad))
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {}
+
+
+@pytest.mark.slow
+def test_a_run_locks_and_writes_its_pid_without_posix(tmp_path):
+    """The run's lock on the path a system without fcntl takes, with a stand-in msvcrt (mandatory byte locks,
+    kept per file in the child): the first lock holds and writes its pid; a second is refused with the holder."""
+    r = _child(f"""
+import types, sys
+held = set()
+def locking(fd, mode, n):
+    key = (os.fstat(fd).st_ino, os.lseek(fd, 0, os.SEEK_CUR), n)
+    if key in held:
+        raise OSError(13, 'locked')
+    held.add(key)
+from mtplab import platform_compat as compat
+assert compat.fcntl is None and compat.msvcrt is None
+compat.msvcrt = types.SimpleNamespace(locking=locking, LK_NBLCK=2)  # not in sys.modules: subprocess reads it
+from pathlib import Path
+from mtplab.errors import MtplabError
+from mtplab.training import runs
+out = Path({str(tmp_path)!r})
+with runs.lock(out, 'r'):
+    print(Path(runs.paths(out, 'r')['lock']).read_text())
+    try:
+        with runs.lock(out, 'r'):
+            print('second lock taken')
+    except MtplabError as e:
+        print('refused:', e)
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, second = r.stdout.strip().splitlines()
+    assert first.startswith("pid ")
+    assert second.startswith("refused:") and first in second, second
+
+
+class _FakeMsvcrt:
+    LK_NBLCK = 2
+
+    def __init__(self):
+        self.calls = []
+
+    def locking(self, fd, mode, n):
+        self.calls.append((os.lseek(fd, 0, os.SEEK_CUR), mode, n))
+
+
+def test_windows_lock_sits_past_the_text_and_keeps_the_position(tmp_path, monkeypatch):
+    fake = _FakeMsvcrt()
+    monkeypatch.setattr(compat, "fcntl", None)
+    monkeypatch.setattr(compat, "msvcrt", fake)
+    fd = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"pid 1")
+        compat.lock_exclusive(fd)
+        assert fake.calls == [(compat.WINDOWS_LOCK_OFFSET, 2, 1)]
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 5
+    finally:
+        os.close(fd)
+
+
+def test_no_lock_at_all_is_an_error_not_a_silent_pass(monkeypatch, tmp_path):
+    monkeypatch.setattr(compat, "fcntl", None)
+    monkeypatch.setattr(compat, "msvcrt", None)
+    fd = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        with pytest.raises(OSError):
+            compat.lock_exclusive(fd)
+    finally:
+        os.close(fd)
+
+
+def test_reads_and_writes_at_an_offset_without_pread(tmp_path, monkeypatch):
+    monkeypatch.delattr(os, "pread")
+    monkeypatch.delattr(os, "pwrite")
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        compat.write_at(fd, b"hello world", 0)
+        compat.write_at(fd, b"W", 6)
+        assert compat.read_at(fd, 64, 0) == b"hello World"
+        assert compat.read_at(fd, 3, 2) == b"llo"
+    finally:
+        os.close(fd)
+
+
+def test_symlink_refused_without_o_nofollow(tmp_path, monkeypatch):
+    target = tmp_path / "target"
+    target.write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    monkeypatch.delattr(os, "O_NOFOLLOW")
+    with pytest.raises(OSError) as e:
+        compat.open_no_follow(link, os.O_RDWR)
+    assert e.value.errno == errno.ELOOP
+    os.close(compat.open_no_follow(target, os.O_RDWR))
+
+
+def test_memory_and_peak_rss_without_resource(monkeypatch):
+    ram = compat.memory_bytes()
+    assert ram is not None and ram > 1 << 26
+    monkeypatch.setattr(compat, "resource", None)
+    assert compat.memory_bytes() == compat.psutil.virtual_memory().total
+    assert compat.peak_rss_bytes() > 1 << 20  # psutil's reading (Windows: the peak working set)
+    monkeypatch.setattr(compat, "psutil", None)
+    assert compat.peak_rss_bytes() is None  # nothing to read: said, not guessed
+
+
+def test_peak_rss_units():
+    """ru_maxrss is KiB on Linux and bytes on macOS: both come back in bytes, about this process's resident size."""
+    rss = compat.psutil.Process().memory_info().rss
+    peak = compat.peak_rss_bytes()
+    assert peak >= 0.5 * rss and peak < 64 * rss
+
+
+def test_set_blocking_is_a_no_op_without_o_nonblock(monkeypatch, tmp_path):
+    monkeypatch.setattr(compat, "O_NONBLOCK", 0)
+    monkeypatch.setattr(os, "set_blocking", lambda *a: pytest.fail("called"))
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        compat.set_blocking(fd)
+    finally:
+        os.close(fd)
+
+
+def test_no_module_imports_a_posix_only_module_unguarded():
+    """Outside platform_compat no module of the package names fcntl, resource or the POSIX-only os functions."""
+    bad = []
+    for p in sorted((ROOT / "mtplab").rglob("*.py")):
+        if p.name == "platform_compat.py":
+            continue
+        tree = ast.parse(p.read_text())
+        for s in ast.walk(tree):
+            if isinstance(s, ast.Import) and any(a.name in BLOCKED for a in s.names):
+                bad.append(f"{p}:{s.lineno} import")
+            if isinstance(s, ast.ImportFrom) and (s.module or "") in BLOCKED:
+                bad.append(f"{p}:{s.lineno} from-import")
+            if isinstance(s, ast.Attribute) and isinstance(s.value, ast.Name) and s.value.id == "os" \
+                    and s.attr in GONE + ("getuid", "geteuid", "fork", "killpg", "getpgid", "mkfifo"):
+                if not _guarded(tree, s):
+                    bad.append(f"{p}:{s.lineno} os.{s.attr}")
+    assert not bad, bad
+
+
+def _guarded(tree: ast.AST, node: ast.AST) -> bool:
+    """True when `node` sits in the branch of an `if hasattr(os, ...)` (statement or expression) that runs when
+    the name is there."""
+    for s in ast.walk(tree):
+        if isinstance(s, (ast.If, ast.IfExp)) and "hasattr(os" in ast.unparse(s.test):
+            body = s.body if isinstance(s.body, list) else [s.body]
+            if any(n is node for b in body for n in ast.walk(b)):
+                return True
+    return False
