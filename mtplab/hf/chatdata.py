@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.model.checkpoint import atomic_write_text, read_json
+from mtplab.files import atomic_write_text, read_json
 
 BATCH = 64             # answer rows per batch
 QUESTION_BATCH = 128   # user turns per batch (short: a larger batch pays the per-step floor less often)
