@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import errno
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from mtplab import platform_compat as compat
+from mtplab.measuring import race as race_mod
 from mtplab.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -310,3 +313,105 @@ def _guarded(tree: ast.AST, node: ast.AST) -> bool:
             if any(n is node for b in body for n in ast.walk(b)):
                 return True
     return False
+
+
+# ------------------------------------------------------------------ the busy-machine guard's load reading, mocked
+def _times(**kw):
+    return collections.namedtuple("scputimes", list(kw))(**kw)
+
+
+@pytest.mark.parametrize("times, busy, total", [
+    # Linux: guest and guest_nice are already inside user and nice; iowait is not busy
+    (dict(user=10, nice=1, system=4, idle=80, iowait=5, irq=0, softirq=0, steal=0, guest=3, guest_nice=1), 15, 100),
+    (dict(user=10, nice=0, system=5, idle=85), 15, 100),                        # macOS
+    (dict(user=10, system=4, idle=84, interrupt=1, dpc=1), 16, 100),           # Windows
+])
+def test_cpu_seconds_reads_each_systems_fields(monkeypatch, times, busy, total):
+    monkeypatch.setattr(compat, "psutil", types.SimpleNamespace(cpu_times=lambda: _times(**times)))
+    assert compat.cpu_seconds() == (pytest.approx(busy), pytest.approx(total))
+
+
+def test_cpu_seconds_is_none_without_psutil_or_when_it_refuses(monkeypatch):
+    monkeypatch.setattr(compat, "psutil", None)
+    assert compat.cpu_seconds() is None
+
+    def refuse():
+        raise OSError("denied")
+    monkeypatch.setattr(compat, "psutil", types.SimpleNamespace(cpu_times=refuse))
+    assert compat.cpu_seconds() is None
+
+
+def _fake_clock(monkeypatch, readings, own=(0.0, 0.0), wall=(0.0, 2.0)):
+    """cpu_seconds, process_time and monotonic each return their next value."""
+    r, o, w = iter(readings), iter(own), iter(wall)
+    monkeypatch.setattr(race_mod, "cpu_seconds", lambda: next(r))
+    monkeypatch.setattr(race_mod.time, "process_time", lambda: next(o))
+    monkeypatch.setattr(race_mod.time, "monotonic", lambda: next(w))
+
+
+def test_load_meter_subtracts_its_own_cpu_time(monkeypatch):
+    # the machine was busy 3 s in 2 s of wall time; this process used 1 s of it: others used 1 core
+    _fake_clock(monkeypatch, [(100.0, 1000.0), (103.0, 1004.0)], own=(5.0, 6.0))
+    assert race_mod.LoadMeter().start().stop() == pytest.approx(1.0)
+
+
+def test_load_meter_says_none_when_it_cannot_read(monkeypatch):
+    _fake_clock(monkeypatch, [None, None])
+    assert race_mod.LoadMeter().start().stop() is None
+
+
+def test_an_unmeasured_race_says_so_and_never_idle(monkeypatch):
+    monkeypatch.setattr(race_mod, "cpu_seconds", lambda: None)
+    monkeypatch.setattr(race_mod, "round_spread", lambda totals: 0.0)  # microsecond contenders: their spread is noise
+    res = race_mod.race({"a": lambda p: [p], "b": lambda p: [p]}, [1, 2], baseline="a", rounds=2)
+    assert res.others_cores is None
+    v = res.verdict()
+    assert "not measured" in v and "idle" not in v and "little" not in v
+
+
+def test_a_measured_race_names_the_load(monkeypatch):
+    r = iter([(0.0, 0.0), (0.0, 10.0)])
+    monkeypatch.setattr(race_mod, "cpu_seconds", lambda: next(r))
+    monkeypatch.setattr(race_mod, "round_spread", lambda totals: 0.0)
+    res = race_mod.race({"a": lambda p: [p], "b": lambda p: [p]}, [1, 2], baseline="a", rounds=2)
+    assert "other processes used 0.00 cores" in res.verdict()
+
+
+def _preflight_record(others):
+    return {"machine": {"cpu": "x", "threads": 2, "cores": 2}, "install": {}, "predictions": {},
+            "others_cores": others, "busy": race_mod.busy_reason(others, None)}
+
+
+def test_preflight_never_says_idle_without_a_measurement():
+    from mtplab.bench.preflight import report
+
+    unmeasured = report(_preflight_record(None))
+    assert "not measured" in unmeasured and "idle" not in unmeasured and "hold for this laptop" not in unmeasured
+    quiet = report(_preflight_record(0.05))
+    assert "idle enough (other processes used 0.05 cores)" in quiet
+    busy = report(_preflight_record(1.4))
+    assert "too busy" in busy and "1.40 cores" in busy
+
+
+def test_the_watch_says_not_measured(monkeypatch):
+    from mtplab.teaching.bottleneck import Watch
+
+    monkeypatch.setattr(race_mod, "cpu_seconds", lambda: None)
+    with Watch() as w:
+        pass
+    assert w.busy is None and not w.measured
+    assert "not measured" in w.line() and "little CPU" not in w.line()
+    r = iter([(0.0, 0.0), (0.0, 10.0)])
+    monkeypatch.setattr(race_mod, "cpu_seconds", lambda: next(r))
+    with Watch() as w:
+        pass
+    assert w.measured and "little CPU" in w.line()
+
+
+def test_psutil_is_a_core_dependency_in_both_files():
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.split(";")[0].strip().startswith("psutil") for d in deps)
+    env = (ROOT / "environment.yml").read_text()
+    assert "\n  - psutil\n" in env

@@ -8,6 +8,7 @@ import pytest
 
 from mtplab.errors import MtplabError
 from mtplab.measuring.race import busy_reason, race
+from mtplab.platform_compat import cpu_seconds
 
 
 def _spin(seconds: float):
@@ -54,7 +55,7 @@ def test_busy_reason_reads_load_and_spread():
 
 
 @pytest.mark.serial
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the load meter reads /proc/stat")
+@pytest.mark.skipif(cpu_seconds() is None, reason="the load meter reads psutil, which is not installed")
 def test_guard_fires_under_a_load_the_test_starts():
     load = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -69,7 +70,7 @@ def test_guard_fires_under_a_load_the_test_starts():
 
 
 @pytest.mark.serial
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the load meter reads /proc/stat")
+@pytest.mark.skipif(cpu_seconds() is None, reason="the load meter reads psutil, which is not installed")
 def test_guard_stays_quiet_on_an_idle_run():
     """Run alone (make test runs the serial tests after the parallel ones): the race's own CPU time is subtracted,
     so a race that works both cores' worth by itself still reads as idle."""

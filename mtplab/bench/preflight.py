@@ -24,7 +24,7 @@ from mtplab.device import machine, machine_words, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, gguf_path
 from mtplab.measuring import theory
-from mtplab.measuring.race import LoadMeter, busy_reason
+from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint
@@ -124,6 +124,18 @@ def run_preflight(*, out: str | None = None, quick: bool = False, device: str = 
     return rec
 
 
+def load_line(rec: dict) -> str:
+    """What the load reading says about these numbers: busy, measured and quiet, or not measured (never "idle"
+    without a reading)."""
+    if rec.get("busy"):
+        return (f"the machine was too busy for these numbers to mean anything: {rec['busy']}; close other work and "
+                "rerun")
+    if rec.get("others_cores") is None:
+        return f"{NOT_MEASURED}: read these numbers as rough, and close other work while it runs"
+    return (f"the machine was idle enough (other processes used {rec['others_cores']:.2f} cores): these numbers hold "
+            "for this laptop")
+
+
 def report(rec: dict) -> str:
     m = rec["machine"]
     lines = [machine_words(m)]
@@ -137,7 +149,6 @@ def report(rec: dict) -> str:
         for r in rows:
             there = f" (measured on the record's machine: {r['measured_there']:.2f}x)" if r["measured_there"] else ""
             lines.append(f"{name}, {r['row']}, k={r['k']}: predicted here {r['predicted_here']:.2f}x{there}")
-    lines.append("the machine was too busy for these numbers to mean anything: " + rec["busy"] + "; close other "
-                 "work and rerun" if rec["busy"] else "the machine was idle enough: these numbers hold for this laptop")
+    lines.append(load_line(rec))
     lines.append(f"record: {rec.get('path', '-')}")
     return "\n".join(lines)

@@ -7,8 +7,9 @@ kernels). Every clock read follows a device sync (`mtplab.device.now`). A round'
 baseline's time over the contender's, summed over the prompts; the result gives the median round and the range.
 
 The busy-machine guard. Two torch processes on two cores slow each other down 30-200x, and a browser or a video
-call slows a race in ways that differ from contender to contender. So the race measures, from `/proc/stat` on
-Linux, how much CPU time *other* processes used while it ran (the machine's busy time minus this process's own),
+call slows a race in ways that differ from contender to contender. So the race measures, through psutil the same
+way on Linux, macOS and Windows (`platform_compat.cpu_seconds`), how much CPU time *other* processes used while it
+ran (the machine's busy time minus this process's own); where it cannot read it, it says "not measured", never idle,
 and how far the rounds disagree. When others used more than a quarter of a core on average, or when the baseline's
 round totals spread by more than half their median (from 4 rounds on, leaving out the fastest and slowest), the
 result is marked not valid, with the reason, so that a notebook prints "rerun or read the shipped record" instead
@@ -16,43 +17,31 @@ of a speedup made of noise.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 from mtplab.device import machine, now
 from mtplab.errors import MtplabError
+from mtplab.platform_compat import cpu_seconds
 
 BUSY_CORES = 0.25     # others' average CPU use (in cores) above which a race is not valid
 BUSY_SPREAD = 0.5     # spread of the baseline's round totals (`round_spread`) above which it is not valid: on an idle
                       # 2-core VM, short CPU timings spread by up to 45%; two torch jobs on two cores spread them many-fold
-
-
-def _cpu_ticks() -> tuple[float, float] | None:
-    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat; None where it is not there."""
-    try:
-        line = Path("/proc/stat").read_text().splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    if line[0] != "cpu":
-        return None
-    v = [int(x) for x in line[1:]]
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-    return (sum(v[:8]) - idle) / hz, sum(v[:8]) / hz
+# said wherever the load could not be read: never "idle" without a measurement
+NOT_MEASURED = "the load of other processes was not measured here (install psutil: pip install psutil)"
 
 
 class LoadMeter:
-    """CPU time used by other processes between `start` and `stop`, in cores on average."""
+    """CPU time used by other processes between `start` and `stop`, in cores on average; `stop` returns None
+    where the machine's CPU time cannot be read (then say NOT_MEASURED)."""
 
     def start(self) -> "LoadMeter":
-        self.ticks, self.own, self.t0 = _cpu_ticks(), time.process_time(), time.monotonic()
+        self.ticks, self.own, self.t0 = cpu_seconds(), time.process_time(), time.monotonic()
         return self
 
     def stop(self) -> float | None:
-        end = _cpu_ticks()
+        end = cpu_seconds()
         wall = time.monotonic() - self.t0  # a load reading, not a timing: no device work to wait for
         if end is None or self.ticks is None or wall <= 0:
             return None
@@ -115,8 +104,9 @@ class RaceResult:
     def verdict(self) -> str:
         """One line to print beside the table: valid, or why not and what to do."""
         if self.valid:
-            load = f"; other processes used {self.others_cores:.2f} cores" if self.others_cores is not None else ""
-            return f"valid: {self.rounds} interleaved rounds over {self.prompts} prompts{load}"
+            load = (f"other processes used {self.others_cores:.2f} cores" if self.others_cores is not None
+                    else NOT_MEASURED + ": only the rounds' spread was checked")
+            return f"valid: {self.rounds} interleaved rounds over {self.prompts} prompts; {load}"
         return (f"not valid here: the machine was busy ({self.busy}); close other work and rerun, or read the "
                 "shipped record")
 

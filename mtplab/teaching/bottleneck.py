@@ -16,7 +16,7 @@ from mtplab.teaching.check import _number
 from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
-from mtplab.measuring.race import LoadMeter, busy_reason, race
+from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason, race
 from mtplab.measuring.record import Record
 
 
@@ -183,17 +183,20 @@ class Watch:
     `w.busy` (None: valid) and `w.line(what)`."""
 
     busy: str | None = None
+    measured: bool = False  # False: the load could not be read here, and the line says so (never "little CPU")
 
     def __enter__(self) -> "Watch":
         self._meter = LoadMeter().start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.busy = busy_reason(self._meter.stop(), None)
+        others = self._meter.stop()
+        self.measured = others is not None
+        self.busy = busy_reason(others, None)
 
     def line(self, what: str = "this timing") -> str:
         if self.busy is None:
-            return f"{what}: {LOAD_OK}"
+            return f"{what}: {LOAD_OK if self.measured else NOT_MEASURED}"
         return busy_line(self.busy, what)
 
 
