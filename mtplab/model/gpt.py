@@ -5,6 +5,8 @@ B batch, T time (new tokens in this call), C channels, V vocabulary, L layers.
 Pre-norm RMSNorm blocks (`mtplab.layers`), causal self-attention with rotary positions, a tied
 embedding / unembedding. `GPT.forward` returns the last block's hidden states and the next-token
 logits; the multi-token head families live in `mtplab.heads` and sit on top of these hidden states.
+A cached forward over a few new tokens gives each row the bits of the one-token forward at its position
+(`mtplab.model.layers`, `mtplab.model.kernels`): a verify computes what plain decoding computes.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import torch.nn as nn
 from mtplab.model.config import ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import MetaHeads, build_heads
-from mtplab.model.layers import Block, KVCache, RMSNorm, rotary_table
+from mtplab.model.layers import Block, KVCache, Linear, RMSNorm, rotary_table
 
 
 @dataclass
@@ -40,7 +42,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = RMSNorm(cfg.n_embd)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: the shared embedding and output head
         # complex64, kept out of the module's buffers so that casting the model to bf16 leaves the angles exact
         self._rot = rotary_table(cfg.block_size, cfg.n_embd // cfg.n_head)  # (block_size, D/2)

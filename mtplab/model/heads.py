@@ -19,14 +19,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mtplab.model.config import ModelConfig
-from mtplab.model.layers import Block, KVCache, RMSNorm, StackedBlocks
+from mtplab.model.layers import Block, KVCache, Linear, RMSNorm, StackedBlocks
 
 
 class SternHeads(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         C, K = cfg.n_embd, cfg.n_depths
-        self.up = nn.Linear(C, 4 * C)  # shared h -> 4h
+        self.up = Linear(C, 4 * C)  # shared h -> 4h
         # per-depth 4h -> h, batched as one weight (K-1, C, 4C); zero init: every depth starts as a copy of depth 1
         self.down_w = nn.Parameter(torch.zeros(K - 1, C, 4 * C))
         self.down_b = nn.Parameter(torch.zeros(K - 1, C))
@@ -80,7 +80,7 @@ class DeepSeekModule(nn.Module):
         super().__init__()
         self.norm_h = RMSNorm(cfg.n_embd)
         self.norm_e = RMSNorm(cfg.n_embd)
-        self.proj = nn.Linear(2 * cfg.n_embd, cfg.n_embd, bias=False)  # M_k in R^{d x 2d}
+        self.proj = Linear(2 * cfg.n_embd, cfg.n_embd, bias=False)  # M_k in R^{d x 2d}
         self.block = Block(cfg)
         nn.init.normal_(self.proj.weight, std=0.02)
 

@@ -73,6 +73,18 @@ try:  # pragma: no cover - the branch taken depends on the environment
         for b in numba.prange(wp.shape[0]):
             _panel(x, wp, out, b)
 
+    @_jit()
+    def _rms_rows(x, w, eps, out):
+        """Each row alone: its sum of squares in the order of k (float64), then x * rsqrt(mean + eps) * g."""
+        q, n = x.shape
+        for i in range(q):
+            s = 0.0
+            for k in range(n):
+                s += np.float64(x[i, k]) * np.float64(x[i, k])
+            r = 1.0 / np.sqrt(s / n + eps)
+            for k in range(n):
+                out[i, k] = np.float32(x[i, k] * r) * w[k]
+
     EXACT = True
 except Exception as e:  # pragma: no cover - numba missing or broken
     EXACT = False
@@ -127,7 +139,11 @@ def panels(w: torch.Tensor) -> np.ndarray:
     """The packed copy of `w`, made at first use and again whenever `w` changes in place or is freed."""
     key = id(w)
     hit = _PANELS.get(key)
-    stamp = (w.data_ptr(), w._version, tuple(w.shape), w.dtype)
+    try:
+        version = w._version
+    except RuntimeError:  # an inference tensor keeps no version (it cannot be changed in place outside inference)
+        version = -1
+    stamp = (w.data_ptr(), version, tuple(w.shape), w.dtype)
     if hit is not None and hit[0]() is w and hit[1] == stamp:
         return hit[2]
     wp = _pack(w)
@@ -140,19 +156,23 @@ def _threads(threads: int | None, m: int) -> int:
     return max(1, min(t, numba.config.NUMBA_NUM_THREADS, -(-m // JB)))
 
 
+def exact_rows(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """Whether a call on `x` (..., n) with these weights takes the exact path: the exact kernel is active, x is
+    float32 on the CPU with 1..MAX_ROWS rows, and autograd is not recording (training keeps the stock path)."""
+    rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+    return (active() and 0 < rows <= MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
+            and all(p is None or p.device.type == "cpu" for p in params)
+            and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *params))))
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
            threads: int | None = None) -> torch.Tensor:
-    """y = x W^T + b, x (..., n) -> (..., m), like F.linear; exact (see the module's docstring) for float32 inputs on
-    the CPU of up to MAX_ROWS rows outside autograd. `threads` (default: torch's) splits the outputs."""
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if (not active() or not 0 < rows <= MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu"
-            or weight.device.type != "cpu" or weight.dim() != 2
-            or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                             or (bias is not None and bias.requires_grad)))):
-        return F.linear(x, weight, bias)
+    """y = x W^T + b, x (..., n) -> (..., m), like F.linear; exact (see the module's docstring) where
+    `exact_rows` says so, F.linear elsewhere. `threads` (default: torch's) splits the outputs."""
+    if not exact_rows(x, weight, bias) or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+        return F.linear(x, weight, bias)  # F.linear's own error names mismatched shapes
     m, n = weight.shape
-    if x.shape[-1] != n:
-        return F.linear(x, weight, bias)  # F.linear's own error names the shapes
+    rows = x.numel() // n
     wp = panels(weight)
     x2 = x.detach().reshape(rows, n).contiguous().numpy()
     out = np.empty((rows, m), np.float32)
@@ -168,3 +188,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         y = y + bias.detach().float()
     return y.view(*x.shape[:-1], m)
 
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last axis, x / sqrt(mean(x^2) + eps) * g: each row alone, in one order, where `exact_rows`
+    says so; F.rms_norm elsewhere."""
+    if not exact_rows(x, weight) or weight.dtype != torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    n = x.shape[-1]
+    out = np.empty((x.numel() // n, n), np.float32)
+    _rms_rows(x.detach().reshape(-1, n).contiguous().numpy(), weight.detach().contiguous().numpy(), float(eps), out)
+    return torch.from_numpy(out).view(x.shape)

@@ -1,0 +1,147 @@
+"""The exact kernels (mtplab.model.kernels) and the classroom GPT's row-invariant verify.
+
+Row i of a q-row call must be bit for bit the one-row call on that row (torch.equal, not allclose), for random
+shapes, q <= 16, on one and two threads; and a q-row cached forward of the whole model must give, row by row, the
+logits of the one-token forward at that position. The stock kernel's mismatches are printed, never asserted: they
+depend on the CPU and on torch's GEMM.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from mtplab.model import checkpoint as ckpt
+from mtplab.model import kernels
+from mtplab.model.gpt import GPT
+from mtplab.model.config import ModelConfig
+
+pytestmark = pytest.mark.skipif(not kernels.EXACT, reason="numba is missing: " + kernels.status())
+
+
+def rows_equal_one_row_calls(f, x):
+    """How many rows of f(x) differ (any bit) from f on that row alone."""
+    y = f(x)
+    return sum(not torch.equal(y[i], f(x[i:i + 1])[0]) for i in range(x.shape[0]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 300), n=st.integers(1, 300), q=st.integers(1, kernels.MAX_ROWS), threads=st.sampled_from([1, 2]),
+       bias=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_each_row_is_the_one_row_call(m, n, q, threads, bias, seed):
+    g = torch.Generator().manual_seed(seed)
+    w, x = torch.randn(m, n, generator=g), torch.randn(q, n, generator=g) * 3
+    b = torch.randn(m, generator=g) if bias else None
+    y = kernels.linear(x, w, b, threads=threads)
+    for i in range(q):
+        for t in (1, 2):  # the one-row call on either thread count
+            assert torch.equal(y[i], kernels.linear(x[i:i + 1], w, b, threads=t)[0]), (i, t)
+    torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-4, atol=1e-4)  # and it is a linear
+
+
+def test_leading_axes_bf16_weights_and_what_stock_does():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(576, 1536, generator=g)
+    x = torch.randn(1, 8, 1536, generator=g)
+    y = kernels.linear(x, w)
+    assert y.shape == (1, 8, 576)
+    assert rows_equal_one_row_calls(lambda z: kernels.linear(z, w), x[0]) == 0
+    wb = w.to(torch.bfloat16)  # weights in bf16: computed as their float32 values
+    assert torch.equal(kernels.linear(x, wb), kernels.linear(x, wb.float()))
+    stock = {q: rows_equal_one_row_calls(lambda z: F.linear(z, w), x[0, :q]) for q in (2, 4, 8)}
+    print(f"stock F.linear, rows differing from the one-row call (576x1536): {stock}")
+
+
+def test_stock_paths_and_fallback(monkeypatch):
+    w = torch.randn(32, 16, requires_grad=True)
+    x = torch.randn(4, 16)
+    y = kernels.linear(x, w)  # autograd recording: the stock kernel, and a gradient
+    y.sum().backward()
+    assert w.grad is not None and torch.equal(y, F.linear(x, w))
+    x17 = torch.randn(kernels.MAX_ROWS + 1, 16)  # a prefill: the stock kernel
+    assert torch.equal(kernels.linear(x17, w.detach()), F.linear(x17, w.detach()))
+    with kernels.use_stock():
+        assert "observed, not guaranteed" in kernels.status() and not kernels.active()
+        assert torch.equal(kernels.linear(x, w.detach()), F.linear(x, w.detach()))
+    assert kernels.active() and "exact" in kernels.status()
+    monkeypatch.setattr(kernels, "EXACT", False)
+    assert "observed, not guaranteed" in kernels.status() and "numba" in kernels.status()
+    assert torch.equal(kernels.linear(x, w.detach()), F.linear(x, w.detach()))
+
+
+def test_a_weight_changed_in_place_is_packed_again():
+    w = torch.randn(70, 20)
+    x = torch.randn(3, 20)
+    before = kernels.linear(x, w)
+    w.mul_(2)  # an optimizer step or load_state_dict writes in place
+    torch.testing.assert_close(kernels.linear(x, w), 2 * before)
+    with torch.no_grad():
+        p = torch.nn.Parameter(torch.randn(70, 20))
+        a = kernels.linear(x, p)
+        p.copy_(torch.randn(70, 20))
+        assert not torch.equal(kernels.linear(x, p), a)
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 600), q=st.integers(1, kernels.MAX_ROWS), seed=st.integers(0, 2**31 - 1))
+def test_rms_norm_each_row_alone(n, q, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, gain = torch.randn(q, n, generator=g) * 5, torch.rand(n, generator=g) + 0.5
+    f = lambda z: kernels.rms_norm(z, gain, 1e-6)
+    assert rows_equal_one_row_calls(f, x) == 0
+    torch.testing.assert_close(f(x), F.rms_norm(x, (n,), gain, 1e-6), rtol=1e-5, atol=1e-6)
+
+
+def verify_mismatches(model, prompt, fed):
+    """Rows of one cached forward over `fed` (after the prompt) whose hidden state or logits differ in any bit from
+    the one-token forwards that plain decoding runs at those positions."""
+    with torch.inference_mode():
+        cache = model.new_cache()
+        model(prompt, cache)
+        n = len(cache)
+        many = model(fed, cache)
+        cache.crop(n)
+        bad = 0
+        for t in range(fed.shape[1]):
+            one = model(fed[:, t:t + 1], cache)
+            bad += not (torch.equal(many.logits[:, t], one.logits[:, 0]) and torch.equal(many.hidden[:, t], one.hidden[:, 0])
+                        and torch.equal(many.pre_last[:, t], one.pre_last[:, 0]))
+        return bad
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_classroom_verify_rows_are_the_one_token_forward(threads):
+    model = ckpt.load("ntp").eval()
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, model.config.vocab_size, (1, 37), generator=g)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for q in (2, 3, 4, 8, 16):
+            fed = torch.randint(0, model.config.vocab_size, (1, q), generator=g)
+            assert verify_mismatches(model, prompt, fed) == 0, q
+        with kernels.use_stock():
+            stock = {q: verify_mismatches(model, prompt, torch.randint(0, 256, (1, q), generator=g)) for q in (4, 8)}
+    finally:
+        torch.set_num_threads(old)
+    print(f"stock kernels, {threads} thread(s): verify rows differing from the one-token forward: {stock}")
+
+
+def test_every_head_family_trunk_and_a_small_random_model():
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=48, vocab_size=97, block_size=64, heads="deepseek", n_depths=3)
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()
+    prompt = torch.randint(0, 97, (1, 20))
+    for q in (2, 5, 16):
+        assert verify_mismatches(model, prompt, torch.randint(0, 97, (1, q))) == 0, q
+    assert verify_mismatches(model, torch.randint(0, 97, (1, 5)), torch.randint(0, 97, (1, 7))) == 0  # short prefill
+
+
+def test_training_keeps_the_stock_path():
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=50, block_size=32)
+    model = GPT(cfg)
+    idx = torch.randint(0, 50, (1, 8))
+    out = model(idx)
+    out.logits.sum().backward()  # autograd runs through F.linear and F.rms_norm
+    assert model.lm_head.weight.grad is not None
+    assert np.isfinite(model.lm_head.weight.grad.numpy()).all()
