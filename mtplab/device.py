@@ -1,4 +1,12 @@
-"""Device choice: cuda, then mps, then cpu. Nothing in mtplab assumes CUDA."""
+"""Device choice: "auto" is cuda where there is one, else the cpu; Apple's MPS only when asked for. Nothing in
+mtplab assumes CUDA.
+
+Why not MPS by default: in class every laptop should run what the lab's records and tests were made on. The CPU
+is where the timing lessons hold (on MPS a model this small is bound by kernel launches); MPS runs the lab's
+equality and losslessness tests only on a Mac that has it (the `mps` marker), and no record was measured there.
+An instructor who wants MPS asks for it: device="mps" (DEVICE = "mps" in a notebook's parameters cell), or
+MTPLAB_MPS=1 in the environment, which lets "auto" pick it.
+"""
 from __future__ import annotations
 
 import os
@@ -11,12 +19,18 @@ import torch
 from mtplab.errors import MtplabError
 
 
+def mps_available() -> bool:
+    """Apple's Metal backend is there (an Apple-Silicon Mac with a torch built for it)."""
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
 def pick(name: str = "auto") -> torch.device:
+    """The device for `name`: "auto" (cuda, else cpu; mps too only under MTPLAB_MPS=1), "cpu", "cuda[:N]", "mps"."""
     name = (name or "auto").lower()
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        if os.environ.get("MTPLAB_MPS") == "1" and mps_available():
             return torch.device("mps")
         return torch.device("cpu")
     if name.startswith("cuda"):
@@ -24,7 +38,7 @@ def pick(name: str = "auto") -> torch.device:
             raise MtplabError(f"device {name!r} was asked for but CUDA is not available here; use device='auto' or 'cpu'")
         return torch.device(name)
     if name == "mps":
-        if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
+        if not mps_available():
             raise MtplabError("device 'mps' was asked for but MPS is not available here; use device='auto' or 'cpu'")
         return torch.device("mps")
     if name == "cpu":

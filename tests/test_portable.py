@@ -18,7 +18,9 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
+from mtplab import device
 from mtplab import platform_compat as compat
 from mtplab.measuring import race as race_mod
 from mtplab.cli import build_parser
@@ -415,3 +417,60 @@ def test_psutil_is_a_core_dependency_in_both_files():
     assert any(d.split(";")[0].strip().startswith("psutil") for d in deps)
     env = (ROOT / "environment.yml").read_text()
     assert "\n  - psutil\n" in env
+
+
+# ------------------------------------------------------------------ macOS: the CPU unless MPS is asked for
+def test_auto_never_picks_mps_unless_asked(monkeypatch):
+    monkeypatch.setattr(device, "mps_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("MTPLAB_MPS", raising=False)
+    assert device.pick("auto").type == "cpu"
+    assert device.pick().type == "cpu"
+    monkeypatch.setenv("MTPLAB_MPS", "1")
+    assert device.pick("auto").type == "mps"
+
+
+def test_mps_asked_for_where_there_is_none_is_one_line(monkeypatch):
+    from mtplab.errors import MtplabError
+
+    monkeypatch.setattr(device, "mps_available", lambda: False)
+    monkeypatch.setenv("MTPLAB_MPS", "1")
+    assert device.pick("auto").type in ("cpu", "cuda")
+    with pytest.raises(MtplabError, match="use device='auto' or 'cpu'"):
+        device.pick("mps")
+
+
+NO_MPS = pytest.mark.skipif(not device.mps_available(), reason="needs Apple's MPS (an Apple-Silicon Mac)")
+
+
+@pytest.mark.mps
+@NO_MPS
+@pytest.mark.parametrize("fam", ["stern", "meta", "deepseek"])
+def test_greedy_speculative_equals_ar_on_mps(fam):
+    from mtplab.decoding.drafters import DeepSeekDrafter, MetaDrafter, SternDrafter
+    from mtplab.decoding.loop import autoregressive, speculative
+    from tests.conftest import random_model
+
+    cls = {"stern": SternDrafter, "meta": MetaDrafter, "deepseek": DeepSeekDrafter}[fam]
+    m = random_model(fam, 4, seed=3).to("mps")
+    ref = autoregressive(m, [1, 2, 3], max_new_tokens=40).tokens
+    for k in (2, 3, 4):
+        assert speculative(m, cls(m), [1, 2, 3], max_new_tokens=40, k=k).tokens == ref
+
+
+@pytest.mark.mps
+@NO_MPS
+def test_speculative_sampling_is_lossless_on_mps():
+    """Notebook 06's check on MPS: the second new token of speculative sampling follows the target's exact
+    distribution (chi-square p > 0.01), with a draft model that is really rejected now and then."""
+    from mtplab.decoding.drafters import DraftModelDrafter
+    from mtplab.teaching.sampling import chi_square, second_token_counts, second_token_marginal
+    from tests.conftest import random_model
+
+    target = random_model(vocab_size=8, seed=21, noise=2.0).to("mps")
+    draft = random_model(vocab_size=8, seed=22, noise=2.0).to("mps")
+    with torch.no_grad():
+        p = second_token_marginal(target, [1, 5, 2])
+        got = second_token_counts(target, lambda: DraftModelDrafter(draft, target), [1, 5, 2], 2000, seed=0)
+    assert 0.1 < got["kept"] < 0.95
+    assert chi_square(got["counts"], p)["pvalue"] > 0.01
