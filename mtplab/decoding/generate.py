@@ -43,12 +43,13 @@ def load_for(method: str, checkpoint=None, *, device="auto", dtype="fp32"):
 def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int | None = None,
                 temperature: float = 0.0, top_k: int | None = None, seed: int = 0, alpha: float = 0.8,
                 draft_model=None, reference: list[int] | None = None, adapt: str | None = None,
-                threshold: float = 0.4, rule: str = "exact", probe: bool = False):
+                threshold: float = 0.4, rule: str = "exact", probe: bool = False, stop: int | None = None):
     """Run one method on an already loaded model and return its Trace.
 
     adapt: None (k-1 drafts every step), 'schedule' (HF's +2/-1) or 'confidence' (stop below `threshold`);
-    rule: 'exact' (lossless), or 'typical' (Medusa-2's typical acceptance, LOSSY when sampling);
-    probe: keep in each step what the accept rule saw (`loop.iter_steps`; the acceptance lab shows it).
+    rule: 'exact' (lossless), or 'typical' (Medusa's typical acceptance, Cai et al. 2024 §2.3.1, LOSSY when sampling);
+    probe: keep in each step what the accept rule saw (`loop.iter_steps`; the acceptance lab shows it);
+    stop: a chat model's end-of-turn token (`mtplab.hf.real.end_of_turn`): the decode ends with it.
 
     `reference` (oracle only): the target's greedy continuation, if already known; otherwise it is
     computed here, inside whatever the caller is timing."""
@@ -57,7 +58,7 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
     g = torch.Generator().manual_seed(seed)
     if m.make is None:
         return autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                              top_k=top_k, generator=g)
+                              top_k=top_k, generator=g, stop=stop)
     if k is not None:
         check_k(k)
     if m.needs_reference and reference is None and temperature == 0:  # sampling: the loop refuses the oracle
@@ -73,7 +74,7 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
     name = method + (f"+{adapt}" if adapt else "") + ("+typical (lossy)" if rule == "typical" else "")
     return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=m.schedule,
                        temperature=temperature, top_k=top_k, generator=g, method=name, adapt=pol, rule=rule,
-                       probe=probe)
+                       probe=probe, stop=stop)
 
 
 def _check_draft_window(draft, model, n_prompt: int, max_new_tokens: int, k: int) -> None:

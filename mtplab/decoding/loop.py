@@ -75,8 +75,9 @@ class Clock:
 # ---------------------------------------------------------------------------------- decoders
 @torch.inference_mode()
 def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-                   generator: torch.Generator | None = None, use_cache: bool = True) -> Trace:
-    """m new tokens in m forward passes: the baseline every speculative decoder must reproduce."""
+                   generator: torch.Generator | None = None, use_cache: bool = True, stop: int | None = None) -> Trace:
+    """m new tokens in m forward passes: the baseline every speculative decoder must reproduce.
+    `stop` (a chat model's end-of-turn token): the decode ends with it, after at most m tokens."""
     check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
     prompt = check_prompt(model, prompt_ids, max_new_tokens)
     sampling = Sampling(temperature, top_k, generator)
@@ -94,7 +95,24 @@ def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float
         fed = tokens[-1:]
         trace.steps.append(clock.step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target",
                                       forwards=1))
+        if tok == stop:
+            break
     return trace
+
+
+def end_turn(step: Step, stop: int | None) -> bool:
+    """True when `step` committed `stop` (the end of the answer): the step is cut after it, since what followed
+    (drafts, the bonus) belongs to no answer and is neither kept nor counted as accepted."""
+    if stop is None or stop not in step.emitted:
+        return False
+    i = step.emitted.index(stop)
+    j = i - (step.predict_token is not None)  # index among the accepted drafts and the bonus
+    step.emitted = step.emitted[:i + 1]
+    if j < step.accepted:  # the stop was the plain predict token (j < 0) or an accepted draft
+        n = max(0, j + 1)
+        step.drafted, step.accepted, step.draws = step.drafted[:n], n, step.draws[:n]
+        step.bonus, step.bonus_source = None, "none"
+    return True
 
 
 @dataclass
@@ -111,7 +129,7 @@ class Decode:
     schedule: str
     sampling: Sampling = field(default_factory=Sampling)
     adapt: Policy = field(default_factory=Fixed)  # how many drafts a step asks for (`mtplab.decoding.adaptive`)
-    rule: str = "exact"                           # the accept rule: 'exact', or 'typical' (Medusa-2, LOSSY)
+    rule: str = "exact"                           # the accept rule: 'exact', or 'typical' (Medusa, LOSSY)
     predicted_once: bool = False  # plain schedule: the prefill served as the first predict
 
     @property
@@ -212,21 +230,24 @@ def commit(run: Decode, new: list[int], out, base: int, clock: Clock) -> None:
 
 def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
                temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-               cache=None, adapt=None, rule: str = "exact", probe: bool = False) -> Iterator[Step]:
+               cache=None, adapt=None, rule: str = "exact", probe: bool = False,
+               stop: int | None = None) -> Iterator[Step]:
     """Speculative decoding one step at a time: yields the prefill, then one `Step` per decoding step.
 
     Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution.
     `cache` (optional) is the target's KV cache to use, so that a caller can look at it between steps.
     `adapt` (optional) decides how many of the k-1 drafts each step asks for (`mtplab.decoding.adaptive`).
-    rule='typical' swaps the exact accept rule for Medusa-2's typical acceptance, which is LOSSY when sampling.
+    rule='typical' swaps the exact accept rule for Medusa's typical acceptance, which is LOSSY when sampling.
     probe=True keeps in each verifying `Step` what its accept rule saw (`Step.verify_row`, `Step.q`), as
     references: the acceptance lab shows the target's top-2, or p, q and the residual, from them.
+    `stop` (a chat model's end-of-turn token): the decode ends at the step that commits it (`end_turn`).
     Wrap the iteration in `torch.inference_mode()` (as `speculative` does) when no gradients are wanted.
     """
     run = start(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
                 sampling=Sampling(temperature, top_k, generator), cache=cache, adapt=adapt, rule=rule)
-    yield prefill(run)                                            # the prompt in one forward
-    while run.remaining > 0:
+    first = prefill(run)                                          # the prompt in one forward
+    yield first
+    while run.remaining > 0 and stop not in first.emitted:
         clock = Clock(run.device)
         predicted = predict(run, clock)                           # plain only: the target's own next token
         base = run.cache.length                                   # == len(tokens) - 1
@@ -235,6 +256,8 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
             if predicted is not None:
                 yield clock.step(drafted=[], accepted=0, emitted=[predicted], bonus=None, bonus_source="none",
                                  forwards=1, predict_token=predicted)
+                if stop is not None and predicted == stop:
+                    return
             continue
         drafts = draft.tokens if draft is not None else []
         out, p = verify(run, drafts, clock)                       # one target forward over them
@@ -254,13 +277,17 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
             # the bonus (plain schedule, every draft kept: the row of the last draft), and the drafter's q
             step.verify_row = out.logits[0, min(n_ok, out.logits.shape[1] - 1)]
             step.q = draft.q if draft is not None else None
+        ended = end_turn(step, stop)                              # the answer's last token: the decode ends
         yield step
+        if ended:
+            return
 
 
 @torch.inference_mode()
 def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
                 temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-                method: str | None = None, adapt=None, rule: str = "exact", probe: bool = False) -> Trace:
+                method: str | None = None, adapt=None, rule: str = "exact", probe: bool = False,
+                stop: int | None = None) -> Trace:
     """Speculative decoding of `model` with any drafter; at most k tokens per step (k-1 drafts + 1).
 
     Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution
@@ -268,7 +295,7 @@ def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sche
     """
     steps = iter_steps(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
                        temperature=temperature, top_k=top_k, generator=generator, adapt=adapt,
-                       rule=rule, probe=probe)
+                       rule=rule, probe=probe, stop=stop)
     first = next(steps)  # checks the input before the Trace is made
     trace = Trace(method=method or drafter.name, prompt=[int(t) for t in prompt_ids], k=k, schedule=schedule,
                   steps=[first])

@@ -16,7 +16,7 @@ import torch
 
 from mtplab.decoding.generate import decode_with
 from mtplab.errors import MtplabError
-from mtplab.hf.real import shipped_heads, shipped_vocab
+from mtplab.hf.real import end_of_turn, shipped_heads, shipped_vocab
 from mtplab.hf.run import generate_ids
 from mtplab.hf.target import load_heads, load_hf
 from mtplab.measuring.acceptance import wilson
@@ -74,17 +74,21 @@ class Heads:
 
 
 def contenders(heads: Heads, rows: list[Row], m: int) -> dict:
+    """Each row as a decode of one prompt; every decode ends with the answer (the model's end of turn), or at m."""
     t = heads.target
+    stop = end_of_turn(t)
 
     def run(row: Row):
         if row.dtype == "bf16":
             low = heads.bf16()
-            return lambda ids: decode_with(row.method, low.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k)
+            return lambda ids: decode_with(row.method, low.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k,
+                                           stop=stop)
         if row.method == "hf-generate":
-            return lambda ids: generate_ids(t.hf, ids, m)
+            return lambda ids: generate_ids(t.hf, ids, m, stop=stop)
         if row.method == "hf-lookup":
-            return lambda ids: generate_ids(t.hf, ids, m, prompt_lookup_num_tokens=row.k - 1)
-        return lambda ids: decode_with(row.method, heads.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k)
+            return lambda ids: generate_ids(t.hf, ids, m, stop=stop, prompt_lookup_num_tokens=row.k - 1)
+        return lambda ids: decode_with(row.method, heads.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k,
+                                       stop=stop)
     return {r.label: run(r) for r in rows}
 
 
@@ -150,7 +154,9 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
     return {"rows": out, "valid": res.valid, "verdict": res.verdict(), "others_cores": res.others_cores,
             "machine": res.machine, "rounds": rounds, "m": m, "prompts": len(prompts),
             "categories": sorted(set(cats)),
-            "ar_ms_per_token": 1e3 * statistics.median(res.round_totals("AR")) / (len(prompts) * m)}
+            "answer_tokens": sum(len(t) for t in res.tokens["AR"]),  # each answer up to its end of turn, at most m
+            "ar_ms_per_token": 1e3 * statistics.median(res.round_totals("AR")) / max(1, sum(len(t) for t in
+                                                                                          res.tokens["AR"]))}
 
 
 ACCEPTANCE_ROWS = ("DeepSeek D=1, k=2, reduced vocab", "DeepSeek D=1 reused, k=4, reduced vocab")
@@ -161,7 +167,8 @@ def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *,
     """Untimed: each row decoded once on every prompt, for acceptance by position (pooled and per category, with
     intervals), the looping count and exactness on more prompts than a timed race can afford."""
     by = {r.label: r for r in ROWS}
-    ars = [decode_with("ar", heads.use(None, "full"), p, max_new_tokens=m).tokens for p in prompts]
+    stop = end_of_turn(heads.target)  # acceptance on the answer only
+    ars = [decode_with("ar", heads.use(None, "full"), p, max_new_tokens=m, stop=stop).tokens for p in prompts]
     out = {}
     for label in labels:
         r = by[label]
@@ -169,7 +176,7 @@ def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *,
             continue
         traces, same = [], 0
         for p, ar in zip(prompts, ars):
-            tr = decode_with(r.method, heads.use(r.family, r.vocab), p, max_new_tokens=m, k=r.k)
+            tr = decode_with(r.method, heads.use(r.family, r.vocab), p, max_new_tokens=m, k=r.k, stop=stop)
             traces.append(tr)
             same += tr.tokens == ar
             if bar is not None:

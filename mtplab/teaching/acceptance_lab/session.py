@@ -18,7 +18,7 @@ from mtplab.decoding import generate
 from mtplab.decoding.drafters import METHODS, method as get_method
 from mtplab.device import describe, pick
 from mtplab.errors import MtplabError
-from mtplab.hf.real import chat_ids, shipped_heads
+from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
 from mtplab.model import checkpoint as ckpt
@@ -145,6 +145,12 @@ def text_ids(model, text: str) -> list[int]:
     return model.encode(text) if hasattr(model, "encode") else encode(text)
 
 
+def turn_end(model) -> int | None:
+    """A chat model's end of turn (its decode stops there: what follows is a turn the model invents); None for
+    the lab's models and HF folders without a chat template, which decode max_new_tokens."""
+    return end_of_turn(model) if getattr(model, "chat", False) else None
+
+
 def checkpoint_name(state: LabState) -> str:
     if state.checkpoint == DEFAULT_CHECKPOINT and state.method in METHODS:
         return METHODS[state.method].checkpoint
@@ -191,7 +197,8 @@ def decode(state: LabState, models: ModelCache) -> LabState:
         state = fit_k(state, generate.k_limit(state.method, model), name)
         if state.error:
             return state
-        opts = dict(max_new_tokens=state.max_new_tokens, temperature=float(state.temperature), seed=state.seed)
+        opts = dict(max_new_tokens=state.max_new_tokens, temperature=float(state.temperature), seed=state.seed,
+                    stop=turn_end(model))
         contenders = {"ar": lambda p: generate.decode_with("ar", model, p, **opts)}
         if method.speculative:  # the same decode the CLI runs, keeping what each step's accept rule saw
             contenders[state.method] = lambda p: generate.decode_with(state.method, model, p, k=state.k,
