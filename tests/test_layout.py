@@ -52,6 +52,22 @@ def test_import_graph_has_no_cycle_and_no_unexplained_local_import():
     assert import_graph.cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
 
 
+def test_an_import_inside_a_function_closes_a_cycle(tmp_path):
+    """hf/real imported hf/target inside a function while target imported real at the top: a cycle the check
+    did not see while it counted module-level imports only."""
+    sys.path.insert(0, str(ROOT))
+    from tools import import_graph
+
+    pkg = tmp_path / "mtplab"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from mtplab.b import g\n")
+    (pkg / "b.py").write_text("def g():\n    from mtplab.a import f\n    return f\n")
+    edges, local, _ = import_graph.graph(import_graph.modules(pkg))
+    assert local == [("mtplab.b", "mtplab.a", 2)]
+    assert import_graph.cycles(edges) == [["mtplab.a", "mtplab.b"]]
+
+
 @pytest.mark.slow
 def test_a_non_editable_install_ships_every_folder_and_runs(tmp_path):
     """pip install . (not -e) into a fresh target; from there, outside the checkout: every module imports, a

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from mtplab.data import CORPORA, corpus_path, get_batch, load_corpus, val_windows
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
-from mtplab.hf.target import quiet_transformers
+from mtplab.hf.real import quiet_transformers
 from mtplab.files import atomic_write_text, os_reason, sha256
 from mtplab.training import runs
 from mtplab.model.config import ModelConfig

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 import torch
@@ -105,6 +106,23 @@ def _is_complete(folder: Path, digest: str) -> bool:
     return isinstance(d, dict) and d.get("gguf_sha256") == digest
 
 
+@contextmanager
+def quiet_transformers():
+    """transformers without its progress bars and load reports (a local load is quick, and mtplab's error is one
+    line); the settings are restored afterwards."""
+    import transformers
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    level = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.utils.logging.set_verbosity(level)
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
+
+
 def convert(rm: RealModel, *, log=None) -> Path:
     """Dequantize the GGUF once into the cache as a plain safetensors folder; return the folder.
 
@@ -127,7 +145,6 @@ def convert(rm: RealModel, *, log=None) -> Path:
     tmp = folder.with_name(f".{folder.name}.writing-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    from mtplab.hf.target import quiet_transformers  # transformers
     try:
         with quiet_transformers():
             hf = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)

@@ -32,7 +32,6 @@ import hashlib
 import inspect
 import json
 import pickle
-from contextlib import contextmanager
 from pathlib import Path
 import torch
 import torch.nn as nn
@@ -43,7 +42,7 @@ from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
 from mtplab.model.layers import KVCache, rotary_table
 from mtplab.model.gpt import TrunkOutput
-from mtplab.hf.real import REAL_MODELS, real_model, resolve_model
+from mtplab.hf.real import REAL_MODELS, quiet_transformers, real_model, resolve_model
 from mtplab.hf.llama import LlamaForward, unsupported
 from mtplab.model import kernels
 try:
@@ -320,22 +319,6 @@ def _check_sizes(raw: dict, cj: Path) -> None:
         if have and need * 2 > 4 * have:  # even in 16-bit, the config asks for 4x more than the weights hold
             raise MtplabError(f"{cj} describes a model of at least {need / 1e6:.0f}M parameters, but the weight files "
                               f"beside it hold {have / 2**20:.0f} MiB; restore the config.json saved with these weights")
-
-
-@contextmanager
-def quiet_transformers():
-    """transformers without its progress bars and load reports (a local load is quick, and mtplab's error is one
-    line); the settings are restored afterwards."""
-    bar = transformers.utils.logging.is_progress_bar_enabled()
-    level = transformers.utils.logging.get_verbosity()
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        transformers.utils.logging.set_verbosity(level)
-        if bar:
-            transformers.utils.logging.enable_progress_bar()
 
 
 def _from_pretrained(p: Path, path, dtype):
