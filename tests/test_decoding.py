@@ -182,6 +182,32 @@ def test_drafter_calls_are_counted_per_step_never_carried_over(family_models, fa
     assert split["steps"] == len(tr.steps) - 1 and split["draft_s"] > 0 and split["target_s"] > 0
 
 
+def test_pooled_time_split_leaves_out_every_prefill(family_models):
+    """Review finding (design-3, 6.3): `pooled` joined the prompts' steps and `time_split` left out only the first
+    prefill, so the other prompts' prefills counted as decoding steps. Every prefill is marked and left out."""
+    from mtplab.decoding.trace import pooled
+    model = family_models["stern"]
+    traces = [speculative(model, SternDrafter(model), p, max_new_tokens=9, k=3) for p in ([1, 2], [3, 4, 5], [6])]
+    traces += [autoregressive(model, p, max_new_tokens=5) for p in ([1, 2], [3])]
+    for tr in traces:
+        assert [s.prefill for s in tr.steps] == [True] + [False] * (len(tr.steps) - 1)
+    pool = pooled(traces[:3])
+    want = [s for t in traces[:3] for s in t.steps[1:]]
+    split = pool.time_split()
+    assert split["steps"] == len(want) == len(pool.steps) - 3
+    assert split["target_s"] == pytest.approx(sum(s.target_s for s in want) / len(want))
+
+
+def test_propose_gives_an_empty_draft_never_none(family_models):
+    """The loop never tests `draft is None`: a step that asks for no drafts gets `Draft([])`."""
+    from mtplab.decoding.loop import Clock, propose, start, prefill
+    from mtplab.decoding.accept import Sampling
+    model = family_models["stern"]
+    run = start(model, SternDrafter(model), [1, 2], max_new_tokens=2, k=3, schedule="overlap", sampling=Sampling())
+    prefill(run)
+    assert run.remaining == 1 and propose(run, Clock(run.device)) == Draft([])  # overlap: room for the bonus only
+
+
 @pytest.mark.parametrize("kw,msg", [
     (dict(k=0), "k must be"),
     (dict(max_new_tokens=0), "max_new_tokens"),

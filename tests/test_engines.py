@@ -31,7 +31,7 @@ def test_reuse_is_bounded_and_d_separate_modules_still_work():
     model = random_model("deepseek", 2, seed=32)
     with pytest.raises(MtplabError, match="reuse must be an integer in 1..16"):
         DeepSeekDrafter(model, reuse=10 ** 6)
-    with pytest.raises(MtplabError, match="at most 8"):
+    with pytest.raises(MtplabError, match="use k <= 8"):
         decode_with("deepseek-reuse", model, [1, 2], max_new_tokens=4, k=9)
     assert DeepSeekDrafter(model).max_drafts == 1
 

@@ -83,17 +83,17 @@ def test_the_check_can_fail():
     """A decoder that ignores rejections (always keeps drafts) is caught by the same test."""
     target = random_model(vocab_size=V, seed=21, noise=2.0)
     draft = random_model(vocab_size=V, seed=22, noise=2.0)
-    import mtplab.decoding.loop as loop
-    real = loop.accept
+    import mtplab.decoding.accept as rules  # `decide` calls the module's `accept`
+    real = rules.accept
 
     def biased(drafts, p, q, *, greedy, generator, draws=None):  # the signature of decoding.accept.accept
         n = len(drafts)
         return n, sample(p[n], generator), "target"
-    loop.accept = biased
+    rules.accept = biased
     try:
         counts, _ = run(target, lambda: DraftModelDrafter(draft, target), 1.0, None)
     finally:
-        loop.accept = real
+        rules.accept = real
     assert chi2_pvalue(counts, N * exact_joint(target, 1.0, None)) < 0.01
 
 

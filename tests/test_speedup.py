@@ -14,7 +14,7 @@ from mtplab.decoding.trace import Step, Trace
 
 def trace(method, k, schedule, steps):
     pre = Step(drafted=[], accepted=0, emitted=[1], bonus=None, bonus_source="none", forwards=1, wall_s=9.0,
-               target_s=9.0)  # the prefill: left out of every per-step number
+               target_s=9.0, prefill=True)  # the prefill: left out of every per-step number
     return Trace(method=method, prompt=[0], k=k, schedule=schedule, steps=[pre] + steps)
 
 

@@ -7,7 +7,7 @@ rejection, sample from the residual norm(max(0, p - q)); after all drafts, sampl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -78,7 +78,7 @@ def accept(drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, *, greedy
 
 def typical(drafts: list[int], p: torch.Tensor, *, generator: torch.Generator | None, epsilon: float = 0.09,
             delta: float = 0.3) -> tuple[int, int | None, BonusSource]:
-    """Typical acceptance (Medusa-2, Cai et al. 2024, sec. 2.3.1). LOSSY: the output no longer has the target's
+    """Typical acceptance (Medusa, Cai et al. 2024, sec. 2.3.1). LOSSY: the output no longer has the target's
     distribution; notebook 06's chi-square test shows by how much.
 
     Keep draft d at row i while p_i(d) > min(epsilon, delta * exp(-H(p_i))), with H the entropy of the target's
@@ -99,7 +99,30 @@ def typical(drafts: list[int], p: torch.Tensor, *, generator: torch.Generator | 
 
 
 RULES = {"exact": "speculative sampling (lossless: the target's distribution)",
-         "typical": "typical acceptance, Medusa-2 (LOSSY: changes the output distribution)"}
+         "typical": "typical acceptance, Medusa (LOSSY: changes the output distribution)"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the accept rule decided for one step's drafts."""
+    n_ok: int                     # how many drafts the target kept (a prefix)
+    bonus: int | None             # the target's token after them (None: the step had none)
+    source: BonusSource           # 'target', 'correction' or 'none' (`Step.bonus_source`)
+    draws: list[tuple[float, float, float]] = field(default_factory=list)  # sampling, exact rule: (p(d), q(d), u)
+
+    def new(self, drafts: list[int]) -> list[int]:
+        """The tokens the step commits after its predict token: the kept drafts, then the bonus."""
+        return drafts[:self.n_ok] + ([self.bonus] if self.bonus is not None else [])
+
+
+def decide(rule: str, drafts: list[int], p: torch.Tensor, q: torch.Tensor | None, sampling: Sampling) -> Decision:
+    """The one call the loop makes: `rule` 'exact' (`accept`: greedy prefix, or min(1, p/q) with the residual) or
+    'typical' (`typical`, LOSSY when sampling; at temperature 0 it is the greedy rule, so greedy takes `accept`)."""
+    if rule == "typical" and not sampling.greedy:
+        return Decision(*typical(drafts, p, generator=sampling.generator))
+    draws: list[tuple[float, float, float]] = []
+    n_ok, bonus, source = accept(drafts, p, q, greedy=sampling.greedy, generator=sampling.generator, draws=draws)
+    return Decision(n_ok, bonus, source, draws)
 
 
 def pick_token(logits_row: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:

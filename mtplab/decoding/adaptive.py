@@ -75,7 +75,7 @@ class ConfidenceStop:
         return limit
 
     def cut(self, draft):
-        if draft is None or draft.confidence is None:
+        if draft.confidence is None:
             return draft
         n = next((i for i, c in enumerate(draft.confidence) if c < self.threshold), len(draft.tokens))
         if n == len(draft.tokens):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import torch
-from mtplab.decoding.accept import accept
-from mtplab.decoding.checks import check_finite, check_k, check_prompt
+from mtplab.decoding.accept import Sampling, decide
+from mtplab.decoding.checks import check_drafts, check_finite, check_k, check_prompt
 from mtplab.device import now
 from mtplab.errors import MtplabError
 from mtplab.model.layers import RaggedKVCache
@@ -91,7 +91,7 @@ def _prefill(model, rows: list[Row], drafter, res: BatchTrace) -> RaggedKVCache:
         tok = int(check_finite(out.logits[b, n - 1]).argmax())
         r.tokens.append(tok)
         r.trace.steps.append(Step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target",
-                                  forwards=1, wall_s=dt, target_s=dt))
+                                  forwards=1, prefill=True, wall_s=dt, target_s=dt))
     if drafter is not None:
         drafter.begin(model, out, rows)
     return cache
@@ -111,13 +111,14 @@ def _step(model, cache: RaggedKVCache, rows: list[Row], drafter, k: int, res: Ba
     n_keep = []
     for b, (r, d) in enumerate(zip(rows, drafts)):
         # greedy: keep the longest prefix of the drafts that the target would also have chosen
-        n_ok, nxt, source = accept(d, check_finite(out.logits[b, :len(d) + 1]), None, greedy=True, generator=None)
-        new = d[:n_ok] + [nxt]
+        decision = decide("exact", d, check_finite(out.logits[b, :len(d) + 1]), None, Sampling())
+        new = decision.new(d)
         r.tokens.extend(new)
-        r.trace.steps.append(Step(drafted=d, accepted=n_ok, emitted=new, bonus=nxt, bonus_source=source,
-                                  forwards=1, draft_forwards=int(bool(d)), target_s=t2 - t1))
+        r.trace.steps.append(Step(drafted=d, accepted=decision.n_ok, emitted=new, bonus=decision.bonus,
+                                  bonus_source=decision.source, forwards=1, draft_forwards=int(bool(d)),
+                                  target_s=t2 - t1))
         cache.lengths[b] = len(r.tokens) - 1  # cache: this row's tokens[:-1]; its rejected drafts are dead
-        n_keep.append(n_ok + 1)
+        n_keep.append(decision.n_ok + 1)
     if drafter is not None:
         drafter.feedback(out, n_keep, rows)
     wall = now(model.wte.weight.device) - t0
@@ -141,9 +142,8 @@ def batched_speculative(model, make_drafter, prompts, *, max_new_tokens, k: int,
     checked = _check(model, prompts, max_new_tokens, k)
     drafters = [make_drafter(model) for _ in checked] if make_drafter is not None else []
     d = drafters[0] if drafters else None
-    if d is not None and d.max_drafts is not None and k - 1 > d.max_drafts:
-        raise MtplabError(f"k={k} needs {k - 1} drafts a step but {d.name} gives at most {d.max_drafts}; "
-                          f"use k <= {d.max_drafts + 1}")
+    if d is not None:
+        check_drafts(k, d)
     name = method or (d.name if d is not None else "ar")
     rows = [Row(Trace(method=name, prompt=p, k=k, schedule="overlap" if d else "ar"), list(p), m) for p, m in checked]
     drafter = for_rows(drafters, per_row=per_row) if drafters else None
@@ -189,8 +189,7 @@ class PerRow:
     def begin(self, model, out, rows):
         for b, (d, r) in enumerate(zip(self.drafters, rows)):
             n = len(r.trace.prompt)
-            d.begin(model, r.tokens, row_output(out, b, n), n, max_new_tokens=r.max_new_tokens, generator=None,
-                    temperature=0.0, top_k=None)
+            d.begin(model, r.tokens, row_output(out, b, n), n, max_new_tokens=r.max_new_tokens, sampling=Sampling())
 
     def propose(self, ns):
         return [d.propose(n).tokens if n > 0 else [] for d, n in zip(self.drafters, ns)]

@@ -19,6 +19,19 @@ def check_k(k) -> int:
     return k
 
 
+def check_drafts(k: int, drafter, *, tree: bool = False) -> None:
+    """A step's k-1 drafts (a tree: k-1 depths) fit the most the drafter gives (`max_drafts`; None: no limit).
+    The one check behind the loop, token trees, batches and `decode_with`."""
+    limit = drafter.max_drafts
+    if limit is None or k - 1 <= limit:
+        return
+    if tree:
+        raise MtplabError(f"a tree {k - 1} deep needs {k - 1} depths of drafts but {drafter.name} gives at most "
+                          f"{limit}; use at most {limit} widths")
+    raise MtplabError(f"k={k} needs {k - 1} drafts a step but {drafter.name} gives at most {limit}; "
+                      f"use k <= {limit + 1}")
+
+
 def check_call(model, seed, draft_model=None, reference=None) -> None:
     """What `decode_with` is handed: loaded models, not names; a seed torch can take; a reference of token ids."""
     for what, m in (("model", model), ("draft_model", draft_model)):

@@ -4,8 +4,10 @@ and `METHODS`, the one table that maps a method name to its drafter, schedule an
 B batch (1), T positions, C channels, V vocabulary, n drafts asked for.
 
 The contract (`Drafter`, after HF's CandidateGenerator, kept small):
-    begin(model, tokens, out, prompt_len, ...)  once, after the target's prefill forward `out`
-    propose(n) -> Draft                         n tokens to follow tokens[-1], their q, the calls it took
+    begin(model, tokens, out, prompt_len, *, max_new_tokens, sampling)
+                                                once, after the target's prefill forward `out`
+    propose(n) -> Draft                         n <= max_drafts tokens to follow tokens[-1] (maybe fewer, maybe
+                                                none), their q, the calls it took
     feedback(out, n_keep, tokens)               after each target forward: its first n_keep rows are kept
                                                 positions, and `tokens` now holds every committed token
 `max_drafts` is the most drafts a step can take (None: no limit). The loop times propose and feedback
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple, Protocol
 import torch
 from mtplab.model.config import ModelConfig
-from mtplab.decoding.accept import distribution
+from mtplab.decoding.accept import Sampling, distribution
 from mtplab.errors import MtplabError
 from mtplab.model.layers import KVCache
 
@@ -37,7 +39,7 @@ class Drafter(Protocol):
     supports_sampling: bool
 
     def begin(self, model, tokens: list[int], out, prompt_len: int, *, max_new_tokens: int,
-              generator: torch.Generator | None, temperature: float, top_k: int | None) -> None: ...
+              sampling: Sampling) -> None: ...
 
     def propose(self, n: int) -> Draft: ...
 
@@ -50,9 +52,9 @@ class BaseDrafter:
     max_drafts: int | None = None
     supports_sampling = True
 
-    def begin(self, model, tokens, out, prompt_len, *, max_new_tokens, generator, temperature, top_k):
+    def begin(self, model, tokens, out, prompt_len, *, max_new_tokens, sampling: Sampling):
         self.model, self.tokens, self.prompt_len = model, tokens, prompt_len
-        self.temperature, self.top_k, self.generator = temperature, top_k, generator
+        self.sampling = sampling
 
     def propose(self, n: int) -> Draft:
         raise NotImplementedError
@@ -250,8 +252,9 @@ class DraftModelDrafter(BaseDrafter):
         for _ in range(n):
             out = self.draft(torch.tensor([new], device=dev), self.cache)
             self.fed.extend(new)
-            q = distribution(out.logits[0, -1:], self.temperature, self.top_k)[0]  # (V,)
-            d = int(q.argmax()) if self.temperature == 0 else int(torch.multinomial(q, 1, generator=self.generator))
+            s = self.sampling
+            q = distribution(out.logits[0, -1:], s.temperature, s.top_k)[0]  # (V,)
+            d = int(q.argmax()) if s.greedy else int(torch.multinomial(q, 1, generator=s.generator))
             drafts.append(d)
             qs.append(q)
             new = [d]

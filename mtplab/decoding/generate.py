@@ -68,8 +68,6 @@ def decode_with(method: str, model, prompt_ids, *, max_new_tokens: int, k: int |
     limit = max_k(method, model)
     if k is None:
         k = limit or 4
-    if limit is not None and k > limit:
-        raise MtplabError(f"k={k} is larger than this checkpoint supports for {method} (at most {limit})")
     pol = adaptive.policy(adapt, **({"threshold": threshold} if adapt == "confidence" else {}))
     name = method + (f"+{adapt}" if adapt else "") + ("+typical (lossy)" if rule == "typical" else "")
     return speculative(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=m.schedule,

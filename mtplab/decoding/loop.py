@@ -29,15 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mtplab.decoding.accept import RULES, Sampling, accept, distribution, typical
+from mtplab.decoding.accept import RULES, Decision, Sampling, decide, distribution
 from mtplab.decoding.adaptive import Fixed, Policy
-from mtplab.decoding.checks import check_finite, check_k, check_options, check_prompt
+from mtplab.decoding.checks import check_drafts, check_finite, check_k, check_options, check_prompt
+from mtplab.decoding.drafters import Draft
 from mtplab.decoding.trace import Step, Trace
 from mtplab.device import now
 from mtplab.errors import MtplabError
 from mtplab.model.layers import KVCache
 
-if TYPE_CHECKING:  # typing only: drafters import this module
+if TYPE_CHECKING:  # typing only
     from mtplab.decoding.drafters import Drafter
     from mtplab.model.gpt import GPT
 
@@ -85,7 +86,7 @@ def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float
     trace = Trace(method="ar", prompt=prompt, k=1, schedule="ar")
     cache = model.new_cache() if use_cache else None
     tokens = list(prompt)
-    fed = tokens  # the first forward reads the whole prompt
+    fed = tokens  # the first forward reads the whole prompt: the prefill
     while len(tokens) - len(prompt) < max_new_tokens:
         clock = Clock(dev)
         with clock("target"):
@@ -94,7 +95,7 @@ def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float
         tokens.append(tok)
         fed = tokens[-1:]
         trace.steps.append(clock.step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target",
-                                      forwards=1))
+                                      forwards=1, prefill=len(tokens) - len(prompt) == 1))
         if tok == stop:
             break
     return trace
@@ -131,10 +132,12 @@ class Decode:
     adapt: Policy = field(default_factory=Fixed)  # how many drafts a step asks for (`mtplab.decoding.adaptive`)
     rule: str = "exact"                           # the accept rule: 'exact', or 'typical' (Medusa, LOSSY)
     predicted_once: bool = False  # plain schedule: the prefill served as the first predict
+    stop: int | None = None       # a chat model's end-of-turn token: the decode ends once it is committed
+    ended: bool = False           # `stop` was committed
 
     @property
     def remaining(self) -> int:
-        return self.max_new_tokens - (len(self.tokens) - self.prompt_len)
+        return 0 if self.ended else self.max_new_tokens - (len(self.tokens) - self.prompt_len)
 
     @property
     def device(self):
@@ -145,24 +148,21 @@ class Decode:
 
 
 def start(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str, sampling: Sampling,
-          cache=None, adapt=None, rule: str = "exact") -> Decode:
+          cache=None, adapt=None, rule: str = "exact", stop: int | None = None) -> Decode:
     """Every input check, then the decode's state: the prompt, an empty cache, the sampling options."""
     check_options(max_new_tokens=max_new_tokens, temperature=sampling.temperature, top_k=sampling.top_k,
                   generator=sampling.generator)
     check_k(k)
     if schedule not in ("plain", "overlap"):
         raise MtplabError(f"unknown schedule {schedule!r}; use 'plain' or 'overlap'")
-    limit = drafter.max_drafts
-    if limit is not None and k - 1 > limit:
-        raise MtplabError(f"k={k} needs {k - 1} drafts a step but {drafter.name} gives at most {limit}; "
-                          f"use k <= {limit + 1}")
+    check_drafts(k, drafter)
     if rule not in RULES:
         raise MtplabError(f"unknown accept rule {rule!r}; choose one of {', '.join(RULES)}")
     if not sampling.greedy and not drafter.supports_sampling:
         raise MtplabError(f"the {drafter.name} drafter is greedy-only; use temperature=0")
     prompt = check_prompt(model, prompt_ids, max_new_tokens, k)
     return Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
-                  max_new_tokens, k, schedule, sampling, adapt if adapt is not None else Fixed(), rule)
+                  max_new_tokens, k, schedule, sampling, adapt if adapt is not None else Fixed(), rule, stop=stop)
 
 
 def prefill(run: Decode) -> Step:
@@ -173,12 +173,13 @@ def prefill(run: Decode) -> Step:
         out = run.forward(run.tokens)
         tok = run.sampling.pick(out.logits[0, -1])
     run.tokens.append(tok)
+    run.ended = run.stop is not None and tok == run.stop
     # cache: the prompt; tokens: prompt + tok
     with clock("draft"):
         run.drafter.begin(run.model, run.tokens, out, run.prompt_len, max_new_tokens=run.max_new_tokens,
-                          generator=run.sampling.generator, temperature=run.sampling.temperature,
-                          top_k=run.sampling.top_k)
-    return clock.step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target", forwards=1)
+                          sampling=run.sampling)
+    return clock.step(drafted=[], accepted=0, emitted=[tok], bonus=tok, bonus_source="target", forwards=1,
+                      prefill=True)
 
 
 def predict(run: Decode, clock: Clock) -> int | None:
@@ -197,12 +198,14 @@ def predict(run: Decode, clock: Clock) -> int | None:
     return tok
 
 
-def propose(run: Decode, clock: Clock):
-    """The drafter's tokens (and their q when it samples). Overlap keeps one place free for the bonus token;
-    plain commits no bonus after all drafts."""
+def propose(run: Decode, clock: Clock) -> Draft:
+    """The drafter's tokens (and their q when it samples), maybe none. Overlap keeps one place free for the bonus
+    token; plain commits no bonus after all drafts."""
     n = min(run.adapt.drafts(run.k - 1), run.remaining - 1 if run.schedule == "overlap" else run.remaining)
+    if n <= 0:
+        return Draft([])
     with clock("draft"):
-        return run.adapt.cut(run.drafter.propose(n)) if n > 0 else None
+        return run.adapt.cut(run.drafter.propose(n))
 
 
 def verify(run: Decode, drafts: list[int], clock: Clock) -> tuple[Any, torch.Tensor]:
@@ -219,13 +222,38 @@ def verify(run: Decode, drafts: list[int], clock: Clock) -> tuple[Any, torch.Ten
     return out, p
 
 
-def commit(run: Decode, new: list[int], out, base: int, clock: Clock) -> None:
-    """Append the accepted drafts and the bonus, crop the cache to the committed tokens, tell the drafter."""
+def predicted_alone(run: Decode, predicted: int | None, clock: Clock) -> list[Step]:
+    """Plain schedule, no drafts to verify: the predict forward was the whole step (none before the first predict)."""
+    if predicted is None:
+        return []
+    run.ended = run.stop is not None and predicted == run.stop
+    return [clock.step(drafted=[], accepted=0, emitted=[predicted], bonus=None, bonus_source="none", forwards=1,
+                       predict_token=predicted)]
+
+
+def commit(run: Decode, draft: Draft, decision: Decision, out, predicted: int | None, clock: Clock, *,
+           probe: bool = False) -> Step:
+    """Append the accepted drafts and the bonus, crop the cache to the committed tokens, tell the drafter and the
+    adaptive policy; returns the step's `Step`. probe=True keeps in it what the accept rule saw, as references (no
+    copy): the verify row that predicts the rejected draft or the bonus (plain schedule, every draft kept: the
+    row of the last draft), and the drafter's q."""
+    base = len(run.tokens) - 1  # the cache held tokens[:-1] before the verify forward
+    new = decision.new(draft.tokens)
     run.tokens.extend(new)
     run.cache.crop(len(run.tokens) - 1)
     # cache: tokens[:-1] exactly; rows base..len-2 of this forward are kept positions
     with clock("draft"):  # commit's own work is a crop; the rest is the drafter's feedback
         run.drafter.feedback(out, len(run.tokens) - 1 - base, run.tokens)
+    run.adapt.after(len(draft.tokens), decision.n_ok)
+    step = clock.step(drafted=draft.tokens, accepted=decision.n_ok, emitted=([predicted] if predicted is not None
+                      else []) + new, bonus=decision.bonus, bonus_source=decision.source,
+                      forwards=1 + (predicted is not None), draft_forwards=draft.calls, predict_token=predicted,
+                      draws=decision.draws)
+    if probe:
+        step.verify_row = out.logits[0, min(decision.n_ok, out.logits.shape[1] - 1)]
+        step.q = draft.q
+    run.ended = end_turn(step, run.stop)  # the answer's last token: the step is cut after it, the decode ends
+    return step
 
 
 def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: str = "overlap",
@@ -233,54 +261,25 @@ def iter_steps(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sched
                cache=None, adapt=None, rule: str = "exact", probe: bool = False,
                stop: int | None = None) -> Iterator[Step]:
     """Speculative decoding one step at a time: yields the prefill, then one `Step` per decoding step.
-
-    Greedy output equals `autoregressive` greedy output; sampled output has the target's distribution.
-    `cache` (optional) is the target's KV cache to use, so that a caller can look at it between steps.
-    `adapt` (optional) decides how many of the k-1 drafts each step asks for (`mtplab.decoding.adaptive`).
-    rule='typical' swaps the exact accept rule for Medusa's typical acceptance, which is LOSSY when sampling.
-    probe=True keeps in each verifying `Step` what its accept rule saw (`Step.verify_row`, `Step.q`), as
-    references: the acceptance lab shows the target's top-2, or p, q and the residual, from them.
+    Greedy output equals `autoregressive`'s; sampled output has the target's distribution (rule='exact').
+    `cache`: the target's KV cache to use, to look at between steps. `adapt`: how many of the k-1 drafts a step
+    asks for (`mtplab.decoding.adaptive`). rule='typical': Medusa's typical acceptance, LOSSY when sampling.
+    probe=True: each verifying Step keeps what its accept rule saw (`Step.verify_row`, `Step.q`; see `commit`).
     `stop` (a chat model's end-of-turn token): the decode ends at the step that commits it (`end_turn`).
-    Wrap the iteration in `torch.inference_mode()` (as `speculative` does) when no gradients are wanted.
-    """
+    Wrap the iteration in `torch.inference_mode()` (as `speculative` does) when no gradients are wanted."""
     run = start(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, k=k, schedule=schedule,
-                sampling=Sampling(temperature, top_k, generator), cache=cache, adapt=adapt, rule=rule)
-    first = prefill(run)                                          # the prompt in one forward
-    yield first
-    while run.remaining > 0 and stop not in first.emitted:
+                sampling=Sampling(temperature, top_k, generator), cache=cache, adapt=adapt, rule=rule, stop=stop)
+    yield prefill(run)                                            # the prompt in one forward
+    while run.remaining > 0:                                      # (none once `stop` is committed)
         clock = Clock(run.device)
         predicted = predict(run, clock)                           # plain only: the target's own next token
-        base = run.cache.length                                   # == len(tokens) - 1
-        draft = propose(run, clock)                               # the drafter's tokens (and q)
-        if draft is None and run.schedule == "plain":             # nothing to verify: the predict was the step
-            if predicted is not None:
-                yield clock.step(drafted=[], accepted=0, emitted=[predicted], bonus=None, bonus_source="none",
-                                 forwards=1, predict_token=predicted)
-                if stop is not None and predicted == stop:
-                    return
+        draft = propose(run, clock)                               # the drafter's tokens (and q), maybe none
+        if not draft.tokens and run.schedule == "plain":          # nothing to verify: the predict was the step
+            yield from predicted_alone(run, predicted, clock)
             continue
-        drafts = draft.tokens if draft is not None else []
-        out, p = verify(run, drafts, clock)                       # one target forward over them
-        draws: list[tuple[float, float, float]] = []
-        if run.rule == "typical" and not run.sampling.greedy:  # LOSSY: Medusa-2's typical acceptance
-            n_ok, bonus, source = typical(drafts, p, generator=run.sampling.generator)
-        else:
-            n_ok, bonus, source = accept(drafts, p, draft.q if draft is not None else None, greedy=run.sampling.greedy,
-                                         generator=run.sampling.generator, draws=draws)  # prefix / min(1, p/q)
-        new = drafts[:n_ok] + ([bonus] if bonus is not None else [])
-        run.adapt.after(len(drafts), n_ok)
-        commit(run, new, out, base, clock)                        # append, crop, tell the drafter
-        step = clock.step(drafted=drafts, accepted=n_ok, emitted=([predicted] if predicted is not None else []) + new,
-                          bonus=bonus, bonus_source=source, forwards=1 + (predicted is not None),
-                          draft_forwards=draft.calls if draft is not None else 0, predict_token=predicted, draws=draws)
-        if probe:  # what the accept rule saw, as references (no copy): the row that predicts the rejected draft or
-            # the bonus (plain schedule, every draft kept: the row of the last draft), and the drafter's q
-            step.verify_row = out.logits[0, min(n_ok, out.logits.shape[1] - 1)]
-            step.q = draft.q if draft is not None else None
-        ended = end_turn(step, stop)                              # the answer's last token: the decode ends
-        yield step
-        if ended:
-            return
+        out, p = verify(run, draft.tokens, clock)                 # one target forward over them
+        decision = decide(run.rule, draft.tokens, p, draft.q, run.sampling)  # how many survive, and the bonus
+        yield commit(run, draft, decision, out, predicted, clock, probe=probe)  # append, crop, tell the drafter
 
 
 @torch.inference_mode()

@@ -20,15 +20,6 @@ if TYPE_CHECKING:
     import torch
 
 
-# ---------------------------------------------------------------------------------- decoding studies
-def pooled(traces: list[Trace]) -> Trace:
-    """One Trace holding the steps of many (same method and k), so its counters pool over prompts."""
-    if not traces:
-        raise MtplabError("no traces to pool")
-    t0 = traces[0]
-    return Trace(method=t0.method, prompt=[], steps=[s for t in traces for s in t.steps], k=t0.k,
-                 schedule=t0.schedule)
-
 BonusSource = Literal["target", "correction", "none"]
 
 
@@ -41,6 +32,7 @@ class Step:
     bonus: int | None              # the target's token after the accepted prefix (None: the step had none)
     bonus_source: BonusSource      # 'target': every draft accepted; 'correction': replaces a rejected draft
     forwards: int                  # target forward passes in this step
+    prefill: bool = False          # the prompt's own forward (decodes nothing yet): left out of per-step numbers
     draft_forwards: int = 0        # drafter calls in this step (head pass, module calls, draft-model forwards)
     wall_s: float = 0.0            # the whole step
     target_s: float = 0.0          # of which: target forwards (predict, verify)
@@ -92,10 +84,15 @@ class Trace:
     def draft_s(self) -> float:
         return sum(s.draft_s for s in self.steps)
 
+    @property
+    def decoding_steps(self) -> list[Step]:
+        """The steps after the prefills (a pooled Trace holds one prefill per prompt)."""
+        return [s for s in self.steps if not s.prefill]
+
     def time_split(self, *, skip_prefill: bool = True) -> dict[str, float]:
         """Seconds per decoding step spent in target forwards, in the drafter, and in the rest of the loop
-        (the accept rule, cache bookkeeping, Python), measured; the prefill is left out by default."""
-        steps = self.steps[1:] if skip_prefill else self.steps
+        (the accept rule, cache bookkeeping, Python), measured; every prefill is left out by default."""
+        steps = self.decoding_steps if skip_prefill else self.steps
         n = max(1, len(steps))
         target = sum(s.target_s for s in steps) / n
         draft = sum(s.draft_s for s in steps) / n
@@ -161,6 +158,16 @@ class Trace:
             "mean_accepted_length": self.mean_accepted_length, "wall_s": self.wall_s,
             "time_split": self.time_split(),
         }
+
+
+def pooled(traces: list[Trace]) -> Trace:
+    """One Trace holding the steps of many (same method and k), so its counters pool over prompts; each prompt's
+    prefill stays marked (`Step.prefill`), so `time_split` leaves every one out."""
+    if not traces:
+        raise MtplabError("no traces to pool")
+    t0 = traces[0]
+    return Trace(method=t0.method, prompt=[], steps=[s for t in traces for s in t.steps], k=t0.k,
+                 schedule=t0.schedule)
 
 
 def conditional_counts(trace: Trace) -> list[tuple[int, int]]:

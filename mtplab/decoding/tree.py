@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 import torch
-from mtplab.decoding.checks import check_finite, check_options, check_prompt
+from mtplab.decoding.checks import check_drafts, check_finite, check_options, check_prompt
 from mtplab.decoding.loop import Clock, Decode, prefill
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Step, Trace
@@ -141,9 +141,7 @@ def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, 
         raise MtplabError("token trees are greedy-only here (a sampled tree needs a multi-draft acceptance rule); "
                           "use temperature=0")
     widths = check_widths(widths)
-    if drafter.max_drafts is not None and len(widths) > drafter.max_drafts:
-        raise MtplabError(f"a tree {len(widths)} deep needs {len(widths)} depths of drafts but {drafter.name} "
-                          f"gives at most {drafter.max_drafts}; use at most {drafter.max_drafts} widths")
+    check_drafts(len(widths) + 1, drafter, tree=True)
     prompt = check_prompt(model, prompt_ids, max_new_tokens + sum(nodes_per_depth(widths)) + 1)
     run = Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
                  max_new_tokens, len(widths) + 1, "tree")

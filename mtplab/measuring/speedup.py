@@ -25,8 +25,8 @@ BENCH_DECODE = paths.DECODE_JSON
 
 
 def tokens_per_step(trace: Trace) -> float:
-    """Tokens committed per step after the prefill."""
-    steps = trace.steps[1:]
+    """Tokens committed per step after the prefills."""
+    steps = trace.decoding_steps
     return sum(len(s.emitted) for s in steps) / max(1, len(steps))
 
 

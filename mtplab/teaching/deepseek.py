@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from mtplab.measuring import theory
+from mtplab.decoding.accept import Sampling
 from mtplab.decoding.drafters import DeepSeekDrafter
 from mtplab.errors import MtplabError
 from mtplab.teaching.check import Check
@@ -149,8 +150,7 @@ def forced_and_free(model, windows: torch.Tensor, prompt_lens, *, progress: bool
             out = full.cut((slice(None), slice(None, P)))
             g = int(out.logits[0, -1].argmax())
             drafter = DeepSeekDrafter(model)
-            drafter.begin(model, x[:P] + [g], out, P, max_new_tokens=D + 1, generator=None,
-                          temperature=0.0, top_k=None)
+            drafter.begin(model, x[:P] + [g], out, P, max_new_tokens=D + 1, sampling=Sampling())
             drafts = drafter.propose(D).tokens
             for k in range(1, D + 1):
                 truth = x[P + k]
