@@ -7,12 +7,13 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
 1. `prompts`: training prompts, none of them a held-out prompt. Two sources: the model's own questions,
    Magpie-style (Xu et al. 2024: an aligned model given only the start of a user turn writes the question), and
    task templates over topic lists and passages of the shipped corpora, one per held-out category.
-2. `answers`: the model's own greedy answers (batched `generate`), as Medusa-2 and FastMTP train their heads on the
-   model's own outputs: a head is then trained on exactly the text its drafts will be verified against.
+2. `answers`: the model's own greedy answers (batched `generate`), as Medusa's self-distillation (Cai et al. 2024, §2.3.2)
+   and FastMTP train heads on the model's own outputs: a head is then trained on exactly the text its drafts will be verified against.
 3. `cache`: one trunk forward per answered prompt: the last layer's hidden state at every position (bf16) and the
    target's top-k next-token probabilities there. The 30-layer trunk never runs again.
 4. `train`: heads trained for many epochs on the cache (`fit_heads`), over the draft vocabulary: the N tokens most
-   frequent in the model's own answers (as EAGLE-3, FR-Spec and FastMTP do). The projection of a draft costs N
+   frequent in the model's own answers (EAGLE-3, FR-Spec and FastMTP also draft over a frequency-ranked subset;
+   only EAGLE-3 counts its training answers, FR-Spec counts a pretraining corpus and FastMTP reuses FR-Spec's). The projection of a draft costs N
    rows instead of 49,152; the target still verifies over the full vocabulary, so output stays exact.
 """
 from __future__ import annotations

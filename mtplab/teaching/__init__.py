@@ -11,7 +11,7 @@
 * `find_the_bug` (08): eight accept rules, some with a planted bug, the test that finds them, the key kept hidden until earned
 * `engines` (09): acceptance with n, intervals and loops; typical acceptance against the exact rule; two records reconciled
 * `classroom` (01): the class as data: a folder of preflight records, speedup against cores, cache and threads
-* `real` (01, 05, 09): SmolLM2 in the notebooks: its cost curve, its projection's cost, live races, word pieces
+* `real` (01, 05, 09): SmolLM2 in the notebooks: its cost curve, its projection's cost, live races, a chat answer token by token
 * `peers` (10): your own Hugging Face model, the peer table's pairs on the same drafts, code against prose; a checker
 
 Imported only by notebooks and tests. May import every layer below (`hf` lazily, for the widget's own-model

@@ -66,7 +66,7 @@ def _check_counts(fn, name, exact, best_case, why_ok, hints):
             if g != int(g):
                 hint = (" Forwards are whole numbers. Stern's formula is a best case that is exact only when "
                         "k divides m; a last, partial block still costs forwards.")
-            elif math.isclose(g, best_case(m, k)):
+            elif math.isclose(g, best_case(m, k)) and k > 1:  # k = 1: the hint below says why
                 hint = " That is Stern's formula, exact only when k divides m."
             for test, text in hints:
                 if test(m, k, g):

@@ -1,11 +1,11 @@
-"""Notebooks 01, 05 and 09 on a real model: SmolLM2-135M-Instruct (30 x 576, 49,152 word pieces, 513 MiB in fp32)
+"""Notebooks 01, 05 and 09 on a real model: SmolLM2-135M-Instruct (30 x 576, 49,152 byte-level BPE tokens, 513 MiB in fp32)
 with the heads the lab trained on its frozen trunk (`python -m mtplab distill`), and the shipped `bench real` record.
 
 What a notebook needs in one call each: whether the model is installed (`missing`), the model with every shipped
 head family (`load`), its cost curve beside another model's (`cost_curves`), what a draft's projection costs over
 the full and the draft vocabulary against a forward of the trunk (`head_cost`), a short live race through the lab's
-one race with the busy-machine guard (`live_race`), the record (`record`), and the steps of a chat answer as word
-pieces (`steps_markdown`).
+one race with the busy-machine guard (`live_race`), the record (`record`), and the steps of a chat answer as
+tokens (`steps_markdown`).
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def category_acceptance(row: dict, position: int = 0) -> list[dict]:
 
 
 def steps_markdown(trace, target, *, limit: int = 8) -> str:
-    """The first `limit` steps of a decode as a table of word pieces: accepted, rejected, discarded, the bonus."""
+    """The first `limit` steps of a decode as a table of tokens: accepted, rejected, discarded, the bonus."""
     def piece(i):
         return "`" + target.token_repr(i).replace("`", "'") + "`"
     lines = ["| step | accepted | rejected | discarded | target's token |", "|---|---|---|---|---|"]
