@@ -17,7 +17,7 @@ BROWSER := $(VENV)/.mtplab-browser
 PORT ?= 8888
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
-.PHONY: setup student run test test-fast lint lab clean convert
+.PHONY: setup student student-copy run test test-fast lint lab clean convert
 
 # the package with the notebook stack, the test tools and transformers (tests/test_hf.py builds tiny HF models);
 # no browser (only the browser tests need one)
@@ -65,7 +65,7 @@ convert: $(STAMP)
 # ruff, mypy, and the package's layers: import-linter's contract (pyproject.toml) checks that no import runs
 # upward, tools/import_graph.py that there is no cycle and no function-level import without a heavy reason
 lint: $(STAMP)
-	$(BIN)/ruff check mtplab tests tools scripts
+	$(BIN)/ruff check mtplab tests tools scripts instructor
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.import_graph --check
@@ -83,6 +83,12 @@ FAST_SKIP := notebooks report ddp cli robust sampling shipped hf browser
 test-fast: lint
 	$(PYTEST) -q -m "not slow and not browser and not gpu and not serial" -p no:cacheprovider \
 		$(foreach t,$(FAST_SKIP),--ignore=tests/test_$(t).py) tests
+
+# the students' copy of the committed tree, without instructor/ (the reference solutions; .gitattributes)
+student-copy:
+	mkdir -p build
+	git archive --format=tar.gz --prefix=mtplab/ -o build/mtplab-student.tar.gz HEAD
+	@echo "build/mtplab-student.tar.gz: the committed tree without instructor/"
 
 lab: $(STUDENT)
 	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)

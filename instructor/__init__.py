@@ -1,0 +1,2 @@
+"""The instructor's folder: reference solutions, left out of the student copy (.gitattributes: export-ignore;
+`make student-copy`)."""
