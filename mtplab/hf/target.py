@@ -16,8 +16,10 @@ The head families of `mtplab.heads` then sit on its hidden states unchanged:
 Which forward computes the trunk (`kernel`, `forward_path`): for a Llama-family model (SmolLM2), by default the lab's
 own (`mtplab.hf.llama.LlamaForward`) with the exact kernel (`mtplab.model.kernels`): row i of a verify is bit for bit
 the one-token forward's, so greedy speculative output equals greedy AR by construction. The heads and the draft
-vocabulary's projection go through the same kernel. kernel="stock" (and any other architecture, with the reason in
-`forward_path`) runs transformers' forward with its stock kernels: equality is then observed, not guaranteed.
+vocabulary's projection go through the same kernel (the heads' layers are `mtplab.model.layers`, whose linears are the
+kernel's). kernel="stock" (and any other architecture, with the reason in `forward_path`) runs transformers' forward
+with its stock kernels, and the output head F.linear: equality is then observed, not guaranteed. `kernels.use_stock()`
+puts every linear, the heads' included, back on F.linear.
 
 Heads are saved alone (`save_heads`), in one safetensors file whose metadata names the base model, the sha256 of
 its config and a fingerprint of its output weights; `load_heads` refuses heads trained on another base.
@@ -134,7 +136,7 @@ class HFTarget(nn.Module):
     # ---- which forward and which kernel ---------------------------------------------------
     def use_kernel(self, kernel: str) -> "HFTarget":
         """'exact': the lab's forward with the exact kernel where the architecture allows (Llama family);
-        'stock': transformers' forward and F.linear everywhere, the path to compare with. Returns self."""
+        'stock': transformers' forward, and F.linear for the output head, the path to compare with. Returns self."""
         if kernel not in KERNELS:
             raise MtplabError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
         self.kernel = kernel
@@ -148,7 +150,8 @@ class HFTarget(nn.Module):
         if self._why_stock is not None:
             return None
         if self._lab is None or self._lab.embed.device != self.wte.weight.device:
-            self._lab = LlamaForward(self.hf, self.config.block_size)
+            with torch.inference_mode(False):  # plain tensors, even when the first forward runs in inference mode
+                self._lab = LlamaForward(self.hf, self.config.block_size)
         return self._lab
 
     @property
@@ -160,7 +163,7 @@ class HFTarget(nn.Module):
                 "not guaranteed")
 
     def _linear(self, x, weight, bias=None):
-        """The heads' and draft vocabulary's linear: the exact kernel, unless kernel='stock'."""
+        """The draft vocabulary's projection under transformers' forward: the exact kernel, unless kernel='stock'."""
         return nn.functional.linear(x, weight, bias) if self.kernel == "stock" else kernels.linear(x, weight, bias)
 
     def _catch_pre_last(self, module, args, kwargs):
@@ -248,9 +251,6 @@ class HFTarget(nn.Module):
                     nn.init.normal_(m.weight, std=0.02)
             p = self.wte.weight
             mtp = mtp.to(device=p.device, dtype=p.dtype)
-            for m in mtp.modules():  # every linear of the heads through the target's kernel
-                if isinstance(m, nn.Linear):
-                    m.forward = lambda x, m=m: self._linear(x, m.weight, m.bias)
         self.mtp = mtp
         return self
 
@@ -349,10 +349,14 @@ def _from_pretrained(p: Path, path, dtype):
                           "config.json saved with the model") from None
 
 
-def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT) -> HFTarget:
+def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT,
+            kernel: str = "exact") -> HFTarget:
     """A local model directory (config.json, weights, tokenizer) as an `HFTarget`. Nothing is downloaded and
-    nothing in the folder is run (trust_remote_code=False; an auto_map config is refused)."""
+    nothing in the folder is run (trust_remote_code=False; an auto_map config is refused). `kernel`: see
+    `HFTarget.use_kernel`."""
     _need_transformers()
+    if kernel not in KERNELS:
+        raise MtplabError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
     if isinstance(path, bool) or not isinstance(path, (str, Path)) or str(path) == "":
         raise MtplabError(f"a Hugging Face model is a local folder path or {', '.join(REAL_MODELS)} (got {path!r})")
     chat = real_model(path) is not None and not Path(path).is_dir()
@@ -390,7 +394,7 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     if len(tok) <= 1 or not tok.encode("def main(x):", add_special_tokens=False):
         raise MtplabError(f"{path} has no usable tokenizer (it encodes text to no tokens: tokenizer files missing?); "
                           "save the model's tokenizer beside it (tokenizer.save_pretrained)")
-    target = HFTarget(hf, tok, path=str(p), max_context=max_context)
+    target = HFTarget(hf, tok, path=str(p), max_context=max_context, kernel=kernel)
     target.chat = chat  # a real chat model named bare: prompts become one user turn of its chat template
     V = target.config.vocab_size
     if len(tok) > V:
@@ -525,8 +529,9 @@ def load_heads(target: HFTarget, path) -> HFTarget:
     return target
 
 
-def load_target(hf_path, heads_checkpoint=None, *, device="cpu", dtype=torch.float32) -> HFTarget:
+def load_target(hf_path, heads_checkpoint=None, *, device="cpu", dtype=torch.float32,
+                kernel: str = "exact") -> HFTarget:
     """An HF model and (optionally) its heads checkpoint, ready for `mtplab.generate.decode_with`:
     the one call a widget or notebook needs."""
-    target = load_hf(hf_path, device=device, dtype=dtype)
+    target = load_hf(hf_path, device=device, dtype=dtype, kernel=kernel)
     return load_heads(target, heads_checkpoint) if heads_checkpoint else target
