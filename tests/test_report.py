@@ -267,3 +267,23 @@ def test_the_offline_lab_steps_in_chromium_without_a_kernel(tmp_path, offline_mo
                                                              ).inner_html()
         page.screenshot(path=str(SHOTS / "offline_lab_tiny.png"))
         assert blocked == []
+
+
+def test_the_headline_carries_the_real_models_best_exact_row(tmp_path):
+    """build/index.html's headline names SmolLM2's best exact row from docs/bench/real.json, read, not written in."""
+    import json
+    from mtplab.teaching import real
+    shipped = real.REAL_JSON
+    if not shipped.is_file():
+        pytest.skip("no bench real record")
+    rec = json.loads(shipped.read_text())
+    best = real.best_row(rec)
+    html_ = report.real_headline(shipped)
+    assert best["label"] in html_ and f"{best['speedup']:.2f}x" in html_ and "1 of 2 cores" in html_
+    # another record, another row: the headline follows the record
+    for r in rec["threads"]["1"]["rows"]:
+        if r["label"] == "Stern K=4, k=4":
+            r["speedup"] = 9.99
+    (tmp_path / "real.json").write_text(json.dumps(rec))
+    assert "Stern K=4, k=4</td>" in report.real_headline(tmp_path / "real.json")
+    assert "could not be read" in report.real_headline(tmp_path / "missing.json")

@@ -263,6 +263,35 @@ def headline_table(path: Path | None = None) -> str:
             "oracle knows the answer (its acceptance is set, α = 0.8): it checks the theory, it is not a method.</p>")
 
 
+def real_headline(path: Path | None = None) -> str:
+    """The real model's line of the headline: the best exact row of the shipped `bench real` record (SmolLM2 with
+    the heads the lab trained on it), beside AR of the same model, read from the record so new heads change it."""
+    from mtplab.errors import MtplabError
+    from mtplab.teaching import real
+
+    path = Path(path or real.REAL_JSON)
+    try:
+        record = json.loads(path.read_text())
+        best = real.best_row(record)
+        ar_ms = record["threads"]["1"]["ar_ms_per_token"]
+    except (OSError, ValueError, KeyError, TypeError, MtplabError) as e:
+        return (f"<p class='warn'>No real-model row: {html.escape(str(path))} could not be read "
+                f"({html.escape(str(e))}).</p>")
+    acc = best.get("acceptance", {}).get("pooled", {})
+    first = (f"{acc['rate'][0]:.2f}" if acc.get("rate") else "-")
+    return (f"<table class='headline'><thead><tr><th>real model</th><th>best exact row</th><th>tokens per forward</th>"
+            f"<th>first draft accepted</th><th>wall clock against AR (range)</th><th>= AR</th></tr></thead><tbody>"
+            f"<tr><td>SmolLM2-135M-Instruct</td><td>{html.escape(best['label'])}</td>"
+            f"<td>{best.get('tokens_per_forward', 0):.2f}</td><td>{first}</td>"
+            f"<td><b>{best['speedup']:.2f}x</b> ({best['speedup_min']:.2f}-{best['speedup_max']:.2f})</td>"
+            f"<td>{best['identical_to_ar']}/{best['prompts']}</td></tr></tbody></table>"
+            f"<p class='small'>From <code>docs/bench/real.json</code> (<code>python -m mtplab bench real</code>): "
+            f"{best['prompts']} held-out chat prompts, at most m = {record.get('m', '?')} new tokens each, 1 thread, "
+            f"against AR of the same weights and kernels ({ar_ms:.0f} ms a token); measured on <b class='machine'>"
+            f"{html.escape(bench_machine(record['threads']['1']))}</b>. Notebook 01 §6 takes this speedup apart into acceptance and "
+            "cost.</p>")
+
+
 def write_index(path: Path, results: list[Result], parameters: dict, live: bool, *, offline: bool = False) -> None:
     rows = []
     for r in results:
@@ -299,6 +328,7 @@ installs the virtualenv). Open a notebook and run all cells: every widget then r
 rebuilds this report (it also needs npm, for the widget JavaScript).</p>
 <h2>Headline: tokens per forward and wall clock against AR</h2>
 {headline_table()}
+{real_headline()}
 <h2>The notebooks</h2>
 <table class='notebooks'><thead><tr><th>key figure</th><th>notebook: what it teaches</th><th>status</th><th>run time</th>
 <th>widgets</th><th>message</th></tr></thead>

@@ -159,6 +159,14 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
                                                                                           res.tokens["AR"]))}
 
 
+def rejections_outside(traces: list, vocab) -> tuple[int, int]:
+    """(rejections whose target token lies outside the draft vocabulary, all rejections) over decodes: a draft at
+    such a position could never be kept, whatever the heads learnt."""
+    inside = set(vocab) if vocab is not None else None
+    rej = [s.bonus for t in traces for s in t.steps if s.bonus_source == "correction" and s.bonus is not None]
+    return (sum(1 for tok in rej if tok not in inside) if inside is not None else 0), len(rej)
+
+
 ACCEPTANCE_ROWS = ("DeepSeek D=1, k=2, reduced vocab", "DeepSeek D=1 reused, k=4, reduced vocab")
 
 
@@ -181,7 +189,9 @@ def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *,
             same += tr.tokens == ar
             if bar is not None:
                 bar.update(1)
+        outside, rejections = rejections_outside(traces, heads.vocab if r.vocab == "reduced" else None)
         out[label] = {"acceptance": acceptance_table(traces, cats), "prompts": len(prompts), "identical_to_ar": same,
+                      "rejections": rejections, "rejected_outside_vocab": outside,
                       "looping": sum(loop_period(t.tokens) is not None for t in traces),
                       "tokens_per_forward": sum(len(t.tokens) for t in traces) / max(1, sum(t.forwards for t in traces))}
     return out

@@ -17,7 +17,7 @@ import torch
 from mtplab import paths
 from mtplab.errors import MtplabError
 from mtplab.hf.distill import heldout_prompts
-from mtplab.hf.real import chat_ids
+from mtplab.hf.real import REAL_MODELS, chat_ids
 from mtplab.measuring import speedup, timing
 from mtplab.measuring.record import Record
 
@@ -123,12 +123,15 @@ def record(path=REAL_JSON) -> dict | None:
 def row_label(spec, rec: dict | None = None) -> str:
     """A `bench real` row's label from its fields, (method, k, draft vocabulary), as a notebook's parameters name it
     (a label such as 'DeepSeek D=1 reused, k=4' holds '=', which papermill cannot parse in a parameters cell);
-    a label given as text is returned as it is. fp32 rows only: the bf16 ones are lossy."""
-    if isinstance(spec, str):
+    a label given as text is returned as it is; "best" is the record's best exact row (`best_row`). fp32 rows only:
+    the bf16 ones are lossy."""
+    if isinstance(spec, str) and spec != "best":
         return spec
     rec = rec if rec is not None else record()
     if rec is None:
         raise MtplabError("no bench real record (docs/bench/real.json) to find the row in; restore it from git")
+    if spec == "best":
+        return best_row(rec)["label"]
     if not isinstance(spec, (tuple, list)) or len(spec) != 3:
         raise MtplabError(f"name a real-model row as (method, k, draft vocabulary), e.g. ('deepseek-reuse', 4, "
                           f"'reduced'), or by its label (got {spec!r})")
@@ -191,3 +194,131 @@ def live_words(live: dict, row: dict) -> str:
         return live["verdict"] + f" (measured {row['speedup']:.2f}x, not read as a verdict)"
     return ("live, on this machine: " + verdict_words(row["speedup"], row["speedup_min"], row["speedup_max"])
             + f" ({live['verdict']})")
+
+# ---------------------------------------------------------------------------------- the result explained
+TRAIN_JSON = REAL_MODELS["smollm2"].heads_dir / "record.json"  # how the heads were trained (`distill`)
+# DeepSeek-V3 Technical Report §5.4.3: with its one MTP module (D = 1), the second token is accepted "between 85% and
+# 90% across various generation topics" (1.8x tokens per second). The low end is the what-if below.
+DEEPSEEK_V3_SECOND_TOKEN = 0.85
+DEEPSEEK_V3_CITE = ("DeepSeek-V3 Technical Report §5.4.3: one MTP module, second-token acceptance 85-90% "
+                    "across generation topics")
+
+
+def exact_rows(rec: dict, threads: str = "1") -> list[dict]:
+    """The record's exact rows that draft with trained heads (fp32, a head family): the lab's MTP rows."""
+    return [r for r in record_rows(rec, threads) if r.get("family") and r.get("dtype", "fp32") == "fp32"]
+
+
+def best_row(rec: dict, threads: str = "1") -> dict:
+    """The exact MTP row with the best wall clock against AR in the record."""
+    rows = exact_rows(rec, threads)
+    if not rows:
+        raise MtplabError("the bench real record has no exact row with trained heads; rerun python -m mtplab bench real")
+    return max(rows, key=lambda r: r["speedup"])
+
+
+def _step_ms(row: dict) -> float:
+    sp = row["split"]
+    return sp["target_ms"] + sp["draft_ms"] + sp["overhead_ms"]
+
+
+def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
+                  other_acceptance: float = DEEPSEEK_V3_SECOND_TOKEN) -> dict:
+    """One record row's speedup taken apart: tokens per step over the step's cost in AR steps (target verify,
+    drafter, the rest, each measured in the record's time split), beside the measured ratio; and what-if rows that
+    change one side: this acceptance with a verify that costs one AR step (a flat cost curve), the same with a free
+    drafter too (the acceptance's own ceiling), and `other_acceptance` per draft (DeepSeek-V3's second-token figure)
+    on this row's measured cost. Everything is read from the record, so new heads change it without code."""
+    rows = {r["label"]: r for r in record_rows(rec, threads)}
+    row = rows[label] if label is not None else best_row(rec, threads)
+    ar = rows["AR"]
+    ar_ms = _step_ms(ar)
+    tps = row["tokens_per_forward"]  # overlapped schedule: one target forward a step
+    sp = row["split"]
+    verify, draft, rest = sp["target_ms"] / ar_ms, sp["draft_ms"] / ar_ms, sp["overhead_ms"] / ar_ms
+    cost = verify + draft + rest
+    drafts = (row["k"] or 1) - 1
+    other_tps = sum(other_acceptance ** i for i in range(drafts + 1))  # 1 + a + a^2 + ...: i.i.d. per draft
+    what_if = [
+        {"case": "as measured", "tokens_per_step": tps, "step_cost": cost, "speedup": tps / cost},
+        {"case": "this acceptance, a flat verify (t(k) = t(1))", "tokens_per_step": tps,
+         "step_cost": 1 + draft + rest, "speedup": tps / (1 + draft + rest)},
+        {"case": "this acceptance, flat verify and free drafter", "tokens_per_step": tps, "step_cost": 1.0,
+         "speedup": tps},
+        {"case": f"acceptance {other_acceptance:.2f} per draft" + (" (each draft alike)" if drafts > 1 else "")
+         + ", this cost", "tokens_per_step": other_tps,
+         "step_cost": cost, "speedup": other_tps / cost},
+    ]
+    return {"label": row["label"], "k": row["k"], "measured": row["speedup"], "measured_range":
+            (row["speedup_min"], row["speedup_max"]), "tokens_per_step": tps, "verify": verify, "draft": draft,
+            "rest": rest, "step_cost": cost, "predicted": tps / cost, "what_if": what_if,
+            "ar_step_ms": ar_ms, "other_acceptance": other_acceptance}
+
+
+def parts_words(parts: dict) -> str:
+    """`speedup_parts` in words, each claim chosen from its numbers: which side holds the speedup back more."""
+    p = parts
+    flat, ceiling, other = (w["speedup"] for w in p["what_if"][1:])
+    cost_gain = flat / p["predicted"]
+    acc_gain = other / p["predicted"]
+    side = ("acceptance holds it back more than the cost" if acc_gain > cost_gain else
+            "the cost of a step holds it back more than acceptance")
+    return (f"{p['label']}: {p['tokens_per_step']:.2f} tokens per step over a step that costs {p['step_cost']:.2f} "
+            f"AR steps (verify {p['verify']:.2f}, drafter {p['draft']:.2f}, the rest {p['rest']:.2f}) predicts "
+            f"{p['predicted']:.2f}x; the race measured {p['measured']:.2f}x (range {p['measured_range'][0]:.2f}-"
+            f"{p['measured_range'][1]:.2f}). A flat verify would give {flat:.2f}x, and even a free drafter "
+            f"{ceiling:.2f}x: that is all this acceptance allows. Acceptance {p['other_acceptance']:.2f} per draft on "
+            f"this cost would give {other:.2f}x. So {side}.")
+
+
+def training_gap(rec: dict, train: dict | None = None, label: str | None = None) -> dict | None:
+    """The first draft's agreement with the target at the end of training (held-back rows of the training data,
+    teacher forced: `record.json`'s last validation) against its acceptance when decoding the held-out prompts
+    (the record's untimed acceptance study). None when either record lacks it."""
+    train = train if train is not None else (read_train() or {})
+    study = rec.get("acceptance_all") or {}
+    label = label or next((lab for lab in study if ", k=2" in lab), None) or next(iter(study), None)
+    if label is None or label not in study:
+        return None
+    family = "deepseek" if label.startswith("DeepSeek") else "stern"
+    hist = next((h["history"] for n, h in train.get("heads", {}).items() if n.startswith(family)), None)
+    if not hist:
+        return None
+    pooled = study[label]["acceptance"]["pooled"]
+    out = {"label": label, "train_agreement": hist[-1]["val_agree_depth"][0], "heldout_rate": pooled["rate"][0],
+           "heldout_interval": tuple(pooled["interval"][0]), "steps": pooled["steps"],
+           "prompts": study[label]["prompts"]}
+    row = study[label]
+    if "rejected_outside_vocab" in row:
+        out.update(rejections=row["rejections"], outside=row["rejected_outside_vocab"])
+    return out
+
+
+def read_train(path=TRAIN_JSON) -> dict | None:
+    """The heads' training record (`data/hf/smollm2/record.json`), or None."""
+    if not path.is_file():
+        return None
+    return Record.load(path).data
+
+
+def gap_words(gap: dict | None) -> str:
+    if gap is None:
+        return "the records hold no training agreement and held-out acceptance to compare"
+    g = gap
+    lo, hi = g["heldout_interval"]
+    ratio = g["heldout_rate"] / max(1e-9, g["train_agreement"])
+    words = (f"{g['label']}: the first draft agreed with the target on {g['train_agreement']:.0%} of held-back "
+             f"training rows (teacher forced, data/hf/smollm2/record.json), and was accepted in {g['heldout_rate']:.0%} "
+             f"of {g['steps']} drafting steps on {g['prompts']} held-out prompts (95% interval {lo:.0%}-{hi:.0%}): "
+             + (f"{ratio:.0%} of the training figure" if hi < g["train_agreement"] else "no lower, within the interval"))
+    if "outside" in g:
+        words += (f"; {g['outside']} of {g['rejections']} rejections were at a position whose token lies outside the "
+                  "draft vocabulary, where no draft could be kept")
+    return words
+
+
+def outside_vocab(trace, vocab) -> tuple[int, int]:
+    """(rejections whose target token lies outside the draft vocabulary, rejections) in one decode
+    (`hf.study.rejections_outside`)."""
+    from mtplab.hf.study import rejections_outside  # transformers
+    return rejections_outside([trace], vocab)
