@@ -319,7 +319,8 @@ def claim_words(cuts: dict, predicted: float, race: dict) -> str:
     gap = abs(measured - predicted) / predicted
     near = ("the measured speedup is within 10% of the predicted one" if gap <= 0.1 else
             f"the measured speedup is {gap:.0%} {'below' if measured < predicted else 'above'} the predicted one "
-            "(loop overhead per step, which the prediction leaves out)")
+            "(the prediction leaves out the loop's overhead and reads a cost curve timed apart from the race; "
+            "notebook 05 §3 weighs the two from its own columns)")
     return f"{head} and the wall clock gave {cuts['measured wall clock']:.0%}: {near}"
 
 
@@ -365,7 +366,8 @@ def prediction_line(lives: dict, predicted: dict[str, float]) -> str:
     below = [n for n, (lv, _) in lives.items() if lv["max"] < predicted[n]]
     above = [n for n, (lv, _) in lives.items() if lv["min"] > predicted[n]]
     inside = [n for n in lives if n not in below and n not in above]
-    return (f"whole live range below the prediction (overhead, which the prediction leaves out): {', '.join(below) or 'none'}; "
+    return (f"whole live range below the prediction (it leaves out the overhead, and its inputs were timed apart from "
+            f"the race: the lines below weigh the two): {', '.join(below) or 'none'}; "
             f"above it (the prediction's inputs, timed apart from the race, were off): {', '.join(above) or 'none'}; "
             f"prediction inside the live range (no difference measured): {', '.join(inside) or 'none'}")
 
@@ -403,3 +405,52 @@ def bench_speedups(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
         reps = r.get("speedup_wall_reps") or [r["speedup_wall"]]
         out[r["label"]] = (r["speedup_wall"], min(reps), max(reps))
     return out
+
+def split_words(rows: list[dict]) -> list[str]:
+    """Notebook 05 §3: the time-split table read against itself. Each row's split implies a speedup, tokens_per_step
+    x ar_step_ms / (target + drafter + overhead), from one decode's steps; the race measured whole decodes, prefill
+    included. The lines say, from the table's own numbers, how far the two lie apart, what the prefill (the same
+    prompt forward for AR and the method) does to a short decode, how much AR's step (the same trunk in every row)
+    moved between rows, and how large the overhead was: what a gap can and cannot come from. A row may carry
+    prefill_ms, ar_prefill_ms and tokens (new tokens per decode) for the prefill line."""
+    def total(r):
+        return r["target_ms"] + r["draft_ms"] + r["overhead_ms"]
+
+    def pct(values):
+        lo, hi = min(values), max(values)
+        return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}-{hi:.0%}"
+    rows = [r for r in rows if total(r) > 0 and r.get("measured")]
+    if not rows:
+        return ["no timed row to read the split against"]
+    implied = {r["method"]: r["tokens_per_step"] * r["ar_step_ms"] / total(r) for r in rows}
+    lines = ["the split implies (tokens_per_step x ar_step_ms / the step's three parts): " + ", ".join(
+        f"{r['method']} {implied[r['method']]:.2f}x (race: {r['measured']:.2f}x)" for r in rows)]
+    whole = {r["method"]: (r["ar_prefill_ms"] + (r["tokens"] - 1) * r["ar_step_ms"])
+             / (r["prefill_ms"] + r.get("steps", (r["tokens"] - 1) / r["tokens_per_step"]) * total(r))
+             for r in rows if {"prefill_ms", "ar_prefill_ms", "tokens"} <= set(r)}
+    if whole:
+        share = [r["ar_prefill_ms"] / (r["ar_prefill_ms"] + (r["tokens"] - 1) * r["ar_step_ms"]) for r in rows
+                 if r["method"] in whole]
+        lines.append(f"with the prefill counted, as the race counts it (it is {pct(share)} of an AR decode of "
+                     f"{rows[0]['tokens']} tokens, and the same for every method): " + ", ".join(
+                         f"{m} {v:.2f}x" for m, v in whole.items()))
+    best = {m: whole.get(m, implied[m]) for m in implied}
+    ar = [r["ar_step_ms"] for r in rows]
+    spread = (max(ar) - min(ar)) / min(ar)
+    over = [r["overhead_ms"] / total(r) for r in rows]
+    gaps = {r["method"]: abs(best[r["method"]] - r["measured"]) / r["measured"] for r in rows}
+    worst = max(gaps, key=gaps.get)
+    lines.append(f"AR's step, one and the same trunk in every row, measured {min(ar):.2f}-{max(ar):.2f} ms across the "
+                 f"rows ({spread:.0%} apart); the overhead was {pct(over)} of a step")
+    if gaps[worst] <= max(over):
+        cause = "within the overhead: the split and the race agree"
+    elif gaps[worst] <= spread:
+        cause = ("larger than the overhead could make it, and within how far one decode's timings moved here (the "
+                 "split is one short decode timed apart from the race): read the race's median, and the split for its "
+                 "proportions")
+    else:
+        cause = ("larger than the overhead and than the spread of AR's step: the split decode and the race's decodes "
+                 "differ by more than this table explains (load during one of them, or a cost the split does not time)")
+    lines.append(f"the largest gap between the split{' (prefill counted)' if whole else ''} and the race, {worst} "
+                 f"{gaps[worst]:.0%}, is {cause}")
+    return lines
