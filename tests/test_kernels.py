@@ -145,3 +145,14 @@ def test_training_keeps_the_stock_path():
     out.logits.sum().backward()  # autograd runs through F.linear and F.rms_norm
     assert model.lm_head.weight.grad is not None
     assert np.isfinite(model.lm_head.weight.grad.numpy()).all()
+
+
+def test_notebook_01_kernel_race_reports_both_kernels():
+    from mtplab.teaching import bottleneck
+    kc = bottleneck.kernel_curves(layers=1, qs=(1, 4), rounds=2)
+    assert set(kc["ratio"]) == {"stock", "exact"} and set(kc["ratio"]["exact"]) == {1, 4}
+    assert kc["ratio"]["exact"][1] == (1.0, 1.0, 1.0) and kc["t1_ms"]["exact"] > 0
+    assert kc["row0"]["exact"] == (True, 0.0)  # the exact kernel's row 0 is the one-row call's
+    lines = bottleneck.kernel_lines(kc)
+    assert lines[0].startswith("these kernel timings:") and "equals the one-row call" in lines[-2]
+    print("\n".join(lines))

@@ -8,11 +8,15 @@ and its summation order by the number of rows, so row 0 of a four-row `F.linear`
 its last bits; a near-tie between two logits can then flip. Equality is observed, not guaranteed.
 
 How. Every output is one plain sum, y[i, j] = (((0 + x[i,0] W[j,0]) + x[i,1] W[j,1]) + ...), in the order of k,
-whatever q is: no row's sum depends on another row or on the count of rows. The weights are stored once more as
-panels of JB outputs, k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advance side by side
-(the CPU's vector lanes hold JB independent outputs, never parts of one sum: nothing is reassociated), and each weight
-is read once per call and multiplied with every row. Two threads split the panels (outputs), so each output is still
-computed by one thread in one order: one and two threads give the same bits.
+each step a rounded product and then a rounded sum (no fused multiply-add), whatever q is: no row's sum depends on
+another row or on the count of rows. The weights are stored once more as panels of JB outputs, k-major (W[j0:j0+JB, k]
+contiguous for each k), so that a panel's JB sums advance side by side: the CPU's vector lanes hold JB independent
+outputs, never parts of one sum, so nothing is reassociated. Rows go ROWS at a time through one loop whose
+ROWS x JB sums stay in registers, and each weight vector loaded is multiplied with all of them: a block of four rows
+reads the weights as one row does. A last, partial block repeats its last row (computed, not written), so every
+output of every call runs the same instructions; a one-row call pays four rows' arithmetic, which a forward that
+streams its weights from memory hides. Two threads split the panels (outputs), so each output is still computed by
+one thread in one order: one and two threads give the same bits.
 
 The kernel is compiled by numba (cached on disk after the first call). Where numba is missing or fails, `linear` is
 `F.linear`, `EXACT` is False and `status()` says so. Above MAX_ROWS rows (a prefill), under autograd (training), off
@@ -22,6 +26,8 @@ the CPU and for inputs other than float32, `linear` is `F.linear` too: those cal
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import weakref
 
 import numpy as np
@@ -29,13 +35,22 @@ import torch
 import torch.nn.functional as F
 
 MAX_ROWS = 16  # rows up to which `linear` is exact; above, F.linear (a prefill)
-JB = 64        # outputs per panel: the lanes that advance side by side
+JB = 32        # outputs per panel: the lanes that advance side by side (two AVX-512 vectors)
+ROWS = 4       # rows that share each weight load (ROWS x JB sums stay in registers)
+assert ROWS * JB == 128 and ROWS == 4  # the kernel's scratch and its unrolled rows
 
 _state = {"stock": False}  # use_stock() sets it for the whole process
+_POOL = threading.Lock()    # numba's workqueue pool serves one caller at a time; another runs the serial kernel
 _NUMBA_ERROR = ""
 
 try:  # pragma: no cover - the branch taken depends on the environment
     import numba
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        # numba's own thread pool: an OpenMP pool beside torch's would spin against it on a small machine
+        numba.config.THREADING_LAYER = "workqueue"
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
 
     def _jit(**kw):
         """numba.njit with its cache on disk where numba finds a writable place, and without where it finds none."""
@@ -46,22 +61,43 @@ try:  # pragma: no cover - the branch taken depends on the environment
                 return numba.njit(cache=False, **kw)(f)
         return wrap
 
+    @intrinsic
+    def _registers(typingctx, size):
+        """A float32 scratch of `size` (a literal) on the stack: unlike a heap array, the compiler may keep it in
+        registers across the k loop, which is what makes a block of rows cost about one row's weight reads."""
+        if not isinstance(size, types.IntegerLiteral):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=size.literal_value)
+        return types.CPointer(types.float32)(size), codegen
+
     @_jit()
     def _panel(x, wp, out, b):
-        """Outputs b*JB..b*JB+JB-1 of every row: for each k, one weight vector times each row's x[i, k]."""
+        """Outputs b*JB..b*JB+JB-1 of every row, ROWS rows at a time: for each k, one weight vector (JB outputs) times
+        each row's x[i, k], added to that row's JB sums. A last block of fewer rows repeats its last row (computed,
+        not written), so every output of every call runs the same instructions."""
         q, n = x.shape
-        jb = wp.shape[2]
-        acc = np.zeros((q, jb), np.float32)
-        for k in range(n):
-            for i in range(q):
-                xv = x[i, k]
-                for jj in range(jb):
-                    acc[i, jj] = acc[i, jj] + xv * wp[b, k, jj]
-        m = out.shape[1]
-        top = min(jb, m - b * jb)
-        for i in range(q):
-            for jj in range(top):
-                out[i, b * jb + jj] = acc[i, jj]
+        a = numba.carray(_registers(128), (ROWS, JB))  # ROWS x JB sums
+        top = min(JB, out.shape[1] - b * JB)
+        for i0 in range(0, q, ROWS):
+            i1, i2, i3 = min(i0 + 1, q - 1), min(i0 + 2, q - 1), min(i0 + 3, q - 1)
+            for jj in range(JB):
+                a[0, jj] = 0.0
+                a[1, jj] = 0.0
+                a[2, jj] = 0.0
+                a[3, jj] = 0.0
+            for k in range(n):
+                x0, x1, x2, x3 = x[i0, k], x[i1, k], x[i2, k], x[i3, k]
+                for jj in range(JB):
+                    w = wp[b, k, jj]
+                    a[0, jj] = a[0, jj] + x0 * w  # a product, then a sum: no fused multiply-add, no reordering
+                    a[1, jj] = a[1, jj] + x1 * w
+                    a[2, jj] = a[2, jj] + x2 * w
+                    a[3, jj] = a[3, jj] + x3 * w
+            for r in range(min(ROWS, q - i0)):
+                for jj in range(top):
+                    out[i0 + r, b * JB + jj] = a[r, jj]
 
     @_jit()
     def _serial(x, wp, out):
@@ -177,10 +213,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x2 = x.detach().reshape(rows, n).contiguous().numpy()
     out = np.empty((rows, m), np.float32)
     t = _threads(threads, m)
-    if t > 1:
-        if numba.get_num_threads() != t:
-            numba.set_num_threads(t)
-        _parallel(x2, wp, out)
+    if t > 1 and _POOL.acquire(blocking=False):  # same bits either way: the split is over outputs
+        try:
+            if numba.get_num_threads() != t:
+                numba.set_num_threads(t)
+            _parallel(x2, wp, out)
+        finally:
+            _POOL.release()
     else:
         _serial(x2, wp, out)
     y = torch.from_numpy(out)

@@ -10,8 +10,9 @@ view of one table built once (for windows up to MASK_CACHE positions; a longer o
 
 Row-invariant by default (`mtplab.model.kernels`): outside autograd, a CPU forward over up to 16 new tokens computes
 row i as the one-token forward at that position computes it, bit for bit. Every linear is the exact kernel, each norm
-normalises its row alone, and with a cache the attention of the new rows runs one query row at a time, with the shapes
-and ops of a one-token decode. So a verify's rows are what plain decoding computes, and greedy speculative output
+normalises its row alone, rotary turns each channel pair alone (the same elementwise loop for any number of rows),
+and with a cache the attention of the new rows runs one query row at a time, with the shapes and ops of a one-token
+decode. So a verify's rows are what plain decoding computes, and greedy speculative output
 equals greedy AR's by construction, not by observation.
 """
 from __future__ import annotations
@@ -89,15 +90,14 @@ class KVCache:
     def __len__(self):
         return self.length
 
-    def append(self, layer: int, k, v, start: int | None = None):
-        """Write q new positions for one layer at start.. (default: len); return that layer's keys and values for
-        0..start+q-1."""
-        start = self.length if start is None else start
-        end = start + k.shape[2]
+    def append(self, layer: int, k, v):
+        """Write q new positions for one layer; return that layer's keys and values for 0..len+q-1."""
+        q = k.shape[2]
+        end = self.length + q
         if end > self.max_len:
             raise MtplabError(f"KV cache is full ({self.max_len} positions); use a shorter prompt or fewer new tokens")
-        self.k[layer, :, :, start:end] = k
-        self.v[layer, :, :, start:end] = v
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
     def advance(self, q: int):
@@ -124,34 +124,28 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         H = self.n_head
         qkv = self.qkv(x).view(B, T, 3, H, C // H)  # (B, T, 3, H, D)
-        if T > 1 and mask is None and isinstance(cache, KVCache) and kernels.exact_rows(x):
-            # a verify: each new row attends as the one-token decode at its position does (same shapes, same ops)
-            p = cache.length
-            y = torch.cat([self.attend(qkv[:, t:t + 1].contiguous(), rot[t:t + 1], cache, layer, p + t)
-                           for t in range(T)], dim=2)  # (B, H, T, D)
-        else:
-            y = self.attend(qkv, rot, cache, layer, cache.length if cache is not None else 0, mask)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        return self.proj(y)
-
-    def attend(self, qkv, rot, cache, layer: int, p: int, mask: torch.Tensor | None = None):
-        """qkv: (B, T, 3, H, D) of positions p..p+T-1 -> (B, H, T, D): rotary, the cache write, attention."""
-        T = qkv.shape[1]
-        qk = apply_rotary(qkv[:, :, :2], rot)  # (B, T, 2, H, D) q and k rotated together
+        qk = apply_rotary(qkv[:, :, :2], rot)  # (B, T, 2, H, D) q and k rotated together, each element alone
         q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)  # (B, H, T, D)
         v = qkv[:, :, 2].transpose(1, 2)  # (B, H, T, D)
+        p = 0
         if cache is not None:
-            k, v = cache.append(layer, k, v) if p == cache.length else cache.append(layer, k, v, p)  # (B, H, P+T, D)
+            p = cache.length
+            k, v = cache.append(layer, k, v)  # (B, H, P+T, D)
         drop = self.dropout if self.training else 0.0
         if mask is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         elif T == 1:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # one query sees every key
+        elif isinstance(cache, KVCache) and drop == 0.0 and kernels.exact_rows(x):
+            # a verify: each new row attends as the one-token decode at its position does (same shapes, same ops)
+            y = torch.cat([F.scaled_dot_product_attention(q[:, :, t:t + 1], k[:, :, :p + t + 1], v[:, :, :p + t + 1])
+                           for t in range(T)], dim=2)  # (B, H, T, D)
         elif p == 0:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(p, T, q.device), dropout_p=drop)
-        return y
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(p, T, x.device), dropout_p=drop)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.proj(y)
 
 
 _MASKS: dict = {}

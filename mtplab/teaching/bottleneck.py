@@ -17,6 +17,9 @@ from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
 from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason, race
+from mtplab.measuring.timing import untimed_output
+from mtplab.model import kernels
+from mtplab.teaching.words import busy_line as _busy_line
 from mtplab.measuring.record import Record
 
 
@@ -453,4 +456,58 @@ def split_words(rows: list[dict]) -> list[str]:
                  "differ by more than this table explains (load during one of them, or a cost the split does not time)")
     lines.append(f"the largest gap between the split{' (prefill counted)' if whole else ''} and the race, {worst} "
                  f"{gaps[worst]:.0%}, is {cause}")
+    return lines
+
+# ---------------------------------------------------------------------------------- notebook 01, section 6: kernels
+SMOL_LAYER = ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536))  # (out, in)
+
+
+def kernel_curves(layers: int = 4, qs=(1, 2, 4, 8), *, rounds: int = 5, threads: int = 1, seed: int = 0) -> dict:
+    """t(q)/t(1) of the linears of `layers` SmolLM2 layers (random weights of its shapes, 14 MB a layer in float32:
+    more than a laptop's cache from 3 layers on), with the stock kernel (F.linear) and the exact one
+    (`mtplab.model.kernels`), in one race the lab's way on `threads` threads; and whether row 0 of a four-row call
+    equals the one-row call with each kernel. Returns ratio {kernel: {q: (median, low, high)}}, t1_ms {kernel: ms},
+    row0 {kernel: (equal, largest difference)}, busy (the guard's reason, None when valid) and status (which exact
+    kernel ran)."""
+    qs = sorted(set(qs) | {1})
+    g = torch.Generator().manual_seed(seed)
+    ws = [torch.randn(m, n, generator=g) * 0.02 for _ in range(layers) for m, n in SMOL_LAYER]
+    xs = {(q, n): torch.randn(q, n, generator=g) for q in qs for n in (576, 1536)}
+
+    def one_pass(q: int, stock: bool):
+        with torch.inference_mode(), kernels.use_stock(stock):
+            for w in ws:
+                kernels.linear(xs[q, w.shape[1]], w)
+
+    names = {(k, q): f"{k}, q = {q}" for k in ("stock", "exact") for q in qs}
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        res = race({name: untimed_output(lambda q=q, k=k: one_pass(q, k == "stock")) for (k, q), name in names.items()},
+                   [None], baseline=names["stock", 1], rounds=rounds)
+    finally:
+        torch.set_num_threads(saved)
+    out: dict = {"ratio": {}, "t1_ms": {}, "row0": {}, "busy": res.busy, "status": kernels.status()}
+    w, x = ws[-1], xs[max(qs), 1536][:4]  # a down projection (576 x 1536), four rows
+    for k in ("stock", "exact"):
+        base = res.round_totals(names[k, 1])
+        out["t1_ms"][k] = 1e3 * statistics.median(base)
+        per = {q: [t / b for t, b in zip(res.round_totals(names[k, q]), base)] for q in qs}
+        out["ratio"][k] = {q: (statistics.median(r), min(r), max(r)) for q, r in per.items()}
+        with torch.inference_mode(), kernels.use_stock(k == "stock"):
+            four, one = kernels.linear(x, w)[0], kernels.linear(x[:1], w)[0]
+        out["row0"][k] = (torch.equal(four, one), float((four - one).abs().max()))
+    return out
+
+
+def kernel_lines(kc: dict) -> list[str]:
+    """What `kernel_curves` measured, in words: the guard's line first, one line per kernel, then row 0."""
+    lines = [_busy_line(kc["busy"], "these kernel timings")]
+    for k, curve in kc["ratio"].items():
+        cells = ", ".join(f"t({q})/t(1) = {m:.2f} ({lo:.2f}-{hi:.2f})" for q, (m, lo, hi) in curve.items() if q > 1)
+        lines.append(f"{k:>5} kernel: t(1) = {kc['t1_ms'][k]:.1f} ms; {cells}")
+    for k, (equal, diff) in kc["row0"].items():
+        lines.append(f"{k:>5} kernel: row 0 of a four-row call {'equals' if equal else 'differs from'} the one-row "
+                     f"call, bit for bit (largest difference {diff:.1e})")
+    lines.append(kc["status"])
     return lines
