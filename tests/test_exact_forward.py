@@ -167,3 +167,20 @@ def test_smollm2_verify_rows_are_bit_for_bit_and_its_logits_are_transformers():
     ar = decode_with("ar", t, ids, max_new_tokens=24).tokens
     assert decode_with("ngram", t, ids, max_new_tokens=24).tokens == ar
     print("lab AR = transformers' generate:", ar == reference_generate(t, ids, max_new_tokens=24))
+
+
+def test_generate_runs_the_exact_forward_by_default_and_the_old_path_with_kernel_stock(tiny, capsys):
+    import json
+
+    from mtplab.cli import main as cli_main
+    runs = {}
+    for flags in ([], ["--kernel", "stock"]):
+        rc = cli_main(["generate", "--hf", str(tiny), "--method", "ngram", "--prompt", "def main(x):\n    return",
+                       "--max-new-tokens", "12", "--json", *flags])
+        out = capsys.readouterr()
+        assert rc == 0, out.err
+        runs[flags[-1] if flags else "exact"] = json.loads(out.out)
+    assert "lab's Llama forward" in runs["exact"]["forward"] and runs["exact"]["kernel"] == "exact"
+    assert "transformers' forward" in runs["stock"]["forward"]
+    assert runs["exact"]["tokens"] == runs["stock"]["tokens"]  # a tiny model with clear argmaxes
+    assert kernels.active() == kernels.EXACT  # the stock switch was put back

@@ -46,12 +46,15 @@ def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
             torch.set_num_threads(n)
             for name, model in (("smollm2", target), ("smollm2, stock kernels", target), ("ntp", classroom),
                                 ("ntp, stock kernels", classroom)):
+                if model is target:  # stock: transformers' forward, the old path; exact: the lab's (the default)
+                    target.use_kernel("stock" if "stock" in name else "exact")
                 with kernels.use_stock("stock" in name):
                     c = measure_cost_curve(model, qs, context=128, repeats=reps)
                 out.setdefault(str(n), {})[name] = {"t1_ms": 1e3 * c.seconds[1],
                                                     "ratio": {str(q): r for q, r in c.ratio.items()}}
     finally:
         torch.set_num_threads(saved)
+        target.use_kernel("exact")
     return out
 
 

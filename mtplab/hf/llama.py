@@ -64,8 +64,8 @@ def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale:
     row; a verify calls it once per row, with the same shapes for the same position."""
     B, H, D = q.shape
     Hkv = keys.shape[1]
-    s = torch.matmul(q.view(B, Hkv, H // Hkv, D), keys.transpose(-1, -2)) * scale  # (B, Hkv, G, n)
-    y = torch.matmul(s.softmax(-1), values)  # (B, Hkv, G, D)
+    # the G query heads of one key/value head, read as G queries of that head: no mask, each sees every key
+    y = F.scaled_dot_product_attention(q.view(B, Hkv, H // Hkv, D), keys, values, scale=scale)  # (B, Hkv, G, D)
     return y.reshape(B, H * D)
 
 

@@ -31,6 +31,7 @@ from mtplab.device import describe, now, pick
 from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads, shipped_vocab
 from mtplab.hf.target import base_record, load_hf, load_target, save_heads
 from mtplab.files import read_bounded
+from mtplab.model import kernels
 from mtplab.model.heads import build_heads
 from mtplab.training import runs
 from mtplab.training.config import check_memory, check_name, default_name, need_int, need_number
@@ -308,11 +309,13 @@ class HFTrace(Trace):
 
 def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str, max_new_tokens=64, k=None,
                     temperature=0.0, top_k=None, seed=0, alpha=0.8, draft_hf=None, device="auto",
-                    dtype="fp32", chat: bool = False, draft_vocab: str = "full") -> dict:
+                    dtype="fp32", chat: bool = False, draft_vocab: str = "full", kernel: str = "exact") -> dict:
     """`generate --hf`: decode with any method; `tokens` are the model's own token ids, `text` its decoding.
     For a real model named by its bare name (`smollm2`), a head method finds the heads the lab ships for it;
     `chat` wraps the prompt as one user turn and ends the decode at the end of the model's turn (`end_of_turn`);
-    `answer` is the new text without that token; `draft_vocab='reduced'` drafts over the shipped draft vocabulary."""
+    `answer` is the new text without that token; `draft_vocab='reduced'` drafts over the shipped draft vocabulary.
+    `kernel='stock'` decodes through transformers' forward and F.linear everywhere (the old path, to compare with the
+    exact default); `forward` says which ran."""
 
     m = get_method(method)
     if dtype not in DTYPES:
@@ -327,7 +330,8 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
     if not prompt:
         raise MtplabError("the prompt is empty; give some text with --prompt")
     dev = pick(device)
-    target = load_target(hf, heads_checkpoint if m.family is not None else None, device=dev, dtype=DTYPES[dtype])
+    target = load_target(hf, heads_checkpoint if m.family is not None else None, device=dev, dtype=DTYPES[dtype],
+                         kernel=kernel)
     if m.family is not None and target.config.heads != m.family:
         raise MtplabError(f"method {method} needs {m.family} heads, but {Path(heads_checkpoint).name} holds "
                           f"{target.config.heads} heads; train {m.family} heads with python -m mtplab train --hf "
@@ -341,16 +345,18 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
     if m.needs_draft_model:
         if draft_hf is None:
             raise MtplabError("method draft-model with --hf needs a smaller model with the same tokenizer: --draft-hf PATH")
-        draft = load_hf(draft_hf, device=dev, dtype=DTYPES[dtype])
+        draft = load_hf(draft_hf, device=dev, dtype=DTYPES[dtype], kernel=kernel)
     ids = chat_ids(target, prompt) if chat else target.encode(prompt)
     stop = end_of_turn(target) if chat else None
-    t0 = now()
-    trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
-                        top_k=top_k, seed=seed, alpha=alpha, draft_model=draft, stop=stop)
-    wall = now() - t0
+    with kernels.use_stock(kernel == "stock"):  # the heads' linears too
+        t0 = now()
+        trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
+                            top_k=top_k, seed=seed, alpha=alpha, draft_model=draft, stop=stop)
+        wall = now() - t0
     res = HFTrace.of(trace, target).summary()
     res.update(checkpoint=str(heads_checkpoint) if heads_checkpoint else target.path, hf=target.path,
-               device=describe(dev), wall_s=wall, draft_vocab=draft_vocab, chat=chat,
+               device=describe(dev), wall_s=wall, kernel=kernel, forward=target.forward_path,
+               draft_vocab=draft_vocab, chat=chat,
                answer=target.decode(trace.tokens[:-1] if trace.tokens[-1:] == [stop] else trace.tokens),
                ended_turn=stop is not None and trace.tokens[-1:] == [stop])
     return res

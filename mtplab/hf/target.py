@@ -130,7 +130,7 @@ class HFTarget(nn.Module):
         self.chat = False
         self.draft_vocab: torch.Tensor | None = None
         self._draft_rows: torch.Tensor | None = None
-        self._lab: LlamaForward | None = None
+        self._lab: LlamaForward | None = None  # built at the first forward that needs it, on the weights' device
         self.use_kernel(kernel)
 
     # ---- which forward and which kernel ---------------------------------------------------
@@ -141,7 +141,6 @@ class HFTarget(nn.Module):
             raise MtplabError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
         self.kernel = kernel
         self._why_stock = "kernel='stock'" if kernel == "stock" else unsupported(self.hf)
-        self._lab = None  # built at the next forward, on the weights' device
         return self
 
     @property
