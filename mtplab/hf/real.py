@@ -141,7 +141,7 @@ def _is_complete(folder: Path, digest: str) -> bool:
             return set(NEEDED) <= set(sizes) and all(
                 isinstance(n, int) and workfiles.regular(folder / f, limit=n, what=f, fix="") == n
                 for f, n in sizes.items() if isinstance(f, str) and "/" not in f)
-        for f in NEEDED[::2]:
+        for f in ("config.json", "tokenizer.json", "chat_template.jinja"):
             workfiles.regular(folder / f, limit=16 << 20, what=f, fix="")
         workfiles.safetensors_header(folder / "model.safetensors", limit=1 << 36, what="weights", fix="")
         return True

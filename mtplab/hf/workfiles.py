@@ -1,5 +1,6 @@
 """Validated, bounded readers for every file the real model's commands read back: the distillation's work folder
-(prompts.json, answers/ and cache/ shards, vocab-N.json, times.json, the heads' save sets), the data generator's
+(prompts.json, answers/ and cache/ shards, vocab-N.json, times.json; the heads' save sets are read by
+`mtplab.training.runs`), the data generator's
 work folder (`mtplab.hf.chatdata`: questions/ and answers/ shards, prompts.json) and what ships in data/hf/NAME
 (record.json, draft-vocab.json, the heads files).
 
@@ -26,7 +27,6 @@ MAX_PROMPT_CHARS = 6000        # a training prompt (the longest template, a pass
 MAX_PROMPTS = 1_000_000        # prompts in one prompts.json
 MAX_SHARD_JSON = 64 << 20      # bytes of one answers or questions shard
 MAX_CACHE_SHARD = 4 << 30      # bytes of one trunk-cache shard (256 rows of 2,048 positions of a 576-wide trunk: 0.6 GB)
-MAX_HEADS_RUN = 4 << 30        # bytes of a heads save set (.pt: heads and AdamW's two moments)
 MAX_HEADS_FILE = 2 << 30       # bytes of a heads .safetensors file
 MAX_SMALL_JSON = 16 << 20      # times.json, record.json, vocab-N.json, draft-vocab.json
 SHARD_NAME = re.compile(r"^[0-9]{5}\.(json|safetensors)$")
@@ -40,11 +40,14 @@ def rerun(stage: str) -> str:
     return f"delete it and rerun the {stage} stage with --resume"
 
 
+def in_shipped(path) -> bool:
+    """The file lies in what the lab ships (its folder does: a link there to elsewhere is still a shipped file)."""
+    return shipped_folder(Path(path).absolute().parent) is not None
+
+
 def shipped_fix(path) -> str:
     """The fix for a bad file that ships in data/: restore it, since no command rewrites it in place."""
-    d = shipped_folder(path)
-    where = Path(path).parent if d is not None else Path(path)
-    return f"restore it from git (git checkout -- {where})"
+    return f"restore it from git (git checkout -- {Path(path).parent})"
 
 
 # ------------------------------------------------------------------------------------------- the file itself
@@ -91,7 +94,7 @@ def _ids_why(ids, V: int, key: str) -> str:
     if not isinstance(ids, list):
         return f"{key} is a {type(ids).__name__}, not a list of token ids"
     bad = next(i for i in ids if not (type(i) is int and 0 <= i < V))
-    return f"{key} holds {str(bad)[:40]!r}, not a token id in 0..{V - 1}"
+    return f"{key} holds {json.dumps(bad)[:40]}, not a token id in 0..{V - 1}"
 
 
 def shards(folder, *, suffix: str = ".json") -> list[Path]:
@@ -255,40 +258,6 @@ def read_times(path) -> dict[str, list[float]]:
     return {k: [float(x) for x in v] for k, v in d.items()}
 
 
-def read_heads_run(path, *, shapes: dict | None = None, stage: str = "heads") -> dict:
-    """A heads save set of distill (NAME.pt: heads, opt, step, history, settings), loaded with weights_only (no
-    code runs) after `regular`; `shapes` (name -> shape of the attached heads) are checked against what it holds."""
-    import torch
-    fix = f"delete it and rerun the {stage} stage (it starts over)"
-    what = "a heads save set"
-    regular(path, limit=MAX_HEADS_RUN, what=what, fix=fix)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a torn or foreign file: UnpicklingError, RuntimeError, EOFError, ...
-        raise _bad(path, what, f"unreadable: {str(e).splitlines()[0][:120] if str(e) else type(e).__name__}",
-                   fix) from None
-    if not isinstance(state, dict) or set(state) < {"heads", "opt", "step", "history", "settings"}:
-        raise _bad(path, what, "it lacks heads, opt, step, history or settings", fix)
-    heads, opt, step = state["heads"], state["opt"], state["step"]
-    if not isinstance(heads, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in heads.items()):
-        raise _bad(path, what, "its heads are not named tensors", fix)
-    if not _is_int(step) or step < 0 or not isinstance(state["history"], list) or not isinstance(state["settings"], dict):
-        raise _bad(path, what, "its step, history or settings have the wrong type", fix)
-    if not isinstance(opt, dict) or not isinstance(opt.get("state"), dict) or not isinstance(opt.get("param_groups"), list):
-        raise _bad(path, what, "its optimizer state is not an optimizer's state_dict", fix)
-    if shapes is not None:
-        have = {k: tuple(v.shape) for k, v in heads.items()}
-        if have != {k: tuple(s) for k, s in shapes.items()}:
-            odd = sorted(set(have) ^ set(shapes)) or sorted(k for k in shapes if have[k] != tuple(shapes[k]))
-            raise _bad(path, what, f"its heads do not match this model's ({odd[0]} differs)", fix)
-        groups = opt["param_groups"]
-        if sum(len(g.get("params", [])) if isinstance(g, dict) else -1 for g in groups) != len(shapes):
-            raise _bad(path, what, "its optimizer state is for other parameters", fix)
-    if not all(bool(torch.isfinite(v).all()) for v in heads.values() if v.is_floating_point()):
-        raise _bad(path, what, "its heads hold NaN or infinite weights", fix)
-    return state
-
-
 # ------------------------------------------------------------------------------------------- what ships in data/hf/NAME
 def read_heads_record(path) -> dict:
     """data/hf/NAME/record.json: a JSON object whose "heads" (if any) maps names to objects."""
@@ -304,7 +273,7 @@ def check_heads_file(path) -> Path:
     """A heads .safetensors file (shipped or given) checked to be a regular file of bounded size before safetensors
     opens it (a FIFO would block its open forever); the fix names git for a shipped one."""
     p = Path(path)
-    fix = shipped_fix(p) if shipped_folder(p) is not None else "give the heads file that train --hf wrote"
+    fix = shipped_fix(p) if in_shipped(p) else "give the heads file that train --hf wrote"
     regular(p, limit=MAX_HEADS_FILE, what="a heads file", fix=fix)
     return p
 
