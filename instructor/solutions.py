@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mtplab.decoding.accept import accept
+from mtplab.teaching.peers import PAIRS
 def plain_forwards(m, k):
     if k == 1:
         return m
@@ -83,3 +84,28 @@ def sampled_verdict(p, q, u):
 
 def step_speedup(tps, split, ar):
     return tps * ar / sum(split[k] for k in ("target_s", "draft_s", "overhead_s"))
+
+
+# notebook 10
+def loop_ratio(record):
+    speed = {r["method"]: r["speedup_vs_hf_greedy"] for r in record["rows"]}
+    return {mine: speed[mine] / speed[hf] for hf, mine in PAIRS if hf in speed and mine in speed}
+
+
+# notebook 01, exercise 3
+def context_ratio(weights_ms, attn_ms, q, context):
+    return (weights_ms + q * context * attn_ms) / (weights_ms + context * attn_ms)
+
+
+# notebook 09
+def best_k(alpha, cost_curve, draft_cost, ks):
+    def speed(k):
+        return sum(alpha ** i for i in range(k)) / (cost_curve[k] + (k - 1) * draft_cost)
+    return max(ks, key=speed)
+
+
+# the laptop assignment (mtplab.teaching.classroom.ASSIGNMENT), from the student's own preflight record
+def laptop_prediction(record, row):
+    r = next(x for x in record["predictions"]["classroom"] if x["row"] == row)
+    ratio = {int(q): v for q, v in record["classroom"]["ratio"].items()}
+    return r["tokens_per_step"] / (ratio[r["verify_q"]] + r["draft_t1"] + (1.0 if r["plain"] else 0.0))

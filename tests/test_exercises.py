@@ -144,3 +144,77 @@ def test_a_wrong_answer_is_told_its_case_never_the_expected_value(checker, wrong
     # a deterministic checker names one failing case; the statistical one names its draws and its test
     assert not bad and ("case like" in bad.why or "draws" in bad.why), bad.why
     assert not any(w in bad.why for w in GIVEAWAYS), bad.why
+
+
+# ---------------------------------------------------------------------------------- checked by properties alone
+from mtplab.teaching import check as props  # noqa: E402
+from mtplab.teaching import classroom, peers  # noqa: E402
+
+PROPERTY_CASES = [
+    (props.check_context_ratio, sol.context_ratio, lambda w, a, q, c: (w + q * a) / (w + a), "context"),
+    (props.check_context_ratio, sol.context_ratio, lambda w, a, q, c: float(q), "attention work"),
+    (props.check_best_k, sol.best_k, lambda a, c, d, ks: max(ks), "only costs"),
+    (props.check_best_k, sol.best_k,  # the drafter's cost left out
+     lambda a, c, d, ks: max(ks, key=lambda k: sum(a ** i for i in range(k)) / c[k]), "costs more"),
+    (props.check_best_k, sol.best_k,  # drafts kept independently of the ones before
+     lambda a, c, d, ks: max(ks, key=lambda k: (1 + a * (k - 1)) / (c[k] + (k - 1) * d)), "every draft before it"),
+    (peers.check_loop_ratios, sol.loop_ratio,
+     lambda rec: {m: 1 / v for m, v in peers.loop_ratios(rec).items()}, "peers.loop_ratios"),
+    (peers.check_loop_ratios, sol.loop_ratio, lambda rec: {m: {r["method"]: r["speedup_vs_hf_greedy"] for r in
+                                                               rec["rows"]}[hf] / {r["method"]: r["speedup_vs_hf_greedy"]
+                                                               for r in rec["rows"]}[m] for hf, m in peers.PAIRS
+                                                           if m in {r["method"] for r in rec["rows"]}},
+     "case like"),
+]
+
+
+@pytest.mark.parametrize("checker,right,wrong,hint", PROPERTY_CASES, ids=[f"{c[0].__name__}-{c[3]}" for c in PROPERTY_CASES])
+def test_property_checkers_accept_right_and_reject_wrong(checker, right, wrong, hint):
+    good = checker(right)
+    assert good, str(good)
+    bad = checker(wrong)
+    assert not bad and hint in bad.why, bad.why
+    assert not any(w in bad.why for w in GIVEAWAYS), bad.why
+    assert not checker(boom) and "student bug" in checker(boom).why
+    assert not checker(lambda *a: None)
+
+
+def test_the_loop_ratio_checker_never_states_the_formula():
+    upside = peers.check_loop_ratios(lambda rec: {m: 1 / v for m, v in sol.loop_ratio(rec).items()})
+    assert not upside and "upside down" in upside.why
+    assert "divide" not in upside.why and "speedup_vs_hf_greedy" not in upside.why
+
+
+def _record(busy=None, others=0.05):
+    rows = [{"row": "meta k=4", "k": 4, "tokens_per_step": 2.4, "verify_q": 4, "draft_t1": 0.1, "plain": False,
+             "predicted_here": 2.4 / (1.3 + 0.1), "measured_there": 1.6}]
+    return {"machine": {"cpu": "x", "threads": 2}, "classroom": {"ratio": {"1": 1.0, "2": 1.1, "4": 1.3}},
+            "predictions": {"classroom": rows}, "busy": busy, "others_cores": others}
+
+
+def test_the_laptop_assignment_is_graded_from_the_students_own_record(tmp_path):
+    import json
+
+    rec = _record()
+    mine = sol.laptop_prediction(rec, "meta k=4")
+    ok = classroom.check_laptop_prediction(rec, "meta k=4", mine, measured=1.5)
+    assert ok and "raced 1.50x" in ok.why
+    assert not classroom.check_laptop_prediction(rec, "meta k=4", 1.6)  # the record machine's number
+    assert "not a prediction for your laptop" in classroom.check_laptop_prediction(rec, "meta k=4", 1.6).why
+    assert not classroom.check_laptop_prediction(rec, "meta k=4", 2.4)  # tokens per step alone
+    busy = classroom.check_laptop_prediction(_record(busy="other processes used 1.2 cores"), "meta k=4", mine)
+    assert not busy and "busy" in busy.why
+    rough = classroom.check_laptop_prediction(_record(others=None), "meta k=4", mine)
+    assert rough and "not measured" in rough.why
+    assert "choose among" in classroom.check_laptop_prediction(rec, "nope", 1.0).why
+    # a classmate's number does not pass on another laptop's record
+    other = _record()
+    other["classroom"]["ratio"]["4"] = 2.0
+    other["predictions"]["classroom"][0]["predicted_here"] = 2.4 / 2.1
+    (tmp_path / "a.json").write_text(json.dumps(rec))
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    graded = classroom.grade_class(tmp_path, {"a.json": {"row": "meta k=4", "predicted": mine},
+                                              "b.json": {"row": "meta k=4", "predicted": mine},
+                                              "c.json": {"row": "meta k=4", "predicted": mine}})
+    assert [g["ok"] for g in graded] == [True, False, False]
+    assert sol.laptop_prediction(other, "meta k=4") == pytest.approx(2.4 / 2.1)

@@ -69,7 +69,8 @@ def _predict(rows: list[dict], curve: dict) -> list[dict]:
         plain = m is not None and m.schedule == "plain"
         q = k - 1 if plain else k  # the verify's width: plain feeds the k-1 drafts, overlap the last token and them
         pred = theory.predicted_speedup(tps, ratio, min(q, max(ratio)), draft_cost=r.get("draft_t1", 0.0), plain=plain)
-        out.append({"row": r["row"], "k": k, "tokens_per_step": tps, "predicted_here": pred,
+        out.append({"row": r["row"], "k": k, "tokens_per_step": tps, "verify_q": min(q, max(ratio)),
+                    "draft_t1": r.get("draft_t1", 0.0), "plain": plain, "predicted_here": pred,
                     "measured_there": r.get("measured")})
     return out
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from mtplab.errors import MtplabError
 from mtplab.files import read_json
 from mtplab.paths import DATA_DIR
+from mtplab.teaching.check import Check, _number
 
 SHIPPED = DATA_DIR / "classroom"  # the machines this lab was measured on: its first points
 LIMIT = 1 << 20                   # a preflight record is a few kB
@@ -135,3 +136,61 @@ def figure(pts: list[dict], row: str, model: str = "classroom"):
     fig.suptitle(f"{model}, {row}: {len({p['source'] for p in chosen})} record(s); {raced} raced (filled), "
                  f"{len(chosen) - raced} predicted by preflight (hollow); dashed: plain decoding", fontsize=9)
     return fig
+
+
+# ---------------------------------------------------------------------------------- the laptop assignment
+ASSIGNMENT = """Predict your own laptop's speedup (graded from your preflight record):
+1. Run `python -m mtplab preflight --out preflight/NAME.json` with nothing else open.
+2. Pick one classroom row the record predicts (its `predictions.classroom`). From the record's own numbers (the
+   row's tokens per step, your t(q)/t(1) in `classroom.ratio`, the drafter's cost) predict its speedup on your
+   laptop by hand, and write down how you got it.
+3. Race the same row (`python -m mtplab bench decode --quick`, or notebook 05's race) and explain the gap between
+   your prediction and your race with the time split (target, drafter, rest)."""
+
+
+def check_laptop_prediction(record: dict, row: str, predicted, measured=None, *, tolerance: float = 0.03):
+    """Grade step 2 of ASSIGNMENT against the student's own preflight record: the prediction must match the
+    record's forecast for that row within `tolerance` (relative). A record taken on a busy machine, or whose load
+    was not measured, is said so; the record machine's number (measured_there) copied instead of this laptop's
+    is caught. `measured` (step 3) is only checked for being a speedup; the gap's explanation is read by a person."""
+    name = f"your laptop's speedup, {row}"
+    rows = {r.get("row"): r for r in ((record.get("predictions") or {}).get("classroom") or [])}
+    if row not in rows:
+        return Check(name, False, f"the record predicts no classroom row {row!r}; choose among: "
+                                  f"{', '.join(map(str, rows)) or 'none (rerun preflight)'}")
+    if record.get("busy"):
+        return Check(name, False, f"the record was taken on a busy machine ({record['busy']}): close other work, "
+                                  "rerun preflight and predict from the new record")
+    p = _number(predicted)
+    if p is None or p <= 0:
+        return Check(name, False, f"give your prediction as a positive number (got {predicted!r})")
+    want = rows[row]["predicted_here"]
+    there = rows[row].get("measured_there")
+    if abs(p - want) > tolerance * want:
+        if there and abs(p - there) <= 1e-3 * there:
+            return Check(name, False, "that is the speedup raced on the record's machine, not a prediction for "
+                                      "your laptop: use your own t(q)/t(1)")
+        return Check(name, False, f"{p:.2f}x is not what your own record's numbers give for {row}: recheck the "
+                                  "verify width (k tokens, or k - 1 for the plain schedule) and the drafter's cost")
+    note = "" if record.get("others_cores") is not None else " (the record's load was not measured: rough)"
+    if measured is not None:
+        m = _number(measured)
+        if m is None or m <= 0:
+            return Check(name, False, f"give your raced speedup as a positive number (got {measured!r})")
+        note += f"; raced {m:.2f}x, {m / p:.2f} of the prediction: explain the gap with the time split"
+    return Check(name, True, f"{p:.2f}x from your own laptop's numbers{note}")
+
+
+def grade_class(folder, submissions: dict[str, dict]) -> list[dict]:
+    """One row per submission {record file name: {"row", "predicted", "measured"}}, graded against that student's
+    own record in `folder` (read_records), so a classmate's numbers do not pass on another laptop."""
+    records = {r["source"]: r for r in read_records(folder)}
+    out = []
+    for source, sub in submissions.items():
+        rec = records.get(source)
+        if rec is None:
+            out.append({"source": source, "ok": False, "why": f"no record {source} in {folder}"})
+            continue
+        c = check_laptop_prediction(rec, sub.get("row"), sub.get("predicted"), sub.get("measured"))
+        out.append({"source": source, "ok": c.ok, "why": c.why})
+    return out

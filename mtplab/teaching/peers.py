@@ -126,21 +126,39 @@ def domain_sentences(record: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------------- notebook 10
 def check_loop_ratios(fn) -> Check:
-    """fn(record) -> {mtplab row name: mtplab's wall clock over HF's on the same drafts}, checked on a made-up
-    record whose answer is known."""
-    made_up = {"rows": [{"method": "HF generate, greedy", "speedup_vs_hf_greedy": 1.0},
-                        {"method": "mtplab AR", "speedup_vs_hf_greedy": 1.25},
-                        {"method": "HF prompt lookup, 3 drafts", "speedup_vs_hf_greedy": 2.0},
-                        {"method": "mtplab n-gram, HF's rule, k=4", "speedup_vs_hf_greedy": 1.0}]}
-    want = {"mtplab AR": 1.25, "mtplab n-gram, HF's rule, k=4": 0.5}
+    """fn(record) -> {mtplab row name: mtplab's wall clock over HF's on the same drafts}, checked on made-up records
+    (several, with speedups the student cannot guess, one missing a pair's HF row). A wrong answer is told its case
+    and the mistake it looks like, never the formula or the expected value."""
     name = "loop ratios"
-    got, err = _call(fn, made_up)
-    if err:
-        return Check(name, False, err)
-    if not isinstance(got, dict) or set(got) != set(want):
-        return Check(name, False, f"return a dict keyed by the mtplab rows {sorted(want)} (got {str(got)[:120]})")
-    bad = [n for n in want if not isinstance(got[n], (int, float)) or abs(got[n] - want[n]) > 1e-9]
-    if bad:
-        return Check(name, False, f"wrong on a case like the made-up record's {bad[0]} row (you gave {got[bad[0]]}); divide "
-                            "mtplab's speedup over HF greedy by HF's own row's speedup on the same drafts")
+    if "loop_ratios" in getattr(getattr(fn, "__code__", None), "co_names", ()):
+        return Check(name, False, "write it yourself from the record's rows instead of calling peers.loop_ratios")
+    (hf0, mine0), (hf1, mine1) = PAIRS[0], PAIRS[1]
+    cases = [{hf0: 1.0, mine0: 1.25, hf1: 2.0, mine1: 1.0}, {hf0: 1.0, mine0: 0.8, hf1: 1.6, mine1: 2.4},
+             {hf0: 1.0, mine0: 1.1, mine1: 1.7}]  # the last lacks the second pair's HF row: that pair has no ratio
+    for i, speeds in enumerate(cases, 1):
+        record = {"rows": [{"method": m, "speedup_vs_hf_greedy": v} for m, v in speeds.items()]}
+        by = {m: v for m, v in speeds.items()}
+        pairs = [(hf, mine) for hf, mine in PAIRS if hf in by and mine in by]
+        case = f"made-up record {i} of {len(cases)} (rows: {'; '.join(speeds)})"  # names, never the numbers
+        got, err = _call(fn, record)
+        if err:
+            return Check(name, False, f"{err} on a case like {case}")
+        if not isinstance(got, dict) or set(got) != {mine for _, mine in pairs}:
+            return Check(name, False, f"return a dict keyed by the mtplab rows that have their HF row in the record "
+                                      f"(got keys {sorted(got) if isinstance(got, dict) else type(got).__name__} on a "
+                                      f"case like {case})")
+        for hf, mine in pairs:
+            v = got[mine]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return Check(name, False, f"return numbers (got {v!r} for {mine} on a case like {case})")
+            right = by[mine] / by[hf]
+            if abs(v - right) <= 1e-9 * max(1.0, abs(right)):
+                continue
+            if by[hf] != 1.0 and abs(v - by[mine]) <= 1e-9:
+                hint = "that is the row against HF's plain greedy loop, not against HF on the same drafts"
+            elif abs(v * right - 1) <= 1e-9:
+                hint = "upside down: above 1 must mean mtplab's loop is the faster one"
+            else:
+                hint = "both rows are timed against the same HF greedy rounds; use that"
+            return Check(name, False, f"wrong on a case like {case}, for {mine}: {hint}")
     return Check(name, True, "both rows are timed against the same HF greedy rounds, so their ratio is the loop's")
