@@ -587,3 +587,85 @@ def _make_dry_run_plain(target: str) -> list[str]:
     r = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout.splitlines()
+
+
+# ------------------------------------------------------------------ projector-ready figures: one switch, measured
+def _text_sizes(fig) -> list[float]:
+    from matplotlib.text import Text
+
+    return [t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip()]
+
+
+def _figures():
+    """A bar chart from viz (8-point labels) and a Figure a module makes itself with 6-point text."""
+    from matplotlib.figure import Figure
+
+    from mtplab import viz
+
+    own = Figure(figsize=(4, 3))
+    ax = own.subplots()
+    ax.plot([1, 2, 3], [1, 4, 9], label="a line")
+    ax.annotate("small note", (2, 4), fontsize=6)
+    ax.legend(fontsize=7)
+    ax.set_xlabel("x", fontsize=8)
+    return [viz.bars({"AR": 1.0, "meta k=4": 1.4}, ylabel="speedup", reference=1.0, reference_label="AR"), own]
+
+
+@pytest.fixture
+def shell():
+    """An IPython shell with the inline backend's Figure formatter, as a notebook has after %matplotlib inline."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from matplotlib.figure import Figure
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    ip = InteractiveShell.instance()
+    set_matplotlib_formats("png")
+    yield ip
+    from mtplab.viz import style
+
+    style.projector(False)
+    ip.display_formatter.formatters["image/png"].pop(Figure, None)
+    InteractiveShell.clear_instance()
+
+
+def _png_width(data) -> int:
+    import base64
+
+    if isinstance(data, str):
+        data = base64.b64decode(data)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big")
+
+
+def test_projector_mode_scales_every_figures_text(shell):
+    from mtplab.viz import style
+
+    fmt = shell.display_formatter.formatters["image/png"]
+    shown = _figures()
+    plain = [_png_width(fmt(f)) for f in shown]
+    before = [_text_sizes(f) for f in shown]  # after a draw: tick labels exist only then
+    assert min(min(s) for s in before) <= 8  # the classroom sizes: too small for a projector
+    assert style.projector(True)
+    figs = _figures()
+    wide = [_png_width(fmt(f)) for f in figs]  # shown through the notebook's formatter, as a cell shows it
+    for f, b in zip(figs, before):
+        sizes = _text_sizes(f)
+        assert min(sizes) >= style.PROJECTOR_MIN_PT, sizes  # every text, tick labels too
+        assert max(sizes) >= style.PROJECTOR_TEXT * max(b) - 1e-9  # the largest grew as well
+    assert all(w >= 1.8 * p for w, p in zip(wide, plain)), (wide, plain)  # 1.4 x larger at 150 dpi
+    sizes = _text_sizes(figs[0])
+    fmt(figs[0])
+    assert _text_sizes(figs[0]) == sizes  # shown twice: scaled once
+    on = _png_width(style.png(_figures()[0]))  # the HTML views' PNGs follow the same switch
+    assert not style.projector(False)
+    assert on >= 2.5 * _png_width(style.png(_figures()[0]))  # 1.4 x larger at 150 dpi against 80
+    again = _figures()
+    fmt(again[0])
+    assert _text_sizes(again[0]) == before[0]  # off again: the classroom sizes
+    assert all(min(_text_sizes(f)) >= style.PROJECTOR_MIN_PT for f in figs)  # tick labels drawn late too
+
+
+def test_the_projector_switch_from_the_environment():
+    r = subprocess.run([sys.executable, "-c", "from mtplab.viz import style; print(style.projector_on())"],
+                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MTPLAB_PROJECTOR": "1"})
+    assert r.stdout.strip() == "True", r.stderr

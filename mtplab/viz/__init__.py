@@ -19,7 +19,7 @@ from mtplab.viz.decode import (acceptance_bars, acceptance_figure, compare_figur
                                speed_figure, step_kinds, trace_steps, tree_step, verify_forward)
 from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, StepRecord, TokenView, step_record
 from mtplab.viz.stats import conventions, estimate_vs_live, power_bars, pvalue_histogram, sampling_histogram
-from mtplab.viz.style import AR_COLOR, OVERLAP_COLOR, PLAIN_COLOR, bars, png, robust_ylim
+from mtplab.viz.style import AR_COLOR, OVERLAP_COLOR, PLAIN_COLOR, bars, png, projector, robust_ylim
 from mtplab.viz.text import label_layout_table, label_layout_text, markdown_table, steps_table, table
 from mtplab.viz.training import depth_accuracy, head_families, memory_curve, training_curves, training_lineage
 
@@ -28,6 +28,7 @@ __all__ = ["AR_COLOR", "COLORS", "KINDS", "LEGEND", "OVERLAP_COLOR", "PLAIN_COLO
            "compare_figure", "conventions", "cost_curve", "crossover", "decode_split", "depth_accuracy",
            "domain_panels", "estimate_vs_live",
            "forwards_vs_m", "head_families", "kv_cache_crop", "label_layout_table", "label_layout_text",
-           "markdown_table", "memory_curve", "png", "power_bars", "pvalue_histogram", "regime_map", "robust_ylim", "roofline",
+           "markdown_table", "memory_curve", "png", "power_bars", "projector",
+           "pvalue_histogram", "regime_map", "robust_ylim", "roofline",
            "sampling_histogram", "speed_figure", "step_kinds", "step_record", "step_times", "steps_table", "table",
            "time_split", "trace_steps", "training_curves", "training_lineage", "tree_step", "verify_forward"]
