@@ -156,3 +156,29 @@ def test_notebook_01_kernel_race_reports_both_kernels():
     lines = bottleneck.kernel_lines(kc)
     assert lines[0].startswith("these kernel timings:") and "equals the one-row call" in lines[-2]
     print("\n".join(lines))
+
+
+def test_token_tree_rows_are_the_one_token_forward_along_their_path():
+    from mtplab.decoding.tree import build_tree, verify_tree
+    model = ckpt.load("ntp").eval()
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 256, (1, 30), generator=g)
+    tree = build_tree([torch.randint(0, 256, (3,), generator=g).tolist() for _ in range(3)], (2, 2, 1))
+    root = 65
+    with torch.inference_mode():
+        cache = model.new_cache()
+        model(prompt, cache)
+        L = len(cache)
+        out = verify_tree(model, cache, root, tree)
+        bad = 0
+        for row in range(len(tree) + 1):  # row 0 is the root, row i + 1 node i
+            path = []
+            node = row - 1
+            while node >= 0:
+                path.append(tree.tokens[node])
+                node = tree.parent[node]
+            cache.crop(L)
+            for tok in [root] + path[::-1]:
+                one = model(torch.tensor([[tok]]), cache)
+            bad += not torch.equal(out.logits[0, row], one.logits[0, 0])
+    assert bad == 0

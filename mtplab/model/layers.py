@@ -132,7 +132,13 @@ class CausalSelfAttention(nn.Module):
             p = cache.length
             k, v = cache.append(layer, k, v)  # (B, H, P+T, D)
         drop = self.dropout if self.training else 0.0
-        if mask is not None:
+        if mask is not None and B == 1 and isinstance(cache, KVCache) and drop == 0.0 and kernels.exact_rows(x):
+            # a token tree's verify: each node attends to the keys it may see (the prefix and its ancestors), gathered
+            # in order, as the one-token decode along its path does
+            seen = mask.reshape(T, -1)  # (T, P+T)
+            y = torch.cat([F.scaled_dot_product_attention(q[:, :, t:t + 1], k[:, :, idx], v[:, :, idx])
+                           for t, idx in enumerate(seen.nonzero()[:, 1].split(seen.sum(1).tolist()))], dim=2)
+        elif mask is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         elif T == 1:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # one query sees every key
