@@ -199,6 +199,23 @@ def second_token_lines(st: dict[str, dict], band: tuple[float, float] = (0.85, 0
     return out
 
 
+def _against_bench(d3_more_live: bool, b1: dict | None, b3: dict | None) -> str:
+    """After a live verdict on D = 3 against D = 1: whether the benchmark's repeats rank them the same way, and when
+    they do not, why a live run and a record can differ, from what each measured."""
+    if b1 is None or b3 is None:
+        return " The benchmark has no row for both."
+    r1, r3 = b1.get("speedup_wall_reps") or [b1["speedup_wall"]], b3.get("speedup_wall_reps") or [b3["speedup_wall"]]
+    more, less = min(r3) > max(r1), max(r3) < min(r1)
+    if not (more or less):
+        return " In the benchmark their ranges overlap, so it does not rank them."
+    if more == d3_more_live:
+        return " The benchmark ranks them the same way."
+    return (f" The benchmark ranks them the other way ({b3['speedup_wall']:.2f}x for D = 3 against "
+            f"{b1['speedup_wall']:.2f}x, ranges apart). Its prompts, lengths and machine are on its source line, the "
+            "live run's above: a module forward and a wider verify cost differently on another machine and over "
+            "another decode length. Both are measurements; the ranking belongs to the machine and the decode.")
+
+
 def d1_against_d3(forwards: tuple[int, int], live: tuple[dict, dict], bench: tuple[dict | None, dict | None]) -> str:
     """D = 3 against D = 1 in words chosen from the numbers: target forwards, then time, live when the live ranges
     separate the two and the race found the machine quiet enough (`valid`), otherwise from the benchmark's repeats
@@ -211,7 +228,7 @@ def d1_against_d3(forwards: tuple[int, int], live: tuple[dict, dict], bench: tup
     if apart and valid:
         more = "more" if l3["median"] > l1["median"] else "less"
         return (out + f" and, live, gained {more} time ({l3['median']:.2f}x, range {l3['min']:.2f}-{l3['max']:.2f}, "
-                f"vs {l1['median']:.2f}x, range {l1['min']:.2f}-{l1['max']:.2f}).")
+                f"vs {l1['median']:.2f}x, range {l1['min']:.2f}-{l1['max']:.2f})." + _against_bench(more == "more", b1, b3))
     if not valid:
         out += ". Live, the machine was too busy for the timings to be valid, so this run cannot say which gained more time"
     else:
