@@ -89,6 +89,15 @@ def test_generate_with_a_non_utf8_cache_is_one_line_at_once(tmp_path, monkeypatc
 
 
 @needs_pkg
+def test_convert_with_a_non_utf8_cache_is_one_line_from_the_cli(tmp_path, monkeypatch, capsys):
+    """cv-cache-nonutf8: a traceback in the tokenizer's save after 48 s of dequantization."""
+    from tests.reliability.helpers import refused
+    monkeypatch.setenv("MTPLAB_CACHE", os.fspath(tmp_path / os.fsdecode(b"bad\xff")))
+    refused(capsys, "is not valid UTF-8", "convert", "smollm2")
+    assert os.listdir(tmp_path) == []
+
+
+@needs_pkg
 def test_a_cache_that_is_a_file_says_so(tmp_path, monkeypatch):
     """cv-cache-is-file: 'File exists ... a training run continues with --resume'."""
     (tmp_path / "c").write_text("a file")
@@ -207,6 +216,8 @@ DAMAGE = {  # review case: what happens to the converted folder
     "r-config-missing": lambda d: (d / "config.json").unlink(),
     "r-source-fifo": lambda d: fifo(d / real.SOURCE),
     "r-chat-template-missing": lambda d: (d / "chat_template.jinja").unlink(),
+    "r-chat-template-devzero": lambda d: devzero(d / "chat_template.jinja"),
+    "r-chat-template-fifo": lambda d: fifo(d / "chat_template.jinja"),
 }
 
 
@@ -238,3 +249,15 @@ def test_an_older_record_without_sizes_is_checked_by_its_files(tiny_convert):
     size = (folder / "model.safetensors").stat().st_size
     os.truncate(folder / "model.safetensors", size - 4)
     assert not real._is_complete(folder, rm.gguf_sha256)
+
+
+def test_a_gguf_that_describes_another_shape_is_refused_before_building(tiny_convert, monkeypatch):
+    """The last old case on the conversion's path: the sizes a model is built from (here the GGUF's: the tiny Llama's
+    2 x 64 in place of 30 x 576) are checked before the plain model is built from them."""
+    from transformers import LlamaForCausalLM
+    rm, cache, tok = tiny_convert
+    built = []
+    monkeypatch.setattr(LlamaForCausalLM, "__init__", lambda self, *a, **k: built.append(1))
+    one_line_error(lambda: real.convert(dataclasses.replace(rm, shape=RM.shape)), "describes 2 layers x 64",
+                   "reinstall", seconds=30)
+    assert not built and _left(cache) == []

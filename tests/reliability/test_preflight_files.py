@@ -91,3 +91,13 @@ def test_the_shipped_records_read():
     """The control: the records as shipped give rows to predict from."""
     assert preflight._classroom_rows() and preflight._real_rows()
     preflight.check_out(ROOT / "build" / "preflight.json")
+
+
+def test_preflight_out_dev_null_is_one_line_from_the_cli(capsys):
+    """p-out-devnull-ns: as root, preflight --out /dev/null turned /dev/null into a JSON file."""
+    from tests.reliability.helpers import refused
+    if not os.path.exists("/dev/null"):
+        pytest.skip("no /dev/null here")
+    st = os.stat("/dev/null")
+    refused(capsys, "--out /dev/null is a device or a pipe", "preflight", "--quick", "--out", "/dev/null")
+    assert os.stat("/dev/null").st_rdev == st.st_rdev
