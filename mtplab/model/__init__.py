@@ -4,6 +4,7 @@
 * `layers`: RMSNorm, rotary positions, the KV caches, attention, MLP, `Block`, `StackedBlocks`
 * `gpt`: the GPT trunk, `attach_heads`, and `deepen` (growth that keeps the function)
 * `heads`: Stern heads, Meta heads, DeepSeek modules
+* `kernels`: the exact linear and RMSNorm (numba): each row of a few-row call bit for bit the one-row call
 * `checkpoint`: safetensors weights plus a JSON record, written atomically, loaded without pickle
 * `toy`: random models with sharp distributions, for tests and small studies
 

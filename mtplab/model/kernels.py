@@ -205,7 +205,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            threads: int | None = None) -> torch.Tensor:
     """y = x W^T + b, x (..., n) -> (..., m), like F.linear; exact (see the module's docstring) where
     `exact_rows` says so, F.linear elsewhere. `threads` (default: torch's) splits the outputs."""
-    if not exact_rows(x, weight, bias) or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+    if (not exact_rows(x, weight, bias) or weight.dim() != 2 or x.shape[-1] != weight.shape[1]
+            or weight.dtype not in (torch.float32, torch.bfloat16, torch.float16)):
         return F.linear(x, weight, bias)  # F.linear's own error names mismatched shapes
     m, n = weight.shape
     rows = x.numel() // n
