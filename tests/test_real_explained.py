@@ -79,3 +79,9 @@ def test_rejections_outside_the_draft_vocabulary_are_counted():
                                              step([6], 0, 5, "correction")])
     assert real.outside_vocab(tr, [5, 6, 7]) == (1, 2)
     assert real.outside_vocab(tr, None) == (0, 2)
+
+
+def test_two_readings_of_one_quantity_say_how_far_apart_and_which_to_read():
+    assert "within 5%, the two readings agree" in real.two_readings("t(1)", 84.9, 86.0, "above", unit=" ms")
+    text = real.two_readings("SmolLM2's t(1)", 84.9, 99.8, "in the cost curve above", unit=" ms")
+    assert "84.9 ms here, 99.8 ms in the cost curve above: 18% apart" in text and "shipped record" in text

@@ -322,3 +322,14 @@ def outside_vocab(trace, vocab) -> tuple[int, int]:
     (`hf.study.rejections_outside`)."""
     from mtplab.hf.study import rejections_outside  # transformers
     return rejections_outside([trace], vocab)
+
+def two_readings(what: str, here: float, there: float, where: str, *, unit: str = "") -> str:
+    """One quantity measured twice in a notebook (one forward's time, one ratio): both, how far apart, and which to
+    read, in words chosen from the gap (the student's finding: two t(1) of one model 18% apart, unexplained)."""
+    gap = abs(here - there) / min(here, there)
+    fmt = (lambda v: f"{v:.1f}{unit}") if unit else (lambda v: f"{v:.2f}")
+    head = f"{what}: {fmt(here)} here, {fmt(there)} {where}"
+    if gap <= 0.05:
+        return f"{head}: within 5%, the two readings agree"
+    return (f"{head}: {gap:.0%} apart. The same forward, timed in two runs on this machine, moved that much; read each "
+            "measurement's ratios within itself, and the shipped record (run alone) for the number to quote")
