@@ -288,8 +288,8 @@ def real_headline(path: Path | None = None) -> str:
             f"<p class='small'>From <code>docs/bench/real.json</code> (<code>python -m mtplab bench real</code>): "
             f"{best['prompts']} held-out chat prompts, at most m = {record.get('m', '?')} new tokens each, 1 thread, "
             f"against AR of the same weights and kernels ({ar_ms:.0f} ms a token); measured on <b class='machine'>"
-            f"{html.escape(bench_machine(record['threads']['1']))}</b>. Notebook 01 §6 takes this speedup apart into acceptance and "
-            "cost.</p>")
+            f"{html.escape(bench_machine(record['threads']['1']))}</b>. Notebook 01 §6 takes this speedup apart into "
+            "acceptance and cost.</p>")
 
 
 def write_index(path: Path, results: list[Result], parameters: dict, live: bool, *, offline: bool = False) -> None:
