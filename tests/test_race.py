@@ -33,9 +33,9 @@ def test_race_interleaves_and_reports_ratios():
     timed = calls[3:]
     firsts = {timed[i] for i in range(0, len(timed), 3)}
     assert firsts == {"base", "fast", "odd"}  # every contender runs first somewhere: the order rotates
-    assert res.speedup("fast")["median"] > 1.3
+    assert res.row("fast")["speedup"] > 1.3
     assert res.identical("fast") == 3 and res.identical("odd") == 0
-    assert len(res.ratios("fast")) == 3 and res.speedup("base")["median"] == pytest.approx(1.0)
+    assert len(res.ratios("fast")) == 3 and res.row("base")["speedup"] == pytest.approx(1.0)
     assert {"cpu", "threads", "torch"} <= set(res.machine)
 
 

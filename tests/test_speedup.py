@@ -6,7 +6,11 @@ import statistics
 import pytest
 from matplotlib.figure import Figure
 
-from mtplab.measuring import speedup
+from mtplab.measuring import speedup, timing
+from mtplab.measuring.race import race
+from mtplab.measuring.record import Record
+from mtplab.measuring.timing import untimed_output
+from mtplab.teaching import words
 from mtplab import viz
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Step, Trace
@@ -38,17 +42,17 @@ def test_speedup_row_splits_measured_time_and_predicts_from_the_curve():
 
 
 def test_the_shipped_bench_reads_and_bad_files_give_one_line(tmp_path):
-    data = speedup.read_decode_bench()
-    assert data["rows"] and {"method", "speedup_wall", "speedup_predicted"} <= set(data["rows"][0])
+    rows = Record.load("decode").rows
+    assert rows and {"method", "speedup_wall", "speedup_predicted"} <= set(rows[0])
     bad = tmp_path / "decode.json"
     bad.write_text("{not json")
     with pytest.raises(MtplabError, match="not valid JSON"):
-        speedup.read_decode_bench(bad)
+        Record.load(bad)
     bad.write_text(json.dumps({"rows": None}))
     with pytest.raises(MtplabError, match="no 'rows'"):
-        speedup.read_decode_bench(bad)
+        Record.load(bad).table()
     with pytest.raises(MtplabError, match="missing; `python -m mtplab bench decode` writes it"):
-        speedup.read_decode_bench(tmp_path / "gone" / "decode.json")
+        Record.load(tmp_path / "gone" / "decode.json")
     table = viz.markdown_table([{"a": 1.234, "b": [0.5, 0.25]}], ["a", "b"])
     assert "| 1.23 | 0.50 0.25 |" in table
 
@@ -76,29 +80,31 @@ def test_paper_table_names_where_each_number_is_stated_and_fills_the_lab_column(
         assert name in papers
 
 
-def test_interleaved_warms_up_and_repeats_every_callable():
+def test_a_race_of_calls_warms_up_and_repeats_every_callable_and_gives_one_row_shape():
+    """Review finding (design-3, 6.2): one race's result came in five shapes. `RaceResult.row` is the one."""
     calls = {"ar": 0, "x": 0}
 
     def bump(name):
         def f():
             calls[name] += 1
         return f
-    out = speedup.interleaved({"ar": bump("ar"), "x": bump("x")}, repeats=5)
+    res = race({n: untimed_output(bump(n)) for n in calls}, [None], baseline="ar", rounds=5)
     assert calls == {"ar": 6, "x": 6}  # one warm-up each, then 5 rounds
-    assert len(out["x"]["seconds"]) == 5 and out["ar"]["median"] == pytest.approx(1.0)
-    assert out["x"]["min"] <= out["x"]["median"] <= out["x"]["max"]
-    assert "median of 5" in speedup.range_text(out["x"])
-    with pytest.raises(MtplabError, match="baseline"):
-        speedup.interleaved({"x": bump("x")})
+    row = res.row("x")
+    assert set(row) == {"speedup", "speedup_min", "speedup_max", "rounds", "identical", "prompts", "valid", "busy"}
+    assert len(row["rounds"]) == 5 and res.row("ar")["speedup"] == pytest.approx(1.0)
+    assert row["speedup_min"] <= row["speedup"] <= row["speedup_max"] and row["valid"] == (row["busy"] is None)
+    assert "median of 5" in words.range_text(row)
 
 
 def test_bench_rows_are_matched_by_method_and_checkpoint():
-    row = speedup.bench_row("deepseek", "deepseek-d1")
+    rec = Record.load("decode")
+    row = rec.row(method="deepseek", checkpoint="deepseek-d1")
     assert row is not None and row["label"] == "deepseek D=1"
-    assert speedup.bench_row("deepseek", "deepseek-d3")["label"] == "deepseek D=3"
-    assert speedup.bench_row("meta", "no-such-checkpoint") is None
-    assert speedup.bench_speedup_text(None) == "not in the benchmark"
-    assert "prompts" in speedup.bench_source()
+    assert rec.row(method="deepseek", checkpoint="deepseek-d3")["label"] == "deepseek D=3"
+    assert rec.row(method="meta", checkpoint="no-such-checkpoint") is None
+    assert words.bench_speedup_text(None) == "not in the benchmark"
+    assert "prompts" in rec.source_line()
 
 
 def test_the_papers_table_names_the_setting_of_each_number():
@@ -149,19 +155,18 @@ def test_decode_bench_row_counts_conditional_acceptance_as_the_trace_does(family
         tps / (ratio + 1 + statistics.median(s.draft_s for s in plain[0].steps[1:]) / curve.seconds[1]))
 
 
-def test_batch_sweep_races_both_and_checks_the_tokens(monkeypatch):
+def test_measure_batch_races_both_and_checks_the_tokens(monkeypatch):
     from mtplab.decoding.batch import BatchTrace
     from mtplab.decoding.drafters import SternDrafter
-    from mtplab.measuring import timing
     from tests.conftest import random_model
 
     model = random_model("stern", 3, seed=5).eval()
-    rows = speedup.batch_sweep(model, SternDrafter, [[1, 2, 3], [4, 5]], batch_sizes=(1, 2), max_new_tokens=6, k=3,
-                               repeats=2)
+    rows = timing.measure_batch(model, SternDrafter, [[1, 2, 3], [4, 5]], batch_sizes=(1, 2), max_new_tokens=6, k=3,
+                                repeats=2)
     assert [(r["kind"], r["batch_size"]) for r in rows] == [("ar", 1), ("spec", 1), ("ar", 2), ("spec", 2)]
     for r in rows:
-        assert r["speedup_min"] <= r["speedup_vs_ar"] <= r["speedup_max"] and r["repeats"] == 2
-        assert r["tokens_per_s"] > 0 and (r["kind"] == "spec" or r["speedup_vs_ar"] == 1.0)
+        assert r["speedup_min"] <= r["speedup"] <= r["speedup_max"] and r["repeats"] == 2 and "busy" in r
+        assert r["tokens_per_s"] > 0 and (r["kind"] == "spec" or r["speedup"] == 1.0)
     assert rows[0]["tokens_per_forward"] == 1.0  # batched AR: one token per row per forward
     real = timing.batched_speculative
 
@@ -171,7 +176,7 @@ def test_batch_sweep_races_both_and_checks_the_tokens(monkeypatch):
         return BatchTrace(res.traces, res.forwards, res.batch_sizes, res.wall_s)
     monkeypatch.setattr(timing, "batched_speculative", off_by_one)
     with pytest.raises(MtplabError, match="batch 1: batched speculative output differs"):
-        speedup.batch_sweep(model, SternDrafter, [[1, 2, 3]], batch_sizes=(1,), max_new_tokens=6, k=3, repeats=1)
+        timing.measure_batch(model, SternDrafter, [[1, 2, 3]], batch_sizes=(1,), max_new_tokens=6, k=3, repeats=1)
 
 
 @pytest.mark.slow
@@ -196,8 +201,8 @@ def test_bench_decode_races_each_pair_against_ar_of_its_own_checkpoint(tmp_path,
 
 
 def test_live_text_carries_the_busy_verdict():
-    live = {"prompts": 2, "median": 1.2, "repeats": 5, "max_new_tokens": 16, "min": 1.0, "max": 1.3, "valid": True,
-            "verdict": "valid: 5 interleaved rounds"}
-    assert speedup.live_text(live).endswith("range 1.00-1.30)")
-    live.update(valid=False, verdict="not valid here: the machine was busy (x); close other work and rerun")
-    assert "not valid here: the machine was busy (x)" in speedup.live_text(live)
+    live = {"prompts": 2, "speedup": 1.2, "rounds": [1.0] * 5, "max_new_tokens": 16, "speedup_min": 1.0,
+            "speedup_max": 1.3, "valid": True, "busy": None}
+    assert words.live_text(live).endswith("range 1.00-1.30)") and "median of 5" in words.live_text(live)
+    live.update(valid=False, busy="x")
+    assert "not valid here: the machine was busy (x)" in words.live_text(live)

@@ -14,6 +14,7 @@ from mtplab import viz
 from mtplab.decoding.trace import pooled
 from mtplab.teaching import deepseek
 from mtplab.teaching import bottleneck
+from mtplab.teaching import words
 from mtplab.decoding.generate import run_prompts
 from mtplab.decoding.accept import accept, distribution
 from mtplab.decoding.loop import autoregressive
@@ -156,7 +157,7 @@ def test_timed_decodes_and_ms_per_token():
     assert runs["c"].tokens == runs["n"].tokens
     assert all(bottleneck.ms_per_token(t) > 0 for t in runs.values())
     assert [len(v) for v in ms.values()] == [3, 3] and bottleneck.ms_per_token(runs["c"]) in ms["c"]
-    assert bottleneck.spread([3.0, 1.0, 2.0]) == "2.00 (range 1.00-3.00, n = 3)"
+    assert words.spread([3.0, 1.0, 2.0]) == "2.00 (range 1.00-3.00, n = 3)"
 
 
 def test_accept_rule_is_the_one_the_loop_uses():

@@ -8,8 +8,8 @@ from mtplab.teaching import batches
 
 
 def _row(B, median, lo, hi, tpf=2.0, kind="spec"):
-    return {"kind": kind, "batch_size": B, "speedup_vs_ar": median, "speedup_min": lo, "speedup_max": hi,
-            "tokens_per_forward": tpf}
+    return {"kind": kind, "batch_size": B, "speedup": median, "speedup_min": lo, "speedup_max": hi,
+            "tokens_per_forward": tpf, "valid": True, "busy": None}
 
 
 def test_trend_words_follow_the_numbers():
@@ -31,7 +31,7 @@ def test_a_speedup_that_grew_is_never_called_shrinking():
 
 def test_batch_lines_give_the_rule_and_the_shipped_row():
     lines = batches.batch_lines([_row(4, 1.2, 1.1, 1.3, tpf=2.4)], {4: 1.2}, "meta",
-                                shipped={4: {"speedup_vs_ar": 1.44}}, predict=True)
+                                shipped={4: {"speedup": 1.44}}, predict=True)
     assert "predicts 2.00x" in lines[0] and "batch-quick.json: 1.44x" in lines[0]
     hidden = batches.batch_lines([_row(4, 1.2, 1.1, 1.3, tpf=2.4)], {4: 1.2}, "meta")
     assert "predicts" not in hidden[0] and "t(k)/t(1)" not in hidden[0]  # exercise 2's answer stays hidden
@@ -50,13 +50,13 @@ def test_ratio_text_flags_a_ratio_below_one():
 
 
 def test_tree_lines_say_within_noise_when_the_ranges_overlap():
-    t = {"chain": {"median": 0.92, "min": 0.55, "max": 1.50, "repeats": 5},
-         "tree": {"median": 0.94, "min": 0.61, "max": 1.72, "repeats": 5}}
+    t = {"chain": {"speedup": 0.92, "speedup_min": 0.55, "speedup_max": 1.50, "rounds": [1.0] * 5, "busy": None},
+         "tree": {"speedup": 0.94, "speedup_min": 0.61, "speedup_max": 1.72, "rounds": [1.0] * 5, "busy": None}}
     lines = batches.tree_lines({"chain": 1.1, "tree": 1.65}, {"chain": 4, "tree": 16}, t, widths=(3, 2, 1),
                                prompts=1, tokens=24)
     assert "within noise of the chain" in lines[-1] and "1.50x the chain's tokens per forward" in lines[-1]
-    t["tree"] = {"median": 1.3, "min": 1.2, "max": 1.4, "repeats": 5}
-    t["chain"] = {"median": 1.0, "min": 0.9, "max": 1.1, "repeats": 5}
+    t["tree"] = {"speedup": 1.3, "speedup_min": 1.2, "speedup_max": 1.4, "rounds": [1.0] * 5, "busy": None}
+    t["chain"] = {"speedup": 1.0, "speedup_min": 0.9, "speedup_max": 1.1, "rounds": [1.0] * 5, "busy": None}
     assert "faster than" in batches.tree_lines({"chain": 1.1, "tree": 1.65}, {"chain": 4, "tree": 16}, t,
                                                widths=(3, 2, 1), prompts=2, tokens=24)[-1]
 
@@ -92,19 +92,19 @@ def test_batch_checker_names_the_case_not_the_answer(fn, words):
 
 
 def test_a_busy_race_says_so():
-    rows = [_row(1, 0.9, 0.8, 1.0), dict(_row(8, 0.7, 0.6, 0.8), valid=False)]
+    rows = [_row(1, 0.9, 0.8, 1.0), dict(_row(8, 0.7, 0.6, 0.8), valid=False, busy="x")]
     assert any("not valid here" in line and "B = 8" in line for line in batches.batch_lines(rows, {}, "m"))
     assert not any("not valid" in line for line in batches.batch_lines(rows[:1], {}, "m"))
-    t = {"chain": {"median": 1.0, "min": 0.9, "max": 1.1, "repeats": 5, "valid": True},
-         "tree": {"median": 1.2, "min": 0.5, "max": 1.9, "repeats": 5, "valid": False, "verdict": "not valid here: x"}}
+    t = {"chain": {"speedup": 1.0, "speedup_min": 0.9, "speedup_max": 1.1, "rounds": [1.0] * 5, "busy": None},
+         "tree": {"speedup": 1.2, "speedup_min": 0.5, "speedup_max": 1.9, "rounds": [1.0] * 5, "busy": "x"}}
     assert batches.tree_lines({"chain": 1.1, "tree": 1.6}, {"chain": 4, "tree": 16}, t, widths=(3, 2, 1), prompts=1,
-                              tokens=24)[-1] == "not valid here: x"
+                              tokens=24)[-1].startswith("not valid here: the machine was busy (x)")
 
 
 def test_the_prediction_waits_for_exercise_2_and_says_busy_first():
     """Review finding: 07 printed exercise 2's formula before the exercise, and blamed a gap on the drafter's cost
     while the race was marked busy."""
-    rows = [_row(1, 0.82, 0.73, 1.20, tpf=1.14), dict(_row(8, 0.67, 0.55, 0.74, tpf=1.97), valid=False)]
+    rows = [_row(1, 0.82, 0.73, 1.20, tpf=1.14), dict(_row(8, 0.67, 0.55, 0.74, tpf=1.97), valid=False, busy="x")]
     ratios = {1: 1.43, 8: 1.33}
     before = batches.prediction_lines(rows, ratios, "m", lambda tpf, c: None)
     assert len(before) == 1 and "not solved" in before[0] and "0.80" not in before[0]
@@ -113,15 +113,15 @@ def test_the_prediction_waits_for_exercise_2_and_says_busy_first():
     assert "predicts 0.80x" in after[1] and "inside the measured range" in after[1]
     assert "predicts 1.48x" in after[2] and "above the measured range" in after[2] and "busy" in after[2]
     assert "leaves out" not in after[2]
-    calm = batches.prediction_lines([dict(r, valid=True) for r in rows], ratios, "m", lambda tpf, c: tpf / c)
+    calm = batches.prediction_lines([dict(r, valid=True, busy=None) for r in rows], ratios, "m", lambda tpf, c: tpf / c)
     assert "leaves out" in calm[-1] and not any("not valid" in x for x in calm)
 
 
 def test_the_summary_carries_the_verdicts_of_its_sections():
     """Review finding: 07's summary said 'shrank' without the overlap and the busy flag, and dropped the tree's flag."""
-    rows = [_row(1, 0.82, 0.73, 1.20), dict(_row(8, 0.67, 0.55, 0.74), valid=False)]
-    t = {"chain": {"median": 0.93, "min": 0.80, "max": 1.20, "repeats": 5, "valid": False},
-         "tree": {"median": 1.21, "min": 0.82, "max": 1.34, "repeats": 5, "valid": False}}
+    rows = [_row(1, 0.82, 0.73, 1.20), dict(_row(8, 0.67, 0.55, 0.74), valid=False, busy="x")]
+    t = {"chain": {"speedup": 0.93, "speedup_min": 0.80, "speedup_max": 1.20, "rounds": [1.0] * 5, "busy": "x"},
+         "tree": {"speedup": 1.21, "speedup_min": 0.82, "speedup_max": 1.34, "rounds": [1.0] * 5, "busy": "x"}}
     kw = dict(summary={"chain": 1.26, "tree": 1.85}, width={"chain": 4, "tree": 16}, timed=t, widths=(3, 2, 1))
     batch, tree = batches.summary_lines(rows, {1: 1.43, 8: 1.33}, "m", show_width=False, **kw)
     assert batch.startswith("m: not valid here") and "cannot tell the two batch sizes apart" in batch

@@ -61,7 +61,7 @@ def test_regime_lines_compare_every_row_and_flag_noise():
     shipped = [_size(4, 256, 13, 1.32), _size(12, 256, 38, 1.30), _size(12, 768, 341, 1.77, fits=False),
                _size(24, 768, 680, 1.49, fits=False)]
     lines = bottleneck.regime_lines(live, shipped, None)
-    assert lines[0].startswith("the load check passed") and "is not monotonic in the weights" in lines[1]
+    assert lines[0].startswith("the race's guard passed") and "is not monotonic in the weights" in lines[1]
     assert any("13 MB row (3.51)" in ln and "noisy" in ln for ln in lines)
     assert not any("38 MB row" in ln for ln in lines)  # 1.19 against 1.30: within a quarter
     assert "the models that fit were cheaper to verify" in lines[-1]
@@ -76,13 +76,6 @@ def test_depth_words():
     assert "deeper trunk is where these heads pay more" in bottleneck.depth_words(apart, None)
     assert "cannot tell" in bottleneck.depth_words([row(4, 1.0, 0.7, 1.3), row(12, 1.4, 1.2, 1.6)], None)
     assert "pay" not in bottleneck.depth_words(apart, BUSY)
-
-
-def test_watch_reads_a_busy_verdict():
-    with bottleneck.Watch() as w:
-        sum(range(1000))
-    assert w.busy is None or "cores" in w.busy
-    assert ("load check passed" if w.busy is None else "not valid here") in w.line("x")
 
 
 def test_rise_count_counts_only_separated_intervals():
@@ -112,7 +105,8 @@ def test_length_from_conditionals_explains_short_steps():
 
 
 def test_05_live_lines_rank_nothing_when_busy_or_tied():
-    live = lambda m, lo, hi, ok=True: ({"median": m, "min": lo, "max": hi, "valid": ok, "verdict": "v"}, None)
+    live = lambda m, lo, hi, ok=True: ({"speedup": m, "speedup_min": lo, "speedup_max": hi, "valid": ok,
+                                        "busy": None if ok else "x"}, None)
     lives = {"a": live(1.5, 0.8, 2.4), "b": live(1.2, 1.1, 1.3, ok=False)}
     assert "ranks no method" in bottleneck.live_fastest_line(lives)
     assert "is read against its prediction" in bottleneck.prediction_line(lives, {"a": 1.2, "b": 1.0})
@@ -142,3 +136,28 @@ def test_real_live_words_invalidation_first():
 def test_why_shipped_differs_reads_the_record():
     line = bottleneck.why_shipped_differs(prompts=3, tokens=32, rounds=5)
     assert "this run 3 x 32" in line
+
+
+def test_the_shared_words_live_in_one_module():
+    """Review finding (design-3, 6.2): busy_line, _busy, _overlap, spread, NOT_VALID and three 'is the range above 1'
+    verdicts were written per companion. They live in `teaching.words`, and no companion defines them again."""
+    import ast
+    from pathlib import Path
+    from mtplab.measuring.race import NOT_VALID
+    from mtplab.teaching import words
+    # (classroom.spread is another function: one row's speedup across machines' records, not a timing's range)
+    shared = {"busy_line", "overlap", "_overlap", "NOT_VALID", "rate_text", "compare_rates", "verdict_words",
+              "range_text", "live_text", "range_words"}
+    for path in Path(words.__file__).parent.rglob("*.py"):
+        if path.name == "words.py":
+            continue
+        tree = ast.parse(path.read_text())
+        names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        assert not names & shared, (path.name, names & shared)
+    assert words.NOT_VALID is NOT_VALID and not hasattr(bottleneck, "spread")
+    assert words.overlap({"speedup_min": 1.0, "speedup_max": 1.2}, (1.1, 1.5)) and not words.overlap([1, 2], [3, 4])
+    assert words.range_words(1.2, 1.1, 1.3).startswith("faster than AR here")
+    assert words.range_words(0.9, 0.8, 0.95).startswith("slower than AR here")
+    assert "spans 1" in words.range_words(1.0, 0.9, 1.1)
+    assert words.busy_line("x", "t") == "t: " + NOT_VALID.format(why="x")

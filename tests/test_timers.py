@@ -70,11 +70,12 @@ def test_measurements_sync_before_every_clock_read(events):
 
 
 def test_the_notebooks_live_timings_sync_too(events):
-    import mtplab.measuring.speedup as speedup
+    from mtplab.measuring.race import race
 
     model = random_model("stern", 3, seed=4).eval()
-    speedup.live_speedup(model, "blockwise-overlap", [[1, 2, 3]], max_new_tokens=6, k=3, repeats=2)
-    speedup.interleaved({"ar": lambda: None, "x": lambda: None}, repeats=2)
+    timing.interleaved_race("blockwise-overlap", model, [[1, 2, 3]], max_new_tokens=6, k=3, repeats=2)
+    race({"ar": timing.untimed_output(lambda: None), "x": timing.untimed_output(lambda: None)}, [None], baseline="ar",
+         rounds=2)
     from mtplab.teaching import bottleneck
     bottleneck.timed_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=4, repeats=1)
     assert _unsynced(events) == []

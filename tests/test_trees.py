@@ -135,6 +135,6 @@ def test_tree_figures_are_figures(family_models):
     for ts in steps[1:]:
         assert isinstance(viz.tree_step(ts), Figure)
     rows = [{"kind": kind, "batch_size": b, "tokens_per_s": 10.0 * b, "latency_ms_per_token": 5.0,
-             "speedup_vs_ar": 1.2 / b} for kind in ("ar", "spec") for b in (1, 2, 4)]
+             "speedup": 1.2 / b} for kind in ("ar", "spec") for b in (1, 2, 4)]
     fig = viz.batch_tradeoff({"blockwise": rows})
     assert isinstance(fig, Figure) and len(fig.axes) == 3

@@ -128,10 +128,10 @@ def run_crossover(a) -> dict:
         res = race(contenders, [prompt], baseline="ar", rounds=reps, device=dev)
         ar = statistics.median(res.round_totals("ar"))
         for al in alphas:
-            sp = res.speedup(str(al))
             rows.append({"method": "oracle", "k": k, "width": d, "params_M": model.num_params() / 1e6, "alpha": al,
-                         "tokens_per_forward": res.outputs[str(al)][0].tokens_per_forward, "speedup_wall": sp["median"],
-                         "ar_ms_per_token": ar / m * 1e3, "valid": res.valid})
+                         "tokens_per_forward": res.outputs[str(al)][0].tokens_per_forward,
+                         "speedup_wall": res.row(str(al))["speedup"], "ar_ms_per_token": ar / m * 1e3,
+                         "valid": res.valid, "busy": res.busy})
     data = {"device": describe(dev), "dtype": a.dtype, "k": k, "m": m, "rows": rows}
     from mtplab import viz
     _write(Path(a.out), f"crossover-{a.dtype}", data,

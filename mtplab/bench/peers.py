@@ -134,11 +134,11 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
     n = len(prompts)
     rows = []
     for label, (who, _) in table.items():
-        sp = res.speedup(label)
+        sp = res.row(label)
         rows.append({"method": label, "who": who, "tokens_per_forward": m * n * repeats / max(1, forwards[label]),
-                     "speedup_vs_hf_greedy": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"],
-                     "identical_to_hf_greedy": res.identical(label), "prompts": n, "valid": res.valid,
-                     "verdict": res.verdict()})
+                     "speedup_vs_hf_greedy": sp["speedup"], "speedup_min": sp["speedup_min"],
+                     "speedup_max": sp["speedup_max"], "identical_to_hf_greedy": sp["identical"], "prompts": n,
+                     "valid": res.valid, "busy": res.busy, "verdict": res.verdict()})
     return rows
 
 
@@ -194,7 +194,7 @@ def forward_call_costs(target, *, context: int = 160, q: int = 4, repeats: int =
     one = race({w: untimed_output(fn) for w, fn in calls.items()}, [None], baseline="mtplab", rounds=repeats,
                device=dev)
     times = {w: verify.round_totals(w) for w in ways}
-    return {"context": context, "q": q, "repeats": repeats,
+    return {"context": context, "q": q, "repeats": repeats, "busy": verify.busy or one.busy,
             **{f"{w}_one_token_decode_ms": 1e3 * statistics.median(one.round_totals(w)) for w in calls},
             **{f"{w}_ms": 1e3 * statistics.median(t) for w, t in times.items()},
             **{f"{w}_range_ms": [1e3 * min(t), 1e3 * max(t)] for w, t in times.items()}}

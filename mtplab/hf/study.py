@@ -131,13 +131,12 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
     hf_label = "transformers generate"
     out = []
     for r in rows:
-        sp = res.speedup(r.label)
+        sp = res.row(r.label)
         traces = [o for o in res.outputs[r.label] if hasattr(o, "steps")]
         toks = res.tokens[r.label]
         row = {"label": r.label, "method": r.method, "family": r.family, "k": r.k, "draft_vocab": r.vocab,
                "dtype": r.dtype,
-               "speedup": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"], "rounds": sp["rounds"],
-               "identical_to_ar": res.identical(r.label), "prompts": len(prompts),
+               **sp, "identical_to_ar": sp["identical"],
                "looping": sum(loop_period(t) is not None for t in toks)}
         if r.dtype == "bf16" and "AR, bf16" in res.tokens:  # against AR of the same (bf16) model too
             row["vs_ar_same_dtype"] = statistics.median(

@@ -30,6 +30,8 @@ BUSY_SPREAD = 0.5     # spread of the baseline's round totals (`round_spread`) a
                       # 2-core VM, short CPU timings spread by up to 45%; two torch jobs on two cores spread them many-fold
 # said wherever the load could not be read: never "idle" without a measurement
 NOT_MEASURED = "the load of other processes was not measured here (install psutil: pip install psutil)"
+# said of every measurement the guard marks busy (`RaceResult.verdict`, `teaching.words.busy_line`)
+NOT_VALID = "not valid here: the machine was busy ({why}); close other work and rerun, or read the shipped record"
 
 
 class LoadMeter:
@@ -71,6 +73,8 @@ def busy_reason(others_cores: float | None, spread: float | None) -> str | None:
 
 @dataclass
 class RaceResult:
+    """The one result of a race: every timing, the outputs of round 0, and the busy-machine guard's verdict. `row`
+    is its one dict shape, which every caller (benchmarks, studies, notebooks) reads."""
     names: list[str]
     baseline: str
     rounds: int
@@ -93,9 +97,17 @@ class RaceResult:
         """Per round: the baseline's total time over this contender's."""
         return [b / max(1e-12, c) for b, c in zip(self.round_totals(self.baseline), self.round_totals(name))]
 
-    def speedup(self, name: str) -> dict:
+    def row(self, name: str) -> dict:
+        """One contender against the baseline: speedup (the median round's ratio), speedup_min and speedup_max (the
+        range over the rounds), rounds (every round's ratio), identical (prompts whose tokens equal the baseline's),
+        prompts, valid and busy (the guard's verdict: None when valid)."""
         r = self.ratios(name)
-        return {"median": statistics.median(r), "min": min(r), "max": max(r), "rounds": r}
+        return {"speedup": statistics.median(r), "speedup_min": min(r), "speedup_max": max(r), "rounds": r,
+                "identical": self.identical(name), "prompts": self.prompts, "valid": self.valid, "busy": self.busy}
+
+    def seconds_median(self, name: str) -> float:
+        """The median over the rounds of this contender's round total (seconds)."""
+        return statistics.median(self.round_totals(name))
 
     def identical(self, name: str) -> int:
         """Prompts whose round-0 tokens equal the baseline's."""
@@ -107,17 +119,10 @@ class RaceResult:
             load = (f"other processes used {self.others_cores:.2f} cores" if self.others_cores is not None
                     else NOT_MEASURED + ": only the rounds' spread was checked")
             return f"valid: {self.rounds} interleaved rounds over {self.prompts} prompts; {load}"
-        return (f"not valid here: the machine was busy ({self.busy}); close other work and rerun, or read the "
-                "shipped record")
+        return NOT_VALID.format(why=self.busy)
 
     def rows(self) -> list[dict]:
-        out = []
-        for n in self.names:
-            s = self.speedup(n)
-            out.append({"name": n, "speedup": s["median"], "speedup_min": s["min"], "speedup_max": s["max"],
-                        "seconds_median_round": statistics.median(self.round_totals(n)),
-                        "identical": self.identical(n), "prompts": self.prompts})
-        return out
+        return [{"name": n, **self.row(n), "seconds_median_round": self.seconds_median(n)} for n in self.names]
 
 
 def _tokens(out) -> list[int]:

@@ -126,6 +126,12 @@ class Record:
         or None when the record has none."""
         return next((r for r in self.table(key) if all(r.get(f) == v for f, v in match.items())), None)
 
+    def source_line(self) -> str:
+        """'docs/bench/decode.json: 6 prompts, m = 64, median of 3 interleaved repeats, fp32, measured on ...': the
+        record named beside a figure read from it."""
+        return (f"docs/bench/{self.path.name}: {self.get('prompts')} prompts, m = {self.get('max_new_tokens')}, "
+                f"median of {self.get('repeats')} interleaved repeats, {self.get('dtype')}, {self.machine_text()}")
+
     def machine_text(self) -> str:
         return machine_text(self.data.get("machine"), device=self.data.get("device"),
                             threads=self.data.get("threads"))

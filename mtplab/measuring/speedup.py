@@ -7,22 +7,14 @@ itself measured as the AR baseline's target time per step. Overhead (the accept 
 Python) is what the prediction leaves out. Measured, it is small (well under a tenth of a millisecond a step
 here), so a gap between the two columns is mostly timing noise and the difference between the cost curve's
 cache length and the decode's; overhead can only make the measured speedup *lower* than predicted. A single
-decode is one sample: `live_speedup` repeats interleaved decodes and reports the median and range, and
-`bench_row` reads the shipped benchmark's figure for the same pair to print beside it (`record.Record`).
+decode is one sample: `timing.interleaved_race` repeats interleaved decodes and reports the median and range, and
+`record.Record` reads the shipped benchmark's figure for the same pair to print beside it.
 """
 from __future__ import annotations
 
 from mtplab.measuring import theory
-from mtplab import paths
 from mtplab.errors import MtplabError
-from mtplab.measuring.record import Record
 from mtplab.decoding.trace import Trace
-from mtplab.measuring.race import race
-from mtplab.measuring.timing import interleaved_race, measure_batch, untimed_output
-from mtplab.device import machine_line
-
-BENCH_DECODE = paths.DECODE_JSON
-
 
 def tokens_per_step(trace: Trace) -> float:
     """Tokens committed per step after the prefills."""
@@ -53,110 +45,6 @@ def speedup_row(label: str, trace: Trace, baseline: Trace, cost_curve: dict[int,
             "overhead_ms": 1000 * split["overhead_s"], "step_ms": 1000 * split["wall_s"],
             "ar_step_ms": 1000 * ar_per_token, "draft_cost_t1": split["draft_s"] / t1,
             "predicted": predicted, "measured": tps * ar_per_token / split["wall_s"] if split["wall_s"] else 0.0}
-
-
-# The notebooks' names for `record.Record` (03, 04, 05, 07) and the widget's; new code calls Record itself.
-def read_decode_bench(path=BENCH_DECODE) -> dict:
-    """The decode benchmark's record as written (`Record.load(path).data`), checked to hold rows."""
-    rec = Record.load(path)
-    rec.table()  # one line when it has no rows
-    return rec.data
-
-
-def bench_row(method: str, checkpoint: str, path=BENCH_DECODE) -> dict | None:
-    """The shipped decode benchmark's row for this (method, checkpoint) pair, or None when it has none."""
-    try:
-        return Record.load(path).row(method=method, checkpoint=checkpoint)
-    except MtplabError:
-        return None
-
-
-def bench_source(path=BENCH_DECODE) -> str:
-    """One line naming the shipped decode benchmark: prompts, new tokens, repeats and the machine it ran on."""
-    try:
-        d = Record.load(path)
-    except MtplabError as e:
-        return str(e)
-    return (f"docs/bench/{d.path.name}: {d.get('prompts')} prompts, m = {d.get('max_new_tokens')}, "
-            f"median of {d.get('repeats')} interleaved repeats, {d.get('dtype')}, {d.machine_text()}")
-
-
-def shipped_row(name: str, **match) -> dict | None:
-    """The first row of docs/bench/NAME.json whose fields equal `match`, or None."""
-    try:
-        return Record.load(name).row(**match)
-    except MtplabError:
-        return None
-
-
-def bench_speedup_text(row: dict | None) -> str:
-    """'1.09x (range 1.02-1.12 over 3 repeats)' for a benchmark row; 'not in the benchmark' for None."""
-    if row is None:
-        return "not in the benchmark"
-    reps = row.get("speedup_wall_reps")
-    spread = f" (range {min(reps):.2f}-{max(reps):.2f} over {len(reps)} repeats)" if reps else ""
-    return f"{row['speedup_wall']:.2f}x{spread}"
-
-
-def live_speedup(model, method: str, prompts, *, max_new_tokens: int, k: int | None = None, repeats: int = 5,
-                 draft_model=None, baseline_model=None) -> dict:
-    """Wall-clock speedup of `method` over AR of the same target, measured as the benchmark measures it
-    (`timing.interleaved_race`: a warm-up pair, then `repeats` rounds of AR and the method back to back on every
-    prompt). Returns the per-round ratios (AR time / method time), their median, min and max, the traces of the
-    first round, the machine line and the race's busy-machine verdict. `baseline_model`: the model AR runs on,
-    when it is not `model` (method 1 against method 2 uses the same target, so leave it None)."""
-    r = interleaved_race(method, model, prompts, max_new_tokens=max_new_tokens, k=k, repeats=repeats,
-                         draft_model=draft_model, baseline_model=baseline_model)
-    return {"method": method, "k": k, "repeats": repeats, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
-            "ratios": r["rounds"], "median": r["speedup"], "min": r["speedup_min"], "max": r["speedup_max"],
-            "same_text": r["identical"], "traces": r["traces"], "machine": machine_line(model.wte.weight.device),
-            "valid": r["valid"], "verdict": r["verdict"]}
-
-
-def interleaved(fns: dict, *, repeats: int = 5, baseline: str = "ar", device="cpu") -> dict:
-    """Several zero-argument callables raced (`race`: one warm-up call each, then `repeats` rounds in rotating
-    order, the clock read after syncing `device`). Returns {name: {"seconds": [...], "ratios": [...], "median",
-    "min", "max", "repeats", "valid", "verdict"}}, where the ratios are baseline time / this one's time within the
-    same round (the speedup over the baseline)."""
-    if repeats < 1:
-        raise MtplabError(f"repeats must be >= 1 (got {repeats})")
-    res = race({n: untimed_output(fn) for n, fn in fns.items()}, [None], baseline=baseline, rounds=repeats,
-               device=device)
-    return {n: {"seconds": res.round_totals(n), "ratios": res.ratios(n), **res.speedup(n), "repeats": repeats,
-                "valid": res.valid, "verdict": res.verdict(), "busy": res.busy} for n in fns}
-
-
-def range_text(r: dict) -> str:
-    """'1.21x (median of 5, range 1.10-1.30)' for one entry of `interleaved`."""
-    return f"{r['median']:.2f}x (median of {r['repeats']}, range {r['min']:.2f}-{r['max']:.2f})"
-
-
-def batch_sweep(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: int, k: int, repeats: int = 5) -> list[dict]:
-    """`timing.measure_batch` with notebook 07's number of rounds: batched AR and batched speculation raced at each
-    batch size, rows with the median, min and max speedup; the same tokens checked."""
-    return measure_batch(model, make_drafter, prompts, batch_sizes=batch_sizes, max_new_tokens=max_new_tokens, k=k,
-                         repeats=repeats)
-
-
-def live_text(live: dict) -> str:
-    """'1.05x live (median of 5 interleaved repeats, range 0.98-1.10)', and the race's verdict when the machine
-    was too busy for it to be valid."""
-    prompts = f"{live['prompts']} prompt{'s' if live['prompts'] != 1 else ''}"
-    busy = "" if live.get("valid", True) else f"; {live['verdict']}"
-    return (f"{live['median']:.2f}x live (median of {live['repeats']} interleaved repeats over {prompts} "
-            f"x {live['max_new_tokens']} tokens, range {live['min']:.2f}-{live['max']:.2f}{busy})")
-
-
-def agree(live: dict, row: dict | None) -> str:
-    """Whether the live range holds the benchmark's figure, in words a notebook can print beside both."""
-    if row is None:
-        return "no benchmark figure for this pair"
-    b = row["speedup_wall"]
-    if live["min"] <= b <= live["max"]:
-        return "the benchmark's figure lies inside the live range"
-    side = "below" if b < live["min"] else "above"
-    return (f"the benchmark's figure lies {side} the live range: the live run is shorter (fewer prompts and tokens) "
-            f"and ran under another load, so quote the benchmark")
 
 
 # The papers' numbers, each with where it is stated; the lab's counterpart is measured by the caller.

@@ -29,9 +29,10 @@ def untimed_output(fn):
 
 
 @torch.inference_mode()
-def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int = 5) -> float:
+def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int = 5) -> dict:
     """t(q)/t(1) at batch size B: one cached forward over q new tokens per row, against one token per row, raced
-    (`race`: a warm-up each, `repeats` interleaved rounds, the medians)."""
+    (`race`: a warm-up each, `repeats` interleaved rounds, the medians). Returns {"ratio", "busy"} (the race's
+    busy-machine verdict: None when valid)."""
     dev = model.wte.weight.device
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -45,7 +46,7 @@ def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int =
         cache.lengths = [context] * B
     res = race({n: untimed_output(lambda n=n: forward(n)) for n in (1, q)}, [None], baseline=1, rounds=repeats,
                device=dev)
-    return statistics.median(res.round_totals(q)) / statistics.median(res.round_totals(1))
+    return {"ratio": res.seconds_median(q) / res.seconds_median(1), "busy": res.busy}
 
 
 class _Batch:
@@ -60,7 +61,8 @@ def measure_batch(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: 
     """For each batch size B: batched AR and batched speculation on the first B prompts, raced (`race`: a warm-up
     each, `repeats` interleaved rounds). Rows: batch_size, tokens_per_s and latency_ms_per_token (the median round;
     latency is wall time over the tokens one row got), tokens_per_forward (per row), the speedup over AR at the
-    same B (median of the rounds, min, max) and the busy-machine guard's verdict. Checks greedy equality."""
+    same B and the busy-machine guard's verdict (`RaceResult.row`: speedup, speedup_min, speedup_max, rounds,
+    valid, busy). Checks greedy equality."""
     dev = model.wte.weight.device
     rows = []
     for B in batch_sizes:
@@ -71,13 +73,12 @@ def measure_batch(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: 
         if res.outputs["spec"][0].batch.tokens != res.outputs["ar"][0].batch.tokens:
             raise MtplabError(f"batch {B}: batched speculative output differs from batched AR")
         for name in ("ar", "spec"):
-            wall = statistics.median(res.round_totals(name))
-            out, sp = res.outputs[name][0].batch, res.speedup(name)
+            wall = res.seconds_median(name)
+            out, row = res.outputs[name][0].batch, res.row(name)
+            del row["identical"], row["prompts"]  # one batch: its tokens were checked above
             rows.append({"kind": name, "batch_size": B, "tokens_per_s": out.new_tokens / wall,
                          "latency_ms_per_token": 1e3 * wall / max_new_tokens,
-                         "tokens_per_forward": out.new_tokens / sum(out.batch_sizes),
-                         "speedup_vs_ar": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"],
-                         "repeats": repeats, "valid": res.valid})
+                         "tokens_per_forward": out.new_tokens / sum(out.batch_sizes), **row, "repeats": repeats})
     return rows
 
 
@@ -153,7 +154,8 @@ def forward_cost(cfg: ModelConfig, q: int, *, context: int, bytes_per_param: flo
 def machine_balance(device="cpu", *, n: int = 768, repeats: int = 5) -> dict:
     """Measure this machine's matmul FLOP/s and memory copy bandwidth; their ratio is the roofline's ridge.
 
-    A forward whose FLOPs per byte moved lies below the ridge is bound by memory, above it by compute.
+    A forward whose FLOPs per byte moved lies below the ridge is bound by memory, above it by compute. The two are
+    raced (`race`), and "busy" is the race's busy-machine verdict (None when valid).
     """
     device = torch.device(device)
     a = torch.randn(n, n, device=device)
@@ -163,10 +165,11 @@ def machine_balance(device="cpu", *, n: int = 768, repeats: int = 5) -> dict:
 
     res = race({"matmul": untimed_output(lambda: a @ b), "copy": untimed_output(lambda: dst.copy_(src))}, [None],
                baseline="matmul", rounds=repeats, device=device)
-    t_mm, t_cp = (statistics.median(res.round_totals(n)) for n in ("matmul", "copy"))
+    t_mm, t_cp = (res.seconds_median(n) for n in ("matmul", "copy"))
     flops_per_s = 2 * n ** 3 / t_mm
     bytes_per_s = 2 * src.numel() * 4 / t_cp  # read and write
-    return {"flops_per_s": flops_per_s, "bytes_per_s": bytes_per_s, "ridge": flops_per_s / bytes_per_s}
+    return {"flops_per_s": flops_per_s, "bytes_per_s": bytes_per_s, "ridge": flops_per_s / bytes_per_s,
+            "busy": res.busy}
 
 
 # ---------------------------------------------------------------------------------- memory
@@ -238,8 +241,9 @@ def interleaved_race(method: str, model, prompts, *, max_new_tokens: int, k: int
                      draft_model=None, bar=None, baseline_model=None, **options) -> dict:
     """A method against AR of the same model, through the lab's one race (`mtplab.measuring.race`): a warm-up each,
     then `repeats` interleaved rounds over the prompts. The speedup of a round is its AR time over its method time;
-    the result gives the median round and the range, the traces of the first round, how many prompts gave output
-    identical to AR's (greedy, fp32: all of them), and the busy-machine guard's verdict (`valid`, `verdict`).
+    the result is the race's one row shape (`RaceResult.row`: speedup, speedup_min, speedup_max, rounds, identical,
+    prompts, valid, busy), with the guard's `verdict` line, the traces of the first round (`traces`, `ar_traces`),
+    tokens_per_forward, ar_ms_per_token, method, k, repeats and max_new_tokens.
     `options` go to `decode_with` (adapt, threshold, rule). `baseline_model`: the model AR runs on, when it is not
     `model`."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -256,12 +260,9 @@ def interleaved_race(method: str, model, prompts, *, max_new_tokens: int, k: int
                warmup=lambda name, _fn: decode_with("ar", ar_model, prompts[0], max_new_tokens=8) if name == "ar"
                else decode_with(method, model, prompts[0], max_new_tokens=8, **kw))
     traces, ar_traces = res.outputs["method"], res.outputs["ar"]
-    sp = res.speedup("method")
     toks = sum(len(t.tokens) for t in traces)
     ar_s = [s for r in res.seconds["ar"] for s in r]
-    return {"method": method, "k": k, "speedup": sp["median"], "speedup_min": sp["min"], "speedup_max": sp["max"],
-            "rounds": sp["rounds"], "repeats": repeats, "prompts": len(prompts),
-            "tokens_per_forward": toks / max(1, sum(t.forwards for t in traces)),
-            "ar_ms_per_token": 1e3 * statistics.median(ar_s) / max_new_tokens,
-            "identical": res.identical("method"), "traces": traces, "ar_traces": ar_traces,
-            "valid": res.valid, "verdict": res.verdict(), "busy": res.busy}
+    return {**res.row("method"), "verdict": res.verdict(), "method": method, "k": k, "repeats": repeats,
+            "max_new_tokens": max_new_tokens, "tokens_per_forward": toks / max(1, sum(t.forwards for t in traces)),
+            "ar_ms_per_token": 1e3 * statistics.median(ar_s) / max_new_tokens, "traces": traces,
+            "ar_traces": ar_traces}

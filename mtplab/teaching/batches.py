@@ -1,6 +1,6 @@
 """Notebook 07's companion: what a batch and a tree do to speculation, read in words computed from the numbers.
 
-The studies are `measuring.speedup.batch_sweep`, `measuring.timing.batch_cost_ratio` and
+The studies are `measuring.timing.measure_batch`, `measuring.timing.batch_cost_ratio` and
 `decoding.tree.tree_speculative`; this module turns their rows into the sentences the notebook prints (every verdict
 word, "shrank", "grew", "within noise", comes from the rows, so a rerun cannot contradict it) and holds the two
 exercises' checkers. A checker says which kind of case it failed on, never the expected value.
@@ -14,13 +14,9 @@ import math
 from mtplab.decoding.tree import nodes_per_depth
 from mtplab.errors import MtplabError
 from mtplab.teaching.check import Check, number_from
+from mtplab.teaching.words import NOT_VALID, overlap, range_text
 
 NOISE = 0.05  # a median that moved by less than this fraction "stayed about the same"
-
-
-def _overlap(a: dict, b: dict) -> bool:
-    """Do two rows' speedup ranges (min-max over the rounds) overlap?"""
-    return a["speedup_min"] <= b["speedup_max"] and b["speedup_min"] <= a["speedup_max"]
 
 
 def trend(before: float, after: float, *, noise: float = NOISE) -> str:
@@ -55,17 +51,16 @@ def ratio_text(ratios: dict[int, float]) -> str:
 def _spec_rows(rows: list[dict], method: str) -> list[dict]:
     spec = sorted((r for r in rows if r["kind"] == "spec"), key=lambda r: r["batch_size"])
     if not spec:
-        raise MtplabError(f"no speculative rows for {method}: run speedup.batch_sweep first")
+        raise MtplabError(f"no speculative rows for {method}: run timing.measure_batch first")
     return spec
 
 
 def _busy(spec: list[dict]) -> list[int]:
-    return [r["batch_size"] for r in spec if r.get("valid", True) is False]
+    return [r["batch_size"] for r in spec if r.get("busy")]
 
 
-def busy_line(busy: list[int]) -> str:
-    return (f"not valid here: the machine was busy while B = {', '.join(map(str, busy))} ran (the race's guard); close "
-            "other work and rerun, or read the shipped batch-quick.json")
+def _busy_sizes(busy: list[int]) -> str:
+    return NOT_VALID.format(why=f"the race's guard, while B = {', '.join(map(str, busy))} ran")
 
 
 def batch_trend(rows: list[dict], method: str) -> str:
@@ -73,12 +68,12 @@ def batch_trend(rows: list[dict], method: str) -> str:
     the ranges overlap, and the not-valid flag first when the race's guard marked any batch size busy."""
     spec = _spec_rows(rows, method)
     first, last = spec[0], spec[-1]
-    moved = trend(first["speedup_vs_ar"], last["speedup_vs_ar"])
-    noise = _overlap(first, last)
+    moved = trend(first["speedup"], last["speedup"])
+    noise = overlap(first, last)
     busy = _busy(spec)
     return ((f"not valid here (the machine was busy while B = {', '.join(map(str, busy))} ran): " if busy else "")
             + f"from B = {first['batch_size']} to B = {last['batch_size']} the median speedup over AR "
-            f"{moved} ({first['speedup_vs_ar']:.2f}x -> {last['speedup_vs_ar']:.2f}x)"
+            f"{moved} ({first['speedup']:.2f}x -> {last['speedup']:.2f}x)"
             + ("; the two ranges overlap, so this run cannot tell the two batch sizes apart"
                if noise and moved != "stayed about the same" else "; the ranges do not overlap" if not noise else ""))
 
@@ -93,12 +88,12 @@ def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, ship
     lines = []
     for r in spec:
         B = r["batch_size"]
-        line = (f"B = {B:2d}: {r['speedup_vs_ar']:.2f}x over batched AR (range {r['speedup_min']:.2f}-"
+        line = (f"B = {B:2d}: {r['speedup']:.2f}x over batched AR (range {r['speedup_min']:.2f}-"
                 f"{r['speedup_max']:.2f}), {r['tokens_per_forward']:.2f} tokens per row-forward")
         if predict and B in ratios and ratios[B] > 0:
             line += f"; the rule tokens / (t(k)/t(1)) predicts {r['tokens_per_forward'] / ratios[B]:.2f}x"
         if shipped and shipped.get(B):
-            line += f"; shipped batch-quick.json: {shipped[B]['speedup_vs_ar']:.2f}x (1 repeat)"
+            line += f"; shipped batch-quick.json: {shipped[B]['speedup']:.2f}x (1 repeat)"
         lines.append(line)
     pays = [r["batch_size"] for r in spec if r["speedup_min"] > 1]
     loses = [r["batch_size"] for r in spec if r["speedup_max"] < 1]
@@ -106,7 +101,7 @@ def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, ship
                  f"in every round: {', '.join(map(str, loses)) or 'none'}")
     busy = _busy(spec)
     if busy:
-        lines.append(busy_line(busy))
+        lines.append(_busy_sizes(busy))
     if len(spec) > 1:
         lines.append(f"{method}: {batch_trend(rows, method)}")
     return lines
@@ -122,7 +117,7 @@ def prediction_lines(rows: list[dict], ratios: dict[int, float], method: str, ru
                 "beside the measured speedups"]
     spec = _spec_rows(rows, method)
     busy = _busy(spec)
-    lines = [busy_line(busy) + ": a gap below is timing noise before it is anything the rule leaves out"] if busy else []
+    lines = [_busy_sizes(busy) + ": a gap below is timing noise before it is anything the rule leaves out"] if busy else []
     for r in spec:
         B = r["batch_size"]
         if B not in ratios or ratios[B] <= 0:
@@ -130,7 +125,7 @@ def prediction_lines(rows: list[dict], ratios: dict[int, float], method: str, ru
         pred = float(rule(r["tokens_per_forward"], ratios[B]))
         where = ("inside the measured range" if r["speedup_min"] <= pred <= r["speedup_max"] else
                  "above the measured range" if pred > r["speedup_max"] else "below the measured range")
-        line = (f"B = {B:2d}: your rule predicts {pred:.2f}x, measured {r['speedup_vs_ar']:.2f}x (range "
+        line = (f"B = {B:2d}: your rule predicts {pred:.2f}x, measured {r['speedup']:.2f}x (range "
                 f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}): the prediction lies {where}")
         if where == "above the measured range":
             line += (" (the machine was busy: rerun alone before reading the gap)" if B in busy else
@@ -142,8 +137,8 @@ def prediction_lines(rows: list[dict], ratios: dict[int, float], method: str, ru
 def tree_lines(summary: dict[str, float], width: dict[str, int], timed: dict, *, widths, prompts: int,
                tokens: int, show_width: bool = True) -> list[str]:
     """The tree against the chain: tokens per forward, verify width (only with show_width=True: exercise 1 asks
-    for it), wall clock over AR, and the verdict words ('faster', 'slower', 'within noise') from the timed ranges,
-    led by the race's not-valid flag when it was busy."""
+    for it), wall clock over AR (timed: name -> `RaceResult.row`), and the verdict words ('faster', 'slower',
+    'within noise') from the timed ranges, led by the race's not-valid flag when it was busy."""
     for name in ("chain", "tree"):
         if name not in summary or name not in timed or name not in width:
             raise MtplabError(f"no {name!r} row: give the chain's and the tree's tokens per forward, width and timing")
@@ -151,23 +146,28 @@ def tree_lines(summary: dict[str, float], width: dict[str, int], timed: dict, *,
     lines = [f"{name} {w}: {summary[name]:.2f} tokens per forward"
              + (f" at a verify width of {width[name]}" if show_width or name == "chain" else
                 " (its verify width: exercise 1)") + "; wall clock "
-             f"over AR {timed[name]['median']:.2f}x (median of {timed[name]['repeats']}, range "
-             f"{timed[name]['min']:.2f}-{timed[name]['max']:.2f})"
+             f"over AR {range_text(timed[name])}"
              for name, w in (("chain", (1,) * len(widths)), ("tree", tuple(widths)))]
-    apart = tr["min"] > ch["max"] or ch["min"] > tr["max"]
-    pace = ("faster than" if tr["median"] > ch["median"] else "slower than") if apart else "within noise of"
+    pace = _pace(ch, tr)
     lines.append(_tree_flag(timed)
                  + f"the tree commits {summary['tree'] / summary['chain']:.2f}x the chain's tokens per forward and ran "
                  f"{pace} the chain ({prompts} held-out prompt{'s' * (prompts != 1)} x {tokens} tokens, not the drawn step's "
                  "prompt)")
-    verdict = next((timed[n].get("verdict") for n in ("chain", "tree") if timed[n].get("valid", True) is False), None)
-    if verdict:
-        lines.append(verdict)
+    why = next((timed[n]["busy"] for n in ("chain", "tree") if timed[n]["busy"]), None)
+    if why:
+        lines.append(NOT_VALID.format(why=why))
     return lines
 
 
+def _pace(ch: dict, tr: dict) -> str:
+    """The tree against the chain, from their ranges over the rounds: a side only when the ranges do not overlap."""
+    if overlap(ch, tr):
+        return "within noise of"
+    return "faster than" if tr["speedup"] > ch["speedup"] else "slower than"
+
+
 def _tree_flag(timed: dict) -> str:
-    busy = any(timed[n].get("valid", True) is False for n in ("chain", "tree"))
+    busy = any(timed[n]["busy"] for n in ("chain", "tree"))
     return "not valid here (the machine was busy while the tree race ran): " if busy else ""
 
 
@@ -177,15 +177,14 @@ def summary_lines(rows: list[dict], ratios: dict[int, float], method: str, *, su
     lines printed there (`batch_trend`, `tree_lines`); the tree's width only once exercise 1 is solved."""
     b0, b1 = min(ratios), max(ratios)
     ch, tr = timed["chain"], timed["tree"]
-    apart = tr["min"] > ch["max"] or ch["min"] > tr["max"]
-    pace = ("faster than" if tr["median"] > ch["median"] else "slower than") if apart else "within noise of"
+    pace = _pace(ch, tr)
     w = f"a verify width of {width['tree']}" if show_width else "the verify width of exercise 1"
     return [f"{method}: {batch_trend(rows, method)}; t(k)/t(1) went from {ratios[b0]:.2f} to {ratios[b1]:.2f} over the "
             "same batch sizes.",
             f"{_tree_flag(timed)}a tree {tuple(widths)} committed {summary['tree']:.2f} tokens per forward against the "
             f"chain's {summary['chain']:.2f}, at {w} instead of {width['chain']}; it ran {pace} the chain (wall clock "
-            f"over AR {tr['median']:.2f}x, range {tr['min']:.2f}-{tr['max']:.2f}, against "
-            f"{ch['median']:.2f}x, range {ch['min']:.2f}-{ch['max']:.2f})."]
+            f"over AR {tr['speedup']:.2f}x, range {tr['speedup_min']:.2f}-{tr['speedup_max']:.2f}, against "
+            f"{ch['speedup']:.2f}x, range {ch['speedup_min']:.2f}-{ch['speedup_max']:.2f})."]
 
 
 # ---------------------------------------------------------------------------------------------- exercises

@@ -12,7 +12,7 @@ from mtplab.measuring import theory
 from mtplab.measuring import teacher_forced as tf
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.record import Record
-from mtplab.measuring.speedup import bench_source
+from mtplab.teaching.words import compare_rates, rate_text
 from mtplab.decoding.accept import accept
 from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.decoding.drafters import OracleDrafter
@@ -197,22 +197,6 @@ def correlation_lines(study: dict) -> list[str]:
     return out
 
 
-def compare_rates(a: tuple[int, int], b: tuple[int, int], up: str, down: str) -> str:
-    """Words for rate b against rate a, each given as (successes, n), chosen from their 95% Wilson intervals: `up` or
-    `down` only when the intervals do not overlap; otherwise which way the point estimate went, and that they overlap."""
-    (ka, na), (kb, nb) = a, b
-    if not na or not nb:
-        return "cannot be compared (no steps counted)"
-    (alo, ahi), (blo, bhi) = wilson(ka, na), wilson(kb, nb)
-    if blo > ahi:
-        return up
-    if bhi < alo:
-        return down
-    moved = kb / nb - ka / na
-    way = "ends higher" if moved > 0 else ("ends lower" if moved < 0 else "ends where it started")
-    return f"{way}, but within overlapping 95% intervals"
-
-
 def rise_words(counts: list[tuple[int, int]]) -> str:
     """Does conditional acceptance rise from the first draft position to the last? A sentence chosen from the
     (accepted, reached) counts of both ends and their 95% Wilson intervals."""
@@ -317,7 +301,8 @@ def bench_rise_line() -> str:
     counts = {r["label"]: list(zip(r["accepted"], r["reached"])) for r in rows}
     untrained = [r["label"] for r in rows if r["method"] == "ngram"]
     what = "drafters" + (f" ({', '.join(untrained)} is prompt lookup, not trained)" if untrained else "")
-    return (f"The benchmark ({bench_source()}): {rise_count(counts, what, 'the record')}. Conditional rates by "
+    source = Record.load("decode").source_line()
+    return (f"The benchmark ({source}): {rise_count(counts, what, 'the record')}. Conditional rates by "
             f"position: {table}.")
 
 
@@ -341,14 +326,6 @@ def loop_split(traces: list[Trace]) -> dict:
     t0 = traces[0] if traces else Trace(method="", prompt=[])
     free = Trace(method=t0.method, prompt=[], steps=steps, k=t0.k, schedule=t0.schedule)
     return {"continuations": len(traces), "looping": looping, "free": free, "in_loop": dropped}
-
-
-def rate_text(k: int, n: int) -> str:
-    """'0.61 [0.51, 0.70] (n = 95)': a rate with its 95% Wilson interval and its n."""
-    if not n:
-        return "n/a (n = 0)"
-    lo, hi = wilson(k, n)
-    return f"{k / n:.2f} [{lo:.2f}, {hi:.2f}] (n = {n})"
 
 
 def loop_line(traces: list[Trace]) -> str:

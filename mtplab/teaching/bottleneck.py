@@ -16,10 +16,11 @@ from mtplab.teaching.check import _number
 from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
-from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason, race
+from mtplab.measuring.race import race
 from mtplab.measuring.timing import untimed_output
 from mtplab.model import kernels
 from mtplab.teaching.words import busy_line as _busy_line
+from mtplab.teaching.words import NOT_VALID, overlap, side_of_one
 from mtplab.measuring.record import Record
 
 
@@ -115,12 +116,6 @@ def raced_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: i
     return median, ms, res.busy
 
 
-def spread(values) -> str:
-    """'median (min-max), n = N' of a list of numbers: how a live timing is printed."""
-    v = sorted(values)
-    return f"{statistics.median(v):.2f} (range {v[0]:.2f}-{v[-1]:.2f}, n = {len(v)})"
-
-
 def benchmark_row(label: str, path=paths.DECODE_JSON) -> tuple[dict | None, str]:
     """The shipped decode benchmark's row for the pair labelled `label` and the machine it was measured on (a
     line), or (None, why) when the record has no such row."""
@@ -162,49 +157,12 @@ def quantize_int8(model):
 
 
 # ---------------------------------------------------------------------------------- verdict words from the numbers
-LOAD_OK = "the load check passed (other processes used little CPU; the spread of the rounds is not checked here)"
-NOT_VALID = "not valid here: the machine was busy ({why}); close other work and rerun, or read the shipped record"
-
-
 RACED_OK = "the race's guard passed (little other load, rounds that agree)"
 
 
-def rows_busy(rows: list[dict], watch: "Watch") -> str | None:
-    """The first reason any row's own race gave (`measuring.regime` rows carry it), else the load check's."""
-    return next((r["busy"] for r in rows if r.get("busy")), None) or watch.busy
-
-
-def busy_line(busy: str | None, what: str = "this timing") -> str:
-    """The busy-machine guard's line for one live measurement: valid, or why not (printed before any verdict)."""
-    return f"{what}: valid (the busy-machine guard saw no other load)" if busy is None else \
-        f"{what}: " + NOT_VALID.format(why=busy)
-
-
-class Watch:
-    """Other processes' CPU use around a block of live work, read as `measuring.race` reads it (`LoadMeter`),
-    for the measurements that do not go through the race themselves. Use as `with Watch() as w: ...`; then
-    `w.busy` (None: valid) and `w.line(what)`."""
-
-    busy: str | None = None
-    measured: bool = False  # False: the load could not be read here, and the line says so (never "little CPU")
-
-    def __enter__(self) -> "Watch":
-        self._meter = LoadMeter().start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        others = self._meter.stop()
-        self.measured = others is not None
-        self.busy = busy_reason(others, None)
-
-    def line(self, what: str = "this timing") -> str:
-        if self.busy is None:
-            return f"{what}: {LOAD_OK if self.measured else NOT_MEASURED}"
-        return busy_line(self.busy, what)
-
-
-def _overlap(a: list[float], b: list[float]) -> bool:
-    return min(a) <= max(b) and min(b) <= max(a)
+def rows_busy(rows: list[dict]) -> str | None:
+    """The first reason any row's own race gave (`measuring.regime` rows carry it), else None."""
+    return next((r["busy"] for r in rows if r.get("busy")), None)
 
 
 def compare_ms(ms: dict[str, list[float]], busy: str | None) -> str:
@@ -213,7 +171,7 @@ def compare_ms(ms: dict[str, list[float]], busy: str | None) -> str:
     (a, va), (b, vb) = list(ms.items())[:2]
     if busy is not None:
         return NOT_VALID.format(why=busy) + f"; no verdict on {a} against {b}"
-    if _overlap(va, vb):
+    if overlap(va, vb):
         return f"valid here; {a} and {b}: the ranges overlap, so this run cannot tell them apart"
     fast, slow = (a, b) if statistics.median(va) < statistics.median(vb) else (b, a)
     return f"valid here; {fast} was faster than {slow} (the ranges do not overlap)"
@@ -226,8 +184,7 @@ def race_line(race: dict, n_prompts: int) -> str:
             f"range {race['speedup_min']:.2f}-{race['speedup_max']:.2f})")
     if not race["valid"]:
         return race["verdict"] + f"; the measured {nums} is not read as a verdict"
-    word = ("faster than" if race["speedup_min"] > 1 else "slower than" if race["speedup_max"] < 1 else
-            "within noise of")
+    word = side_of_one(race["speedup_min"], race["speedup_max"], tie="within noise of")
     return f"{race['verdict']}; measured {nums}: {word} plain decoding on this machine"
 
 
@@ -262,14 +219,13 @@ def cheaper_to_verify(curves: dict, q: int) -> str:
     return f"valid here; t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
 
 
-def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4",
-                 raced: bool = False) -> list[str]:
+def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4") -> list[str]:
     """Notebook 01 §5 in words from its numbers: the live rows' t(q)/t(1) in order of weight size (is it monotonic,
     which rows disagree with the shipped record's value for the same shape by more than a quarter), and the shipped
     record's models that fit in the cache against those that do not (do the two ranges separate)."""
     out = []
     out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
-               else RACED_OK if raced else LOAD_OK)
+               else RACED_OK)
     rows = sorted(sizes, key=lambda r: r["weight_bytes"])
     ref = {(r["n_layer"], r["n_embd"]): r["ratio"][q] for r in shipped or []}
     noisy = [r for r in rows if (r["n_layer"], r["n_embd"]) in ref
@@ -327,7 +283,7 @@ def claim_words(cuts: dict, predicted: float, race: dict) -> str:
     return f"{head} and the wall clock gave {cuts['measured wall clock']:.0%}: {near}"
 
 
-def depth_words(rows: list[dict], busy: str | None, *, raced: bool = False) -> str:
+def depth_words(rows: list[dict], busy: str | None) -> str:
     """Notebook 01 §5: the same heads on a shallow and a deep trunk; a verdict only when the guard passed and the
     two speedups' ranges do not overlap."""
     a, b = rows[0], rows[-1]
@@ -335,7 +291,7 @@ def depth_words(rows: list[dict], busy: str | None, *, raced: bool = False) -> s
             f"{a['speedup']:.2f}x on {a['n_layer']} layers, {b['speedup']:.2f}x on {b['n_layer']}")
     if busy is not None:
         return f"{head}; " + NOT_VALID.format(why=busy) + ": no verdict (the shipped record above is the reference)"
-    head = f"{RACED_OK if raced else LOAD_OK}; {head}"
+    head = f"{RACED_OK}; {head}"
     if a["speedup_max"] < b["speedup_min"]:
         return f"{head}: the ranges do not overlap, so the deeper trunk is where these heads pay more"
     if b["speedup_max"] < a["speedup_min"]:
@@ -345,7 +301,7 @@ def depth_words(rows: list[dict], busy: str | None, *, raced: bool = False) -> s
 
 # ---------------------------------------------------------------------------------- notebook 05 §3, the same rules
 def _busy(lives: dict) -> list[str]:
-    return [n for n, (live, _) in lives.items() if live.get("valid") is False]
+    return [n for n, (live, _) in lives.items() if live["busy"] is not None]
 
 
 def not_valid_mark(*busy: str | None) -> str:
@@ -361,13 +317,13 @@ def busy_marker(lives: dict) -> str:
 
 def prediction_line(lives: dict, predicted: dict[str, float]) -> str:
     """Notebook 05 §3: each live speedup against its prediction, read only when the race is valid and only when the
-    whole live range lies on one side of the prediction. lives: name -> (live_speedup dict, bench row)."""
+    whole live range lies on one side of the prediction. lives: name -> (`timing.interleaved_race` row, bench row)."""
     busy = _busy(lives)
     if busy:
         return (f"{len(busy)} of {len(lives)} live races are not valid here (busy machine: the lines above say why), "
                 "so no row's live figure is read against its prediction; the benchmark column is the reference")
-    below = [n for n, (lv, _) in lives.items() if lv["max"] < predicted[n]]
-    above = [n for n, (lv, _) in lives.items() if lv["min"] > predicted[n]]
+    below = [n for n, (lv, _) in lives.items() if lv["speedup_max"] < predicted[n]]
+    above = [n for n, (lv, _) in lives.items() if lv["speedup_min"] > predicted[n]]
     inside = [n for n in lives if n not in below and n not in above]
     return (f"whole live range below the prediction (it leaves out the overhead, and its inputs were timed apart from "
             f"the race: the lines below weigh the two): {', '.join(below) or 'none'}; "
@@ -395,7 +351,8 @@ def live_fastest_line(lives: dict) -> str:
     if busy:
         return (f"Live, {len(busy)} of {len(lives)} races were not valid here (busy machine), so this run ranks no "
                 "method; the benchmark's line above is the reference")
-    return fastest_line({n: (lv["median"], lv["min"], lv["max"]) for n, (lv, _) in lives.items()}, "Live,")
+    return fastest_line({n: (lv["speedup"], lv["speedup_min"], lv["speedup_max"]) for n, (lv, _) in lives.items()},
+                        "Live,")
 
 
 def bench_speedups(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
@@ -409,54 +366,6 @@ def bench_speedups(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
         out[r["label"]] = (r["speedup_wall"], min(reps), max(reps))
     return out
 
-def split_words(rows: list[dict]) -> list[str]:
-    """Notebook 05 §3: the time-split table read against itself. Each row's split implies a speedup, tokens_per_step
-    x ar_step_ms / (target + drafter + overhead), from one decode's steps; the race measured whole decodes, prefill
-    included. The lines say, from the table's own numbers, how far the two lie apart, what the prefill (the same
-    prompt forward for AR and the method) does to a short decode, how much AR's step (the same trunk in every row)
-    moved between rows, and how large the overhead was: what a gap can and cannot come from. A row may carry
-    prefill_ms, ar_prefill_ms and tokens (new tokens per decode) for the prefill line."""
-    def total(r):
-        return r["target_ms"] + r["draft_ms"] + r["overhead_ms"]
-
-    def pct(values):
-        lo, hi = min(values), max(values)
-        return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}-{hi:.0%}"
-    rows = [r for r in rows if total(r) > 0 and r.get("measured")]
-    if not rows:
-        return ["no timed row to read the split against"]
-    implied = {r["method"]: r["tokens_per_step"] * r["ar_step_ms"] / total(r) for r in rows}
-    lines = ["the split implies (tokens_per_step x ar_step_ms / the step's three parts): " + ", ".join(
-        f"{r['method']} {implied[r['method']]:.2f}x (race: {r['measured']:.2f}x)" for r in rows)]
-    whole = {r["method"]: (r["ar_prefill_ms"] + (r["tokens"] - 1) * r["ar_step_ms"])
-             / (r["prefill_ms"] + r.get("steps", (r["tokens"] - 1) / r["tokens_per_step"]) * total(r))
-             for r in rows if {"prefill_ms", "ar_prefill_ms", "tokens"} <= set(r)}
-    if whole:
-        share = [r["ar_prefill_ms"] / (r["ar_prefill_ms"] + (r["tokens"] - 1) * r["ar_step_ms"]) for r in rows
-                 if r["method"] in whole]
-        lines.append(f"with the prefill counted, as the race counts it (it is {pct(share)} of an AR decode of "
-                     f"{rows[0]['tokens']} tokens, and the same for every method): " + ", ".join(
-                         f"{m} {v:.2f}x" for m, v in whole.items()))
-    best = {m: whole.get(m, implied[m]) for m in implied}
-    ar = [r["ar_step_ms"] for r in rows]
-    spread = (max(ar) - min(ar)) / min(ar)
-    over = [r["overhead_ms"] / total(r) for r in rows]
-    gaps = {r["method"]: abs(best[r["method"]] - r["measured"]) / r["measured"] for r in rows}
-    worst = max(gaps, key=gaps.get)
-    lines.append(f"AR's step, one and the same trunk in every row, measured {min(ar):.2f}-{max(ar):.2f} ms across the "
-                 f"rows ({spread:.0%} apart); the overhead was {pct(over)} of a step")
-    if gaps[worst] <= max(over):
-        cause = "within the overhead: the split and the race agree"
-    elif gaps[worst] <= spread:
-        cause = ("larger than the overhead could make it, and within how far one decode's timings moved here (the "
-                 "split is one short decode timed apart from the race): read the race's median, and the split for its "
-                 "proportions")
-    else:
-        cause = ("larger than the overhead and than the spread of AR's step: the split decode and the race's decodes "
-                 "differ by more than this table explains (load during one of them, or a cost the split does not time)")
-    lines.append(f"the largest gap between the split{' (prefill counted)' if whole else ''} and the race, {worst} "
-                 f"{gaps[worst]:.0%}, is {cause}")
-    return lines
 
 # ---------------------------------------------------------------------------------- notebook 01, section 6: kernels
 SMOL_LAYER = ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536))  # (out, in)
@@ -510,4 +419,53 @@ def kernel_lines(kc: dict) -> list[str]:
         lines.append(f"{k:>5} kernel: row 0 of a four-row call {'equals' if equal else 'differs from'} the one-row "
                      f"call, bit for bit (largest difference {diff:.1e})")
     lines.append(kc["status"])
+    return lines
+
+def split_words(rows: list[dict]) -> list[str]:
+    """Notebook 05 §3: the time-split table read against itself. Each row's split implies a speedup, tokens_per_step
+    x ar_step_ms / (target + drafter + overhead), from one decode's steps; the race measured whole decodes, prefill
+    included. The lines say, from the table's own numbers, how far the two lie apart, what the prefill (the same
+    prompt forward for AR and the method) does to a short decode, how much AR's step (the same trunk in every row)
+    moved between rows, and how large the overhead was: what a gap can and cannot come from. A row may carry
+    prefill_ms, ar_prefill_ms and tokens (new tokens per decode) for the prefill line."""
+    def total(r):
+        return r["target_ms"] + r["draft_ms"] + r["overhead_ms"]
+
+    def pct(values):
+        lo, hi = min(values), max(values)
+        return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}-{hi:.0%}"
+    rows = [r for r in rows if total(r) > 0 and r.get("measured")]
+    if not rows:
+        return ["no timed row to read the split against"]
+    implied = {r["method"]: r["tokens_per_step"] * r["ar_step_ms"] / total(r) for r in rows}
+    lines = ["the split implies (tokens_per_step x ar_step_ms / the step's three parts): " + ", ".join(
+        f"{r['method']} {implied[r['method']]:.2f}x (race: {r['measured']:.2f}x)" for r in rows)]
+    whole = {r["method"]: (r["ar_prefill_ms"] + (r["tokens"] - 1) * r["ar_step_ms"])
+             / (r["prefill_ms"] + r.get("steps", (r["tokens"] - 1) / r["tokens_per_step"]) * total(r))
+             for r in rows if {"prefill_ms", "ar_prefill_ms", "tokens"} <= set(r)}
+    if whole:
+        share = [r["ar_prefill_ms"] / (r["ar_prefill_ms"] + (r["tokens"] - 1) * r["ar_step_ms"]) for r in rows
+                 if r["method"] in whole]
+        lines.append(f"with the prefill counted, as the race counts it (it is {pct(share)} of an AR decode of "
+                     f"{rows[0]['tokens']} tokens, and the same for every method): " + ", ".join(
+                         f"{m} {v:.2f}x" for m, v in whole.items()))
+    best = {m: whole.get(m, implied[m]) for m in implied}
+    ar = [r["ar_step_ms"] for r in rows]
+    spread = (max(ar) - min(ar)) / min(ar)
+    over = [r["overhead_ms"] / total(r) for r in rows]
+    gaps = {r["method"]: abs(best[r["method"]] - r["measured"]) / r["measured"] for r in rows}
+    worst = max(gaps, key=gaps.get)
+    lines.append(f"AR's step, one and the same trunk in every row, measured {min(ar):.2f}-{max(ar):.2f} ms across the "
+                 f"rows ({spread:.0%} apart); the overhead was {pct(over)} of a step")
+    if gaps[worst] <= max(over):
+        cause = "within the overhead: the split and the race agree"
+    elif gaps[worst] <= spread:
+        cause = ("larger than the overhead could make it, and within how far one decode's timings moved here (the "
+                 "split is one short decode timed apart from the race): read the race's median, and the split for its "
+                 "proportions")
+    else:
+        cause = ("larger than the overhead and than the spread of AR's step: the split decode and the race's decodes "
+                 "differ by more than this table explains (load during one of them, or a cost the split does not time)")
+    lines.append(f"the largest gap between the split{' (prefill counted)' if whole else ''} and the race, {worst} "
+                 f"{gaps[worst]:.0%}, is {cause}")
     return lines

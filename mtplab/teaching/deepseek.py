@@ -14,7 +14,8 @@ from mtplab.teaching.check import _number
 from mtplab.measuring.teacher_forced import greedy_windows
 from mtplab.training.losses import label_layout
 from mtplab.measuring.acceptance import wilson
-from mtplab.teaching.blockwise import compare_rates, loop_split
+from mtplab.teaching.blockwise import loop_split
+from mtplab.teaching.words import compare_rates, overlap
 
 
 def forced_and_free_greedy(model, windows: torch.Tensor, prompt_lens, *, progress: bool = False) -> dict:
@@ -218,22 +219,22 @@ def _against_bench(d3_more_live: bool, b1: dict | None, b3: dict | None) -> str:
 
 def d1_against_d3(forwards: tuple[int, int], live: tuple[dict, dict], bench: tuple[dict | None, dict | None]) -> str:
     """D = 3 against D = 1 in words chosen from the numbers: target forwards, then time, live when the live ranges
-    separate the two and the race found the machine quiet enough (`valid`), otherwise from the benchmark's repeats
-    (and says so)."""
+    separate the two and the race found the machine quiet enough (`timing.interleaved_race` rows: busy None),
+    otherwise from the benchmark's repeats (and says so)."""
     (f1, f3), (l1, l3), (b1, b3) = forwards, live, bench
     fewer = "fewer" if f3 < f1 else ("as many" if f3 == f1 else "more")
     out = f"D = 3 needed {fewer} target forwards than D = 1 ({f3} vs {f1})"
-    valid = l1.get("valid", True) and l3.get("valid", True)  # the race's busy-machine verdict
-    apart = l3["min"] > l1["max"] or l3["max"] < l1["min"]
-    if apart and valid:
-        more = "more" if l3["median"] > l1["median"] else "less"
-        return (out + f" and, live, gained {more} time ({l3['median']:.2f}x, range {l3['min']:.2f}-{l3['max']:.2f}, "
-                f"vs {l1['median']:.2f}x, range {l1['min']:.2f}-{l1['max']:.2f})." + _against_bench(more == "more", b1, b3))
+    valid = l1["busy"] is None and l3["busy"] is None  # the race's busy-machine verdict
+    lo1, hi1, lo3, hi3 = l1["speedup_min"], l1["speedup_max"], l3["speedup_min"], l3["speedup_max"]
+    if valid and not overlap(l1, l3):
+        more = "more" if l3["speedup"] > l1["speedup"] else "less"
+        return (out + f" and, live, gained {more} time ({l3['speedup']:.2f}x, range {lo3:.2f}-{hi3:.2f}, "
+                f"vs {l1['speedup']:.2f}x, range {lo1:.2f}-{hi1:.2f})." + _against_bench(more == "more", b1, b3))
     if not valid:
         out += ". Live, the machine was too busy for the timings to be valid, so this run cannot say which gained more time"
     else:
-        out += (f". Live, the two speedups' ranges overlap ({l3['min']:.2f}-{l3['max']:.2f} vs {l1['min']:.2f}-"
-                f"{l1['max']:.2f}), so this run cannot say which gained more time")
+        out += (f". Live, the two speedups' ranges overlap ({lo3:.2f}-{hi3:.2f} vs {lo1:.2f}-{hi1:.2f}), so this run "
+                "cannot say which gained more time")
     if b1 is None or b3 is None:
         return out + "; the benchmark has no row for both."
     r1, r3 = b1.get("speedup_wall_reps") or [b1["speedup_wall"]], b3.get("speedup_wall_reps") or [b3["speedup_wall"]]

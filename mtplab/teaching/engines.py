@@ -21,6 +21,7 @@ from mtplab.measuring.quality import loop_onset, loop_window
 from mtplab.model.toy import random_model
 from mtplab.teaching.find_the_bug import ALPHA
 from mtplab.teaching.sampling import chi_square, second_token_counts, second_token_marginal
+from mtplab.teaching.words import range_words
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
@@ -145,14 +146,7 @@ def live_against_record(live: dict, valid: bool, row: dict | None) -> str:
     """A live speedup {speedup, speedup_min, speedup_max} against the shipped record's row: the verdict word only when
     the race was valid, and whether the record's median lies inside the live range."""
     r, lo, hi = live["speedup"], live["speedup_min"], live["speedup_max"]
-    if not valid:
-        text = f"not valid here, no verdict ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
-    elif lo > 1.0:
-        text = f"faster than AR here ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
-    elif hi < 1.0:
-        text = f"slower than AR here ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
-    else:
-        text = f"not distinguishable from AR here ({r:.2f}x, range {lo:.2f}-{hi:.2f} spans 1)"
+    text = range_words(r, lo, hi) if valid else f"not valid here, no verdict ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
     if row:
         inside = lo <= row["speedup"] <= hi
         text += (f"; the record's row: {row['speedup']:.2f}x ({row['speedup_min']:.2f}-{row['speedup_max']:.2f}), "

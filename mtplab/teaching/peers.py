@@ -17,11 +17,6 @@ PAIRS = (("HF generate, greedy", "mtplab AR"),
          ("HF assisted, 3 drafts", "mtplab draft-model, k=4"))
 
 
-def read_record(path) -> dict:
-    """A benchmark record (or a model folder's JSON) as written: `Record.load(path).data`."""
-    return Record.load(path).data
-
-
 def load_own(device="cpu") -> dict:
     """The shipped target, its draft model and the target with its DeepSeek D = 1 heads (one HFTarget: the heads
     are attached to the target itself, so the AR rows and the heads row run the same weights)."""
@@ -35,8 +30,8 @@ def load_own(device="cpu") -> dict:
 
 def card(folder) -> dict:
     """What `mtplab_record.json` says of how a model folder was trained."""
-    r = read_record(Path(folder) / "mtplab_record.json")
-    cfg = read_record(Path(folder) / "config.json")
+    r = Record.load(Path(folder) / "mtplab_record.json").data
+    cfg = Record.load(Path(folder) / "config.json").data
     m = r["machine"]
     return {"model": Path(folder).name, "architecture": r["architecture"], "parameters": r["parameters"],
             "layers x width": f"{cfg['num_hidden_layers']} x {cfg['hidden_size']}", "corpus": r["corpus"], "steps": r["steps"],

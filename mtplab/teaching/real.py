@@ -10,7 +10,6 @@ tokens (`steps_markdown`).
 from __future__ import annotations
 
 import importlib.util
-import statistics
 
 import torch
 
@@ -18,8 +17,10 @@ from mtplab import paths
 from mtplab.errors import MtplabError
 from mtplab.hf.distill import heldout_prompts
 from mtplab.hf.real import REAL_MODELS, chat_ids
-from mtplab.measuring import speedup, timing
+from mtplab.measuring import timing
+from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
+from mtplab.teaching.words import range_words
 
 REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
 _LOADED: dict = {}
@@ -35,7 +36,7 @@ def missing() -> str | None:
 
 
 def load(device="cpu"):
-    """SmolLM2 with every head family the lab ships for it, loaded once per session (`bench.real.Heads`)."""
+    """SmolLM2 with every head family the lab ships for it, loaded once per session (`hf.study.Heads`)."""
     why = missing()
     if why:
         raise MtplabError(why)
@@ -83,13 +84,14 @@ def head_cost(heads, *, context: int = 128, repeats: int = 7) -> dict:
     parts = {"forward": forward, "full": full}
     if vocab is not None:
         parts["reduced"] = reduced
-    res = speedup.interleaved(parts, repeats=repeats, baseline="forward", device=dev)  # the lab's one race
-    ms = {k: 1e3 * statistics.median(v["seconds"]) for k, v in res.items()}
+    res = race({n: timing.untimed_output(fn) for n, fn in parts.items()}, [None], baseline="forward", rounds=repeats,
+               device=dev)  # the lab's one race
+    ms = {k: 1e3 * res.seconds_median(k) for k in parts}
     out = {"t1_ms": ms["forward"], "full_ms": ms["full"], "full_share": ms["full"] / ms["forward"],
            "vocab": V, "draft_vocab": len(vocab) if vocab is not None else None}
     if "reduced" in ms:
         out.update(reduced_ms=ms["reduced"], reduced_share=ms["reduced"] / ms["forward"])
-    out["busy"] = res["forward"]["busy"]  # why the race was not valid here (None: valid)
+    out["busy"] = res.busy  # why the race was not valid here (None: valid)
     return out
 
 
@@ -102,7 +104,7 @@ def prompts_by_category(heads, per_category: int = 1) -> tuple[list[list[int]], 
 
 def live_race(heads, rows: list[str], prompts: list[list[int]], cats: list[str], *, m: int = 32,
               rounds: int = 2) -> dict:
-    """The rows named (labels of `bench.real.ROWS`; AR is always the baseline), raced the lab's way on these
+    """The rows named (labels of `hf.study.ROWS`; AR is always the baseline), raced the lab's way on these
     prompts, with the guard's verdict."""
     from mtplab.hf.study import ROWS, study  # transformers
     by = {r.label: r for r in ROWS}
@@ -176,24 +178,18 @@ def steps_markdown(trace, target, *, limit: int = 8) -> str:
     return "\n".join(lines)
 
 
-def verdict_words(ratio: float, low: float, high: float) -> str:
-    """A live speedup read in words from its own numbers: wins only when the whole range is above 1."""
-    if low > 1.0:
-        return f"faster than AR here ({ratio:.2f}x, range {low:.2f}-{high:.2f})"
-    if high < 1.0:
-        return f"slower than AR here ({ratio:.2f}x, range {low:.2f}-{high:.2f})"
-    return f"not distinguishable from AR here ({ratio:.2f}x, range {low:.2f}-{high:.2f} spans 1)"
 
 
 
 
 def live_words(live: dict, row: dict) -> str:
     """The live race in words: when the busy guard marks it not valid, that first and no verdict; otherwise the
-    verdict from the row's own range (`verdict_words`)."""
+    verdict from the row's own range (`words.range_words`)."""
     if not live["valid"]:
         return live["verdict"] + f" (measured {row['speedup']:.2f}x, not read as a verdict)"
-    return ("live, on this machine: " + verdict_words(row["speedup"], row["speedup_min"], row["speedup_max"])
+    return ("live, on this machine: " + range_words(row["speedup"], row["speedup_min"], row["speedup_max"])
             + f" ({live['verdict']})")
+
 
 # ---------------------------------------------------------------------------------- the result explained
 TRAIN_JSON = REAL_MODELS["smollm2"].heads_dir / "record.json"  # how the heads were trained (`distill`)
@@ -322,6 +318,7 @@ def outside_vocab(trace, vocab) -> tuple[int, int]:
     (`hf.study.rejections_outside`)."""
     from mtplab.hf.study import rejections_outside  # transformers
     return rejections_outside([trace], vocab)
+
 
 def two_readings(what: str, here: float, there: float, where: str, *, unit: str = "") -> str:
     """One quantity measured twice in a notebook (one forward's time, one ratio): both, how far apart, and which to

@@ -12,7 +12,8 @@ from mtplab.teaching.check import Check
 from mtplab.teaching.check import _call
 from mtplab.teaching.check import _number
 from mtplab.measuring.acceptance import wilson
-from mtplab.teaching.blockwise import loop_split, rate_text
+from mtplab.teaching.blockwise import loop_split
+from mtplab.teaching.words import rate_text
 
 
 # ---------------------------------------------------------------------------------- notebook 06

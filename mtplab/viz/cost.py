@@ -192,7 +192,7 @@ def batch_tradeoff(rows_by_method: dict[str, list[dict]]) -> Figure:
             for b, x, y in zip(B, tp, lat):
                 a_lat.annotate(f"B={b}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         sp = sorted((r for r in rows if r["kind"] == "spec"), key=lambda r: r["batch_size"])
-        a_sp.plot([r["batch_size"] for r in sp], [r["speedup_vs_ar"] for r in sp], "-o", color=color, label=name)
+        a_sp.plot([r["batch_size"] for r in sp], [r["speedup"] for r in sp], "-o", color=color, label=name)
     for ax in (a_tp, a_sp):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size B")

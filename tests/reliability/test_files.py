@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mtplab.errors import MtplabError
-from mtplab.measuring.speedup import read_decode_bench
+from mtplab.measuring.record import Record
 from mtplab import files
 from mtplab.model import checkpoint as ckpt
 from mtplab.files import read_json
@@ -34,7 +34,7 @@ def _plant(path, kind):
 
 READERS = {
     "read_json": lambda p: read_json(p, limit=1 << 20, what="a test file", fix="restore it"),
-    "decode bench": lambda p: read_decode_bench(p),
+    "decode bench": lambda p: Record.load(p).table(),
     "run manifest": lambda p: runs.read_manifest(p.parent, p.name.removesuffix(".state.json")),
 }
 
