@@ -349,7 +349,10 @@ def test_projector_mode_draws_larger_chips_and_charts(models):
 def test_token_colours_are_one_distinct_map():
     assert set(viz.COLORS) == set(viz.KINDS) == set(viz.LEGEND)
     assert len(set(viz.COLORS.values())) == len(viz.KINDS)
-    assert viz.COLORS is viz.COLORS
+    # the widget's chips draw from the same map as the figures (this assert was `COLORS is COLORS`, which cannot fail)
+    for kind in viz.KINDS:
+        chip = lab_view._chip(viz.TokenView(token=104, label="h", kind=kind), projector=False)
+        assert f"background:{viz.COLORS[kind]};" in chip and f"mtplab-{kind}'" in chip
 
 
 def test_wilson_interval_contains_the_rate_and_narrows_with_n():

@@ -95,11 +95,84 @@ def test_every_module_named_in_the_prose_exists(name):
     assert not missing, f"{name} names modules or files that do not exist: {missing}"
 
 
+# a short `module.name` (`speedup.live_speedup`, `timing.interleaved_race`) names a function of that module file;
+# stems that prose also uses for objects (`trace.steps` is a Trace's field, `run.tokens` a decode's) are not claims
+MODULE_STEMS: dict[str, list[str]] = {}
+for _f in sorted((ROOT / "mtplab").rglob("*.py")):
+    if _f.stem != "__init__":
+        MODULE_STEMS.setdefault(_f.stem, []).append(".".join(_f.relative_to(ROOT).with_suffix("").parts))
+OBJECT_STEMS = {"trace", "run", "record", "state", "config", "step", "view", "session", "heads", "target", "data",
+                "meta"}  # a checkpoint's meta dict (`meta.history`)
+
+
+def _short_names(text: str) -> list[tuple[str, list[str]]]:
+    """Every backticked `stem.name` whose stem is a module file of the package (not a subpackage) and not one of
+    OBJECT_STEMS: (what was written, the dotted names it may mean)."""
+    out = []
+    for code in re.findall(r"`([^`\n]+)`", text):
+        m = re.fullmatch(r"([a-z_][a-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)(\(.*\))?", code.strip())
+        if m and m.group(1) in MODULE_STEMS and m.group(1) not in OBJECT_STEMS and m.group(1) not in SUBPACKAGES:
+            out.append((code.strip(), [f"{mod}.{m.group(2)}" for mod in MODULE_STEMS[m.group(1)]]))
+    return out
+
+
+def _docstrings() -> dict[str, str]:
+    """Every module's, class's and function's docstring in the package, by file."""
+    import ast
+    out = {}
+    for f in sorted((ROOT / "mtplab").rglob("*.py")):
+        tree = ast.parse(f.read_text())
+        docs = [ast.get_docstring(n) or "" for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        out[str(f.relative_to(ROOT))] = "\n\n".join(d for d in docs if d)
+    return out
+
+
+def _notebook_code(nb: Path) -> str:
+    cells = json.loads(nb.read_text())["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("name", sorted(texts()))
+def test_every_function_named_in_the_prose_exists(name):
+    """Review finding (design-3): prose and docstrings named `speedup.live_speedup`, `speedup.batch_sweep` and other
+    functions after they were gone. A short `module.function` must name something that module has."""
+    text = texts()[name]
+    missing = sorted(code for code, means in _short_names(text) if not any(_resolves(m) for m in means))
+    assert not missing, f"{name} names functions that do not exist: {missing}"
+
+
+def test_no_docstring_names_a_module_or_function_that_does_not_exist():
+    bad = {}
+    for path, text in _docstrings().items():
+        missing = sorted(n for n in _module_names(text) if not _resolves(n))
+        missing += sorted(code for code, means in _short_names(text) if not any(_resolves(m) for m in means))
+        missing += sorted(p for p in _paths(text) if not (ROOT / p).exists())
+        if missing:
+            bad[path] = missing
+    assert not bad, f"docstrings name what does not exist: {bad}"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_import_and_call_names_something_that_exists(nb):
+    """A notebook's code names `mtplab.x.y` in its imports; each must resolve (a renamed function fails here, before
+    a papermill run)."""
+    code = _notebook_code(nb)
+    names = set()
+    for mod, what in re.findall(r"^\s*from (mtplab(?:\.\w+)*) import \(?([^)\n]+)", code, re.M):
+        names |= {f"{mod}.{w.split(' as ')[0].strip()}" for w in what.split(",") if w.strip()}
+    names |= {n.rstrip(".") for n in re.findall(r"\bmtplab(?:\.[A-Za-z_][A-Za-z0-9_]*)+", code)}
+    missing = sorted(n for n in names if not _resolves(n))
+    assert not missing, f"{nb.name} imports what does not exist: {missing}"
+
+
 def test_the_module_check_catches_a_stale_name():
     assert _resolves("mtplab.decoding.accept.accept") and _resolves("mtplab.measuring.speedup")
     assert not _resolves("mtplab.batched") and not _resolves("mtplab.trees") and not _resolves("mtplab.decoding.nothing")
     assert "mtplab.decoding.accept" in _module_names("the rule (`decoding.accept`) and `model.mtp`")
     assert not any("mtp" in n for n in _module_names("`model.mtp`"))
+    stale = _short_names("the race (`speedup.live_speedup`), the rows (`timing.measure_batch`), `trace.steps`")
+    assert [c for c, means in stale if not any(_resolves(m) for m in means)] == ["speedup.live_speedup"]
 
 
 # ---------------------------------------------------------------------------------- prompt counts against records
@@ -239,14 +312,14 @@ def test_verdict_words_say_rises_only_when_the_intervals_separate():
     assert compare_rates((5, 10), (7, 10), "rises", "falls").startswith("ends higher, but within overlapping")
     assert "rises" not in rise_words([(5, 10), (3, 5), (7, 10)])  # 0.5 -> 0.7 on 10 steps: cannot tell
     assert rise_words([(60, 120), (40, 60), (38, 40)]).startswith("from position 1 to 3 conditional acceptance rises")
-    live = lambda lo, med, hi: {"min": lo, "median": med, "max": hi}
+    live = lambda lo, med, hi: {"speedup_min": lo, "speedup": med, "speedup_max": hi, "busy": None}
     row = lambda med, reps: {"speedup_wall": med, "speedup_wall_reps": reps}
     overlap = d1_against_d3((164, 105), (live(1.2, 1.3, 1.7), live(1.1, 1.29, 1.5)),
                             (row(1.47, [1.42, 1.48]), row(1.63, [1.57, 1.76])))
     assert "cannot say" in overlap and "in the benchmark D = 3 gained more time" in overlap
     apart = d1_against_d3((164, 105), (live(1.2, 1.3, 1.4), live(0.5, 0.6, 0.7)), (None, None))
     assert "live, gained less time" in apart
-    busy = d1_against_d3((164, 105), (live(1.2, 1.3, 1.4), live(0.5, 0.6, 0.7) | {"valid": False}), (None, None))
+    busy = d1_against_d3((164, 105), (live(1.2, 1.3, 1.4), live(0.5, 0.6, 0.7) | {"busy": "x"}), (None, None))
     assert "too busy" in busy and "gained less" not in busy
 
 

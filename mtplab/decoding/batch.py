@@ -9,7 +9,7 @@ too), and a mask lets query t of row b see keys 0..L_b+t and nothing else. Whate
 beyond L_b (a shorter prompt's prefill filler, rejected drafts, filler that evens out the draft counts)
 is never seen and is overwritten by the next write. A row that has all its tokens leaves the batch.
 
-The target runs batched; each row keeps its own drafter (`mtplab.drafters`: begin / propose / feedback
+The target runs batched; each row keeps its own drafter (`mtplab.decoding.drafters`: begin / propose / feedback
 on that row's slice of every forward), so the per-row drafter state of Stern, Meta and DeepSeek heads is
 exactly that of a B = 1 decode. Greedy only: every row's output equals that row decoded alone by
 `decoding.autoregressive` (tested).

@@ -1,5 +1,5 @@
 """Method name -> loaded checkpoint -> a decode: the glue behind `python -m mtplab generate` and the widgets.
-The methods themselves are one table, `mtplab.drafters.METHODS`."""
+The methods themselves are one table, `mtplab.decoding.drafters.METHODS`."""
 from __future__ import annotations
 
 import torch

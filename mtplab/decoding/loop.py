@@ -8,7 +8,7 @@ many drafts survive), then the phases of a step: `prefill`, `predict`, `propose`
 Stern et al. 2018 (sec. 3) name three substeps, Predict, Verify and Accept; prefill, propose and commit are the
 lab's own names for the rest of the work. `iter_steps` runs them and yields one
 `Step` at a time; `speculative` collects the steps into a `Trace`; `autoregressive` is the baseline.
-A drafter only proposes tokens and hears back what was committed (`mtplab.drafters`); the loop owns
+A drafter only proposes tokens and hears back what was committed (`mtplab.decoding.drafters`); the loop owns
 the target's KV cache.
 
 Two schedules (Stern et al. 2018, sec. 3-4):
@@ -296,7 +296,8 @@ def speculative(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, sche
                        temperature=temperature, top_k=top_k, generator=generator, adapt=adapt,
                        rule=rule, probe=probe, stop=stop)
     first = next(steps)  # checks the input before the Trace is made
+    vocab = getattr(model, "draft_vocab", None)  # the heads' draft vocabulary (Hugging Face targets), if any
     trace = Trace(method=method or drafter.name, prompt=[int(t) for t in prompt_ids], k=k, schedule=schedule,
-                  steps=[first])
+                  steps=[first], draft_vocab=None if vocab is None else len(vocab))
     trace.steps.extend(steps)
     return trace

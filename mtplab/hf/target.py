@@ -3,10 +3,10 @@
 B batch, T time (new tokens in this call), C channels (the model's hidden size), V vocabulary (rows of its
 output layer), L layers.
 
-`HFTarget` gives a `transformers` causal LM the face the decoders and drafters expect of `mtplab.model.GPT`:
+`HFTarget` gives a `transformers` causal LM the face the decoders and drafters expect of `mtplab.model.gpt.GPT`:
 `forward(idx, cache) -> TrunkOutput(hidden, logits, pre_last)`, `new_cache()` (the transformers cache, with
 `length` and `crop(n)`), `wte`, `unembed`, `rope`, `config` (a `ModelConfig` read off the model), `mtp`.
-The head families of `mtplab.heads` then sit on its hidden states unchanged:
+The head families of `mtplab.model.heads` then sit on its hidden states unchanged:
 
 * hidden: the last decoder layer's output, before the final norm (caught by a hook on that norm);
 * unembed(h) = lm_head(final_norm(h)): the model's own output head, shared by every depth;
@@ -233,7 +233,7 @@ class HFTarget(nn.Module):
         return TrunkOutput(hidden=self._seen["hidden"], logits=res.logits, pre_last=self._seen["pre_last"])
 
     def depth_logits(self, idx) -> torch.Tensor:
-        """Teacher-forced logits for every depth: (B, T, K, V) (see `mtplab.model.GPT.depth_logits`)."""
+        """Teacher-forced logits for every depth: (B, T, K, V) (see `mtplab.model.gpt.GPT.depth_logits`)."""
         out = self(idx)
         if self.mtp is None:
             return out.logits.unsqueeze(2)  # (B, T, 1, V)
@@ -529,8 +529,8 @@ def load_heads(target: HFTarget, path) -> HFTarget:
 
 
 def load_target(hf_path, heads_checkpoint=None, *, device="cpu", dtype=torch.float32,
-                kernel: str = "exact") -> HFTarget:
-    """An HF model and (optionally) its heads checkpoint, ready for `mtplab.generate.decode_with`:
+                kernel: str = "exact", draft_vocab: bool = True) -> HFTarget:
+    """An HF model and (optionally) its heads checkpoint, ready for `mtplab.decoding.generate.decode_with`:
     the one call a widget or notebook needs."""
     target = load_hf(hf_path, device=device, dtype=dtype, kernel=kernel)
     return load_heads(target, heads_checkpoint) if heads_checkpoint else target

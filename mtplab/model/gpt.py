@@ -2,9 +2,9 @@
 
 B batch, T time (new tokens in this call), C channels, V vocabulary, L layers.
 
-Pre-norm RMSNorm blocks (`mtplab.layers`), causal self-attention with rotary positions, a tied
+Pre-norm RMSNorm blocks (`mtplab.model.layers`), causal self-attention with rotary positions, a tied
 embedding / unembedding. `GPT.forward` returns the last block's hidden states and the next-token
-logits; the multi-token head families live in `mtplab.heads` and sit on top of these hidden states.
+logits; the multi-token head families live in `mtplab.model.heads` and sit on top of these hidden states.
 A cached forward over a few new tokens gives each row the bits of the one-token forward at its position
 (`mtplab.model.layers`, `mtplab.model.kernels`): a verify computes what plain decoding computes.
 """
