@@ -55,6 +55,7 @@ class Trace:
     steps: list[Step] = field(default_factory=list)
     k: int = 1                     # tokens per step: at most k committed per step (k-1 drafts + 1)
     schedule: str = "ar"
+    draft_vocab: int | None = None  # how many token ids the drafts were drawn from (None: the full vocabulary)
 
     @property
     def tokens(self) -> list[int]:
