@@ -73,3 +73,13 @@ def shipped_copy(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setattr(real, "HF_DIR", hf)
     monkeypatch.setattr(paths, "SHIPPED", (paths.CHECKPOINT_DIR, hf))
     return hf / "smollm2"
+
+
+def chat_tokenizer():
+    """The tiny BPE tokenizer of tests/test_hf with ChatML's two control tokens and a ChatML chat template."""
+    from tests.test_hf import _tokenizer
+    tok = _tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return tok

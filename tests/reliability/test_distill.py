@@ -13,7 +13,8 @@ from safetensors.torch import save_file
 
 from mtplab.hf import distill, real
 from mtplab.hf import workfiles as wf
-from tests.reliability.realcases import devzero, fifo, one_line_error, shipped_copy, snapshot, sparse
+from tests.reliability.realcases import (chat_tokenizer, devzero, fifo, one_line_error, shipped_copy, snapshot,
+                                          sparse)
 
 V, CTX, C = 49152, 2048, 16
 FAKE = types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=V, block_size=CTX, n_embd=C))
@@ -147,6 +148,20 @@ def test_a_stray_json_among_the_answers_is_not_a_shard(work):
     (work.dir / "answers" / ".00002.json.tmp").write_text("partial")
     assert [p.name for p in work.shards("answers")] == ["00000.json", "00001.json"]
     assert len(distill.draft_vocabulary(work, 8)) == 8
+
+
+def test_a_replaced_prompts_file_is_refused_not_kept(tmp_path):
+    """d-prompts-changed: a replaced prompts.json kept the old prompts' answers silently."""
+    tok = chat_tokenizer()
+    t = types.SimpleNamespace(tokenizer=tok, config=FAKE.config)
+    w = distill.Work(tmp_path / "w").limits(t)
+    ps = [{"category": "qa", "prompt": f"question {i}"} for i in range(2)]
+    rows = [{"category": "qa", "prompt_ids": distill._chat(tok, p["prompt"]), "answer_ids": [5, 6]} for p in ps]
+    (w.dir / "answers" / "00000.json").write_text(json.dumps(rows))
+    distill.stage_answers(t, w, ps, batch_size=2)  # the same prompts: the shard is done, nothing generated
+    other = [{"category": "qa", "prompt": "another question"}] * 2
+    one_line_error(lambda: distill.stage_answers(t, w, other, batch_size=2), "answers other prompts than batch 0",
+                   "delete answers/ and cache/")
 
 
 def test_the_good_work_folder_reads(work):
