@@ -9,6 +9,7 @@ import os
 import resource
 import signal
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -261,3 +262,14 @@ def test_a_gguf_that_describes_another_shape_is_refused_before_building(tiny_con
     one_line_error(lambda: real.convert(dataclasses.replace(rm, shape=RM.shape)), "describes 2 layers x 64",
                    "reinstall", seconds=30)
     assert not built and _left(cache) == []
+
+
+@needs_pkg
+def test_too_little_free_space_is_one_line_before_dequantizing(tmp_path, monkeypatch):
+    """convert checks free space first (the review's full disk failed after 46 s of dequantization)."""
+    import shutil
+    monkeypatch.setenv("MTPLAB_CACHE", str(tmp_path / "c"))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: types.SimpleNamespace(total=1 << 30, used=1 << 30, free=50 << 20))
+    one_line_error(lambda: real.convert(RM), "has 50 MB free", f"about {RM.converted_mb} MB", "MTPLAB_CACHE",
+                   seconds=10)
+    assert _left(tmp_path / "c") == []
