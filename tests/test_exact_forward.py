@@ -143,6 +143,12 @@ def test_other_architectures_and_the_stock_kernel_name_their_forward(tiny, tmp_p
     assert "lab's Llama forward" in load_hf(tiny).forward_path
     with pytest.raises(MtplabError, match="unknown kernel 'fast'; choose one of exact, stock"):
         load_hf(tiny, kernel="fast")
+    t = load_hf(tiny)
+    for kernel in ("stock", "exact"):  # a cache belongs to the forward that made it
+        cache = t.new_cache()
+        t.use_kernel(kernel)
+        with pytest.raises(MtplabError, match="made for the other forward"):
+            t(torch.tensor([[1, 2]]), cache)
 
 
 @needs_smollm2

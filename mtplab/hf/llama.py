@@ -44,6 +44,10 @@ def unsupported(hf) -> str | None:
         return f"hidden_act {c.hidden_act!r} (this forward computes SiLU-gated MLPs)"
     if (getattr(c, "pretraining_tp", 1) or 1) != 1:
         return f"pretraining_tp {c.pretraining_tp}"
+    rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    kind = str(rope.get("rope_type", rope.get("type", "default")))
+    if "dynamic" in kind:
+        return f"rope_type {kind!r} (this forward reads one rotary table, made at load)"
     base = hf.base_model
     if not all(hasattr(base, n) for n in ("embed_tokens", "layers", "norm", "rotary_emb")):
         return f"{type(base).__name__} lacks the Llama modules (embed_tokens, layers, norm, rotary_emb)"
@@ -99,7 +103,8 @@ def fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 class LlamaForward:
     """A transformers Llama causal LM computed by the lab (see the module docstring). `__call__(idx, cache)` returns
-    the `TrunkOutput` that `HFTarget` gives the decoders; `new_cache` a preallocated `KVCache` of every layer."""
+    the `TrunkOutput` that `HFTarget` gives the decoders; `new_cache` the lab's `KVCache` of every layer (preallocated,
+    `crop(n)` drops rejected drafts)."""
 
     def __init__(self, hf, max_context: int):
         c, base = hf.config, hf.base_model
@@ -159,7 +164,7 @@ class LlamaForward:
         pre_last = x
         for i, lay in enumerate(self.layers):
             if i == len(self.layers) - 1:
-                pre_last = x
+                pre_last = x  # the last layer's input: Meta heads branch off here
             x = x + self.attention(lay, kernels.rms_norm(x, lay.norm1, lay.eps), cache, i)
             x = x + self.mlp(lay, kernels.rms_norm(x, lay.norm2, lay.eps))
         if cache is not None:

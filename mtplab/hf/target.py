@@ -222,10 +222,10 @@ class HFTarget(nn.Module):
         if start + idx.shape[1] > self.config.block_size:
             self.rope(start, idx.shape[1])  # raises the context-window error
         lab = self.lab_forward
+        if cache is not None and isinstance(cache, KVCache) != (lab is not None):
+            raise MtplabError("this cache was made for the other forward (before use_kernel); make a new one with "
+                              "target.new_cache()")
         if lab is not None:
-            if cache is not None and not isinstance(cache, KVCache):
-                raise MtplabError("this cache was made before the kernel changed; make a new one with "
-                                  "target.new_cache()")
             return lab(idx, cache)
         kw = {self._cache_kw: cache.kv, "use_cache": True} if cache is not None else {"use_cache": False}
         self._seen.clear()
