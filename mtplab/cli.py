@@ -89,10 +89,26 @@ def _train_hf(a):
           "depth " + " ".join(f"{x:.3f}" for x in last["val_agree_depth"]))
 
 
-def _train_hf_model(a):
-    """train-hf-model: a small Llama of your own in a Hugging Face folder (mtplab.hf.own)."""
-    from mtplab.hf.own import train_own
+def _script(name: str):
+    """A module of the checkout's scripts/ folder: trainers whose model ships as data rather than as a part of the
+    lab (scripts/train_hf_model.py). Loaded once, under the name a test imports it by (scripts.NAME)."""
+    import importlib.util
+    if f"scripts.{name}" in sys.modules:
+        return sys.modules[f"scripts.{name}"]
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    if not path.is_file():
+        raise MtplabError(f"this command runs scripts/{name}.py, which only a checkout of mtplab has (not an installed "
+                          "package); run it from a git clone")
+    spec = importlib.util.spec_from_file_location(f"scripts.{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
+
+def _train_hf_model(a):
+    """train-hf-model: a small Llama of your own in a Hugging Face folder (scripts/train_hf_model.py)."""
+    train_own = _script("train_hf_model").train_own
     rec = train_own(preset=a.preset, corpus=a.corpus, out=a.out, name=a.name, steps=a.steps, batch_size=a.batch_size,
                     seq_len=a.seq_len, lr=a.lr, warmup=a.warmup, seed=a.seed, max_seconds=a.max_seconds,
                     resume=a.resume, overwrite=a.overwrite, save_every=a.save_every, eval_every=a.eval_every,
@@ -215,7 +231,7 @@ def _distill(a):
     from mtplab.hf.distill import run_distill
     stages = tuple(s.strip() for s in a.stages.split(",") if s.strip())
     res = run_distill(a.model, a.work, stages=stages, resume=a.resume, steps=a.steps, max_seconds=a.max_seconds,
-                      device=a.device,
+                      device=a.device, data=a.data, overwrite=a.overwrite,
                       log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
     print(f"done: {', '.join(stages)} in {res['seconds']:.0f} s ({res['cpu_seconds']:.0f} CPU s); work in {res['work']}")
 
@@ -321,16 +337,19 @@ def _train_hf_model_parser(sub) -> None:
 
 def _real_model_parsers(sub) -> None:
     """convert, distill and preflight: the real model and this laptop."""
-    c = sub.add_parser("convert", help="convert a real model's GGUF once into the lab's cache (smollm2)")
-    c.add_argument("model", help="smollm2")
+    c = sub.add_parser("convert", help=f"convert a real model's GGUF once into the lab's cache ({', '.join(REAL_MODELS)})")
+    c.add_argument("model", help=", ".join(REAL_MODELS))
     c.set_defaults(func=_convert)
 
     d = sub.add_parser("distill", help="a real model's heads: self-distillation data, a trunk cache, training")
-    d.add_argument("model", help="smollm2")
+    d.add_argument("model", help=", ".join(REAL_MODELS))
     d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
     d.add_argument("--stages", default="prompts,answers,cache,deepseek,stern",
                    help="comma-separated: prompts, answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
     d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
+    d.add_argument("--overwrite", action="store_true", help="replace the head trainings saved in --work")
+    d.add_argument("--data", default=None, help="the answers stage imports the answers of this data folder "
+                                                "(python -m mtplab.hf.chatdata DIR) instead of generating its own")
     d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")
     d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
     d.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (a GPU trains on more data in minutes)")

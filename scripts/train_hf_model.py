@@ -2,7 +2,8 @@
 byte-level tokenizer whose ids are the lab's byte ids (token i is byte i, so `mtplab.tokenizer` and the model's
 own tokenizer give the same ids; id 256 is an end-of-text token the lab's decoders never stop at).
 
-What `python -m mtplab train-hf-model` runs. The result is an ordinary model folder (config.json,
+What `python -m mtplab train-hf-model` runs (a script, not a part of the lab: its model ships as data, in
+data/hf/, and the lab's own trainers are `mtplab.training`). The result is an ordinary model folder (config.json,
 model.safetensors, tokenizer files) that `--hf`, `bench peers` and transformers' own `generate` load, plus
 `mtplab_record.json`: how it was trained, on which machine, and its held-out bits per byte.
 

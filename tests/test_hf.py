@@ -19,7 +19,8 @@ from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.hf.target import load_heads, load_hf, load_target, read_heads_info, save_heads  # noqa: E402
-from mtplab.hf.run import hf_train_step, reference_generate, train_heads  # noqa: E402
+from mtplab.hf.run import reference_generate, train_heads  # noqa: E402
+from mtplab.training.steps import train_step  # noqa: E402
 from mtplab.training.losses import self_distill_cross_entropies  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +138,7 @@ def test_heads_train_save_and_reload(dirs, fam, depths, tmp_path):
     before = _distill_loss(t, x)
     opt = torch.optim.AdamW(t.mtp.parameters(), lr=3e-3)
     for _ in range(15):  # the same batch: the self-distillation loss on it must go down
-        hf_train_step(t, x)
+        train_step(t, x, freeze_trunk=True, lam=0.3, labels="self")
         opt.step()
         opt.zero_grad()
     assert not any(p.grad is not None for p in t.hf.parameters())  # the trunk stays frozen

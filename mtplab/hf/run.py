@@ -1,12 +1,12 @@
 """Train heads on a Hugging Face model and decode with it: what `python -m mtplab train --hf` and
-`generate --hf` run (the adapter itself is `mtplab.hf`).
+`generate --hf` run (the adapter itself is `mtplab.hf.target`).
 
 B batch, T time, K depths, V vocabulary.
 
 Training is self-distillation on the frozen trunk: depth d at position i learns the target's own distribution
-for token i+d (`mtplab.losses.self_distill_cross_entropies`), because greedy verification keeps a draft only
-when it is the target's own choice. Stern and DeepSeek heads go through the lab's `train_step`; Meta heads
-through the same loss here (the lab's `meta_step` runs the lab's own blocks, which an HF model does not have).
+for token i+d (`mtplab.training.losses.self_distill_cross_entropies`), because greedy verification keeps a draft only
+when it is the target's own choice. Every family goes through the lab's `train_step` with a frozen trunk, in the
+lab's one training loop (`mtplab.training.fit.run`).
 """
 from __future__ import annotations
 
@@ -14,24 +14,25 @@ import hashlib
 import inspect
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 import torch
 from mtplab.data import CORPORA, corpus_path, get_batch, val_windows
 from mtplab.decoding.checks import check_options, check_prompt
 from mtplab.errors import MtplabError
-from mtplab.training.losses import family_loss, self_distill_cross_entropies
 from mtplab.decoding.trace import Trace
-from mtplab.training.steps import evaluate, lr_at, train_step
+from mtplab.training import fit
+from mtplab.training.steps import evaluate, train_step
 from mtplab.training.config import TrainConfig
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
 from mtplab.device import describe, now, pick
-from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads, shipped_vocab
+from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads
 from mtplab.hf.target import base_record, load_hf, load_target, save_heads
 from mtplab.files import read_bounded
 from mtplab.model import kernels
+from mtplab.model.config import HEAD_FAMILIES
 from mtplab.model.heads import build_heads
 from mtplab.training import runs
 from mtplab.training.config import check_memory, check_name, default_name, need_int, need_number
@@ -56,26 +57,11 @@ def corpus_ids(target, corpus: str, split: str = "train") -> torch.Tensor:
     return torch.tensor(target.encode(text), dtype=torch.long)
 
 
-def hf_train_step(target, x: torch.Tensor, *, lam: float = 0.3, labels: str = "self") -> float:
-    """One self-distillation step of the heads on a frozen HF trunk. x: (B, T+1) token ids."""
-    if target.config.heads != "meta":
-        return train_step(target, x, freeze_trunk=True, lam=lam, labels=labels)
-    idx = x[:, :-1]
-    with torch.no_grad():
-        out = target(idx)
-    extra = target.mtp.train_logits(target, idx, out)  # (B, T, K-1, V)
-    logits = torch.cat([out.logits.unsqueeze(2), extra], dim=2)  # (B, T, K, V)
-    ces = self_distill_cross_entropies(logits, out.logits, hard=labels == "self-argmax")
-    loss = family_loss("meta", ces, lam=lam, freeze_trunk=True)
-    loss.backward()
-    return loss.item()
-
-
 def check_train_options(*, heads: str, n_depths=None, n_modules=None, corpus="code", steps=100, batch_size=8,
                         seq_len=128, lr=1e-3, warmup=None, lam=0.3, labels="self", seed=0, eval_windows=8,
                         max_seconds=None) -> int:
     """Every option of `train_heads`, checked before a model is loaded; returns the depths K."""
-    if heads not in ("stern", "meta", "deepseek"):
+    if heads not in HEAD_FAMILIES[1:]:
         raise MtplabError(f"--hf trains heads on a frozen model: choose --heads stern, meta or deepseek (got {heads!r})")
     if labels not in HF_LABELS:
         raise MtplabError(f"--hf heads learn the model's own predictions: --labels self or self-argmax (got {labels!r})")
@@ -95,34 +81,6 @@ def check_train_options(*, heads: str, n_depths=None, n_modules=None, corpus="co
     return TrainConfig(heads=heads, n_depths=n_depths, n_modules=n_modules).depths()
 
 
-@dataclass
-class HFRun:
-    """Where `train_heads` saves (one save set of `mtplab.training.runs` in OUT under NAME) and, on --resume,
-    the manifest it continues from."""
-    out: Path
-    name: str
-    settings: dict
-    meta: dict
-    save_every: int
-    save_seconds: float = runs.SAVE_SECONDS
-    manifest: dict | None = None
-    last_save: int | None = None
-    saved_at: float = field(default_factory=time.perf_counter)
-
-    def save(self, target, opt, gen, done: int, history: list) -> None:
-        meta = {**self.meta, "step": done, "history": history}
-        runs.save(self.out, self.name, model=target.mtp, opt=opt, gen=gen, step=done, history=history,
-                  settings=self.settings, live=target.mtp.state_dict(),
-                  write_weights=lambda path: save_heads(target, path, meta=meta))
-        self.last_save, self.saved_at = done, time.perf_counter()
-
-    def interrupted(self, step: int) -> MtplabError:
-        if self.last_save is None:
-            return MtplabError(f"interrupted at step {step}, before the first save; start again with --overwrite")
-        return MtplabError(f"interrupted at step {step}; the last complete save is step {self.last_save} in "
-                           f"{self.out}: continue it with the same command plus --resume")
-
-
 def _training_data(target, heads: str, depths: int, *, corpus: str, batch_size: int, seq_len: int,
                    eval_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The memory check for the heads about to be trained, then the corpus in the model's ids and the fixed
@@ -140,28 +98,18 @@ def _training_data(target, heads: str, depths: int, *, corpus: str, batch_size: 
     return data, val_windows(val, seq_len, eval_windows)
 
 
-def _heads_step(target, opt, params, x: torch.Tensor, *, step: int, lr: float, lam: float, labels: str) -> float:
-    """One optimizer step of the heads at learning rate `lr`; returns the loss."""
-    for g in opt.param_groups:
-        g["lr"] = lr
-    loss = hf_train_step(target, x, lam=lam, labels=labels)
-    if not math.isfinite(loss):
-        raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr")
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss
-
-
 def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: int | None = None,
                 corpus: str = "code", steps: int = 100, batch_size: int = 8, seq_len: int = 128, lr: float = 1e-3,
                 warmup: int | None = None, lam: float = 0.3, labels: str = "self", seed: int = 0,
-                eval_windows: int = 8, max_seconds: float | None = None, log=None, run: HFRun | None = None,
+                eval_windows: int = 8, max_seconds: float | None = None, log=None, out: Path | None = None,
+                name: str | None = None, settings: dict | None = None, meta: dict | None = None,
+                manifest: dict | None = None, save_every: int | None = None, save_seconds: float | None = None,
                 stop: runs.Stop | None = None) -> list[dict]:
-    """Attach a fresh head family to `target` and train it (the trunk stays frozen). Returns the history:
-    one record at the end (and every steps/10 with `log`), with `evaluate`'s per-depth agreement.
-    With `run`, it saves a save set by steps and by time, continues `run.manifest` (--resume), and stops
-    after saving at SIGINT or SIGTERM (`stop`)."""
+    """Attach a fresh head family to `target` and train it (the trunk stays frozen) with the lab's one loop
+    (`mtplab.training.fit.run`) and its step (`training.steps.train_step`, frozen trunk). Returns the history: one
+    record at the end (and every steps/10 with `log`), with `evaluate`'s per-depth agreement. With `out`, it saves
+    OUT/NAME as one save set by steps and by time, continues `manifest` (--resume), and stops after saving at
+    SIGINT or SIGTERM (`stop`)."""
     depths = check_train_options(heads=heads, n_depths=n_depths, n_modules=n_modules, corpus=corpus, steps=steps,
                                  batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup, lam=lam, labels=labels,
                                  seed=seed, eval_windows=eval_windows, max_seconds=max_seconds)
@@ -176,46 +124,41 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
     gen = torch.Generator().manual_seed(seed)
     warmup = warmup if warmup is not None else max(1, min(100, steps // 20))
     dev = target.wte.weight.device
-    history: list = []
-    start, t0 = 0, time.perf_counter()
-    if run is not None and run.manifest is not None:
-        runs.check_settings(run.manifest["settings"], run.settings, run.out)
-        runs.restore(runs.load_state(run.out, run.name, run.manifest), run.manifest, model=target.mtp, opt=opt,
-                     gen=gen, out=run.out, tied=False)
-        start = run.last_save = run.manifest["step"]
-        history = run.manifest["history"]
-    step = start
-    try:
-        for step in range(start, steps):
-            loss = _heads_step(target, opt, params, get_batch(data, batch_size, seq_len, gen).to(dev), step=step,
-                               lr=lr_at(step, steps, lr, warmup), lam=lam, labels=labels)
-            done = step + 1
-            out_of_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
-            signalled = stop is not None and stop.signal is not None
-            if done == steps or out_of_time or signalled or (log is not None and done % max(1, steps // 10) == 0):
-                rec = {"step": done, "loss": loss, "elapsed_s": time.perf_counter() - t0}
-                rec.update(evaluate(target, windows, batch_size=batch_size))
-                history.append(rec)
-                if log is not None:
-                    log(f"step {done}: loss {loss:.3f}, agreement with the target by depth "
-                        + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
-            if run is not None and (done % run.save_every == 0 or done == steps or out_of_time or signalled
-                                    or time.perf_counter() - run.saved_at >= run.save_seconds):
-                run.save(target, opt, gen, done, history)
-            if signalled:
-                raise MtplabError(runs.stopped_message(stop.signal or "signal", done, run.out if run else None))
-            if out_of_time:
-                break
-    except KeyboardInterrupt:
-        if run is None:
-            raise MtplabError(f"interrupted at step {step}; nothing was saved (no --out)") from None
-        raise run.interrupted(step) from None
+    start, history = 0, []
+    if manifest is not None:
+        runs.check_settings(manifest["settings"], settings or {}, out)
+        runs.restore(runs.load_state(out, name, manifest), manifest, model=target.mtp, opt=opt, gen=gen, out=out,
+                     tied=False)
+        start, history = manifest["step"], manifest["history"]
+
+    def step_fn(step: int) -> float:
+        x = get_batch(data, batch_size, seq_len, gen).to(dev)
+        return train_step(target, x, freeze_trunk=True, lam=lam, labels=labels)
+
+    def record(done: int, loss: float) -> dict:
+        rec = {"elapsed_s": time.perf_counter() - t0, **evaluate(target, windows, batch_size=batch_size)}
+        if log is not None:
+            log(f"step {done}: loss {loss:.3f}, agreement with the target by depth "
+                + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
+        return rec
+
+    def save(done: int, hist: list, early: bool) -> None:
+        m = {**(meta or {}), "step": done, "history": hist}
+        runs.save(out, name, model=target.mtp, opt=opt, gen=gen, step=done, history=hist, settings=settings,
+                  live=target.mtp.state_dict(), write_weights=lambda path: save_heads(target, path, meta=m))
+
+    t0 = time.perf_counter()
+    history = fit.run(step_fn, opt, params, steps=steps, lr=lr, warmup=warmup, start=start, history=history,
+                      record=record, eval_every=max(1, steps // 10) if log is not None else steps,
+                      save=save if out is not None else None, save_every=save_every or max(1, steps // 10),
+                      save_seconds=save_seconds, max_seconds=max_seconds, stop=stop, out=out, t0=t0)
     target.eval()
     return history
 
 
 TRAIN_DEFAULTS = {n: p.default for n, p in inspect.signature(train_heads).parameters.items()
-                  if p.kind is p.KEYWORD_ONLY and n not in ("heads", "n_depths", "n_modules", "run", "stop")}
+                  if p.kind is p.KEYWORD_ONLY and n in inspect.signature(check_train_options).parameters
+                  and n not in ("heads", "n_depths", "n_modules")}
 
 
 def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str, name: str | None = None,
@@ -253,10 +196,9 @@ def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str
             kw["warmup"] = settings["warmup"] = saved.get("warmup")
         elif kw.get("warmup") is None:
             kw["warmup"] = settings["warmup"] = max(1, min(100, steps // 20))
-        run = HFRun(outp, name, settings, {"hf": str(hf), **{k: v for k, v in kw.items() if k != "log"}},
-                    save_every=save_every or max(1, steps // 10),
-                    save_seconds=save_seconds if save_seconds is not None else runs.SAVE_SECONDS, manifest=manifest)
-        hist = train_heads(target, heads=heads, n_depths=n_depths, n_modules=n_modules, run=run, stop=stop, **kw)
+        hist = train_heads(target, heads=heads, n_depths=n_depths, n_modules=n_modules, out=outp, name=name,
+                           settings=settings, meta={"hf": str(hf), **{k: v for k, v in kw.items() if k != "log"}},
+                           manifest=manifest, save_every=save_every, save_seconds=save_seconds, stop=stop, **kw)
     return {"checkpoint": str(runs.paths(outp, name)["weights"]), "history": hist}
 
 
@@ -313,9 +255,9 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
     """`generate --hf`: decode with any method; `tokens` are the model's own token ids, `text` its decoding.
     For a real model named by its bare name (`smollm2`), a head method finds the heads the lab ships for it;
     `chat` wraps the prompt as one user turn and ends the decode at the end of the model's turn (`end_of_turn`);
-    `answer` is the new text without that token; `draft_vocab='reduced'` drafts over the shipped draft vocabulary.
-    `kernel='stock'` decodes through transformers' forward and F.linear everywhere (the old path, to compare with the
-    exact default); `forward` says which ran."""
+    `answer` is the new text without that token; `draft_vocab='reduced'` drafts over the vocabulary saved with the
+    heads (`save_heads`), and the trace records its size. `kernel='stock'` decodes through transformers' forward and
+    F.linear everywhere (the old path, to compare with the exact default); `forward` says which ran."""
 
     m = get_method(method)
     if dtype not in DTYPES:
@@ -331,16 +273,13 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
         raise MtplabError("the prompt is empty; give some text with --prompt")
     dev = pick(device)
     target = load_target(hf, heads_checkpoint if m.family is not None else None, device=dev, dtype=DTYPES[dtype],
-                         kernel=kernel)
+                         kernel=kernel, draft_vocab=draft_vocab == "reduced")
     if m.family is not None and target.config.heads != m.family:
         raise MtplabError(f"method {method} needs {m.family} heads, but {Path(heads_checkpoint).name} holds "
                           f"{target.config.heads} heads; train {m.family} heads with python -m mtplab train --hf "
                           f"{hf} --heads {m.family} ...")
-    if draft_vocab == "reduced":
-        ids = shipped_vocab(hf)
-        if ids is None:
-            raise MtplabError(f"{hf} has no shipped draft vocabulary; use --draft-vocab full")
-        target.set_draft_vocab(ids)
+    if draft_vocab == "reduced" and m.family is not None and target.draft_vocab is None:
+        raise MtplabError(f"{Path(heads_checkpoint).name} carries no draft vocabulary; use --draft-vocab full")
     draft = None
     if m.needs_draft_model:
         if draft_hf is None:
@@ -356,7 +295,7 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
     res = HFTrace.of(trace, target).summary()
     res.update(checkpoint=str(heads_checkpoint) if heads_checkpoint else target.path, hf=target.path,
                device=describe(dev), wall_s=wall, kernel=kernel, forward=target.forward_path,
-               draft_vocab=draft_vocab, chat=chat,
+               draft_vocab=draft_vocab, draft_vocab_size=trace.draft_vocab, chat=chat,
                answer=target.decode(trace.tokens[:-1] if trace.tokens[-1:] == [stop] else trace.tokens),
                ended_turn=stop is not None and trace.tokens[-1:] == [stop])
     return res

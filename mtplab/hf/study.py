@@ -16,12 +16,13 @@ import torch
 
 from mtplab.decoding.generate import decode_with
 from mtplab.errors import MtplabError
-from mtplab.hf.real import end_of_turn, shipped_heads, shipped_vocab
+from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads, shipped_vocab
 from mtplab.hf.run import generate_ids
 from mtplab.hf.target import load_heads, load_hf
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_period
 from mtplab.measuring.race import race
+from mtplab.training.losses import CACHED_LOSSES
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ class Heads:
     """One target with every shipped head family, swapped in per call (the trunk is loaded once); `bf16`: the same
     in bf16, for the rows of the faster mode, loaded on first use."""
 
-    def __init__(self, target, families: dict, vocab: list[int] | None, name: str = "smollm2"):
-        self.target, self.families, self.vocab, self.name = target, families, vocab, name
+    def __init__(self, target, families: dict, vocab: list[int] | None, name: str | None = None):
+        self.target, self.families, self.vocab = target, families, vocab
+        self.name = name if name is not None else next(iter(REAL_MODELS))
         self._bf16: Heads | None = None
 
     def bf16(self) -> "Heads":
@@ -69,7 +71,7 @@ class Heads:
         t = self.target
         if family is not None:
             t.mtp, t.config = self.families[family]
-        t.set_draft_vocab(self.vocab if vocab == "reduced" else None)
+        t._use_draft_vocab(self.vocab if vocab == "reduced" else None)
         return t
 
 
@@ -200,7 +202,7 @@ def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
     """The model with every head family the lab ships for it, and its draft vocabulary."""
     target = load_hf(name, device=device, dtype=dtype)
     fams = {}
-    for fam in ("deepseek", "stern"):
+    for fam in CACHED_LOSSES:  # the families distill trains: deepseek, stern
         p = shipped_heads(name, fam)
         if p is not None:
             load_heads(target, p)

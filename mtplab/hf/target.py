@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 from safetensors import SafetensorError
 from mtplab.files import atomic_write, read_json
-from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig
+from mtplab.model.config import FAMILY, HEAD_FAMILIES, MAX_DEPTHS, ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
 from mtplab.model.layers import KVCache, rotary_table
@@ -58,6 +58,7 @@ MAX_CONTEXT = 2048  # the heads' rotary table and the DeepSeek drafter's buffers
 MAX_CONFIG = 1 << 20  # bytes of config.json we are willing to read
 FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
 LAYER_LISTS = ("layers", "h", "blocks", "layer")
+DRAFT_VOCAB = "draft_vocab"  # the heads file's tensor of draft token ids (int64, (N,))
 KERNELS = ("exact", "stock")  # exact: the lab's forward and kernel (Llama family); stock: transformers' forward
 
 
@@ -189,7 +190,7 @@ class HFTarget(nn.Module):
         return self.lm_head(self.norm(h)) if lab is None else lab.unembed(h)
 
     def draft_unembed(self, h):
-        """A drafter's projection: over the draft vocabulary when one is set (`set_draft_vocab`), every other token
+        """A drafter's projection: over the heads' draft vocabulary when they carry one (`load_heads`), every other token
         at -inf; otherwise `unembed`. Only drafts go through it: the target verifies over the full vocabulary, so
         the output is the same either way and only the drafts' cost and acceptance change."""
         if self.draft_vocab is None:
@@ -199,8 +200,9 @@ class HFTarget(nn.Module):
         full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))
         return full.index_copy_(-1, self.draft_vocab, small)
 
-    def set_draft_vocab(self, ids) -> "HFTarget":
-        """Draft over these token ids only (None: the full vocabulary again); returns self."""
+    def _use_draft_vocab(self, ids) -> "HFTarget":
+        """Draft over these token ids only (None: the full vocabulary again); returns self. The ids travel with the
+        heads (`save_heads` writes them, `load_heads` applies them), as EAGLE-3's d2t travels with its draft."""
         if ids is None:
             self.draft_vocab = self._draft_rows = None
             return self
@@ -246,7 +248,7 @@ class HFTarget(nn.Module):
         mtp = build_heads(self.config)  # meta: fresh layers (the model's own last layer is another architecture)
         if mtp is not None:
             for m in mtp.modules():
-                if isinstance(m, nn.Linear) and heads != "stern":
+                if isinstance(m, nn.Linear) and FAMILY[heads].normal_init:
                     nn.init.normal_(m.weight, std=0.02)
             p = self.wte.weight
             mtp = mtp.to(device=p.device, dtype=p.dtype)
@@ -424,9 +426,10 @@ def base_record(target: HFTarget) -> dict:
             "config_sha256": config_hash(target.hf.config), "weights_fingerprint": weights_fingerprint(target)}
 
 
-def save_heads(target: HFTarget, path, *, meta: dict | None = None, dtype=torch.float32) -> Path:
+def save_heads(target: HFTarget, path, *, meta: dict | None = None, dtype=torch.float32, vocab=None) -> Path:
     """Write the head weights alone (mtp.*) to PATH.safetensors, in `dtype` (bf16 halves what ships); the metadata
-    names the base model."""
+    names the base model. The draft vocabulary the heads draft over (`vocab`, else the one in use) is written
+    beside them as the int64 tensor `draft_vocab` (its token ids), which `load_heads` applies."""
     from safetensors.torch import save_file
     if target.mtp is None:
         raise MtplabError("this model has no heads to save; attach and train some first")
@@ -434,8 +437,11 @@ def save_heads(target: HFTarget, path, *, meta: dict | None = None, dtype=torch.
     if path.suffix != ".safetensors":  # a dotted name (my-run.v2) keeps its dots
         path = path.with_name(path.name + ".safetensors")
     state = {f"mtp.{n}": t.detach().to(dtype).contiguous().cpu() for n, t in target.mtp.state_dict().items()}
+    ids = target.draft_vocab if vocab is None else torch.as_tensor(vocab, dtype=torch.long)
+    if ids is not None:
+        state[DRAFT_VOCAB] = ids.detach().to(torch.long).flatten().contiguous().cpu()
     info = {"format": HEADS_FORMAT, "heads": target.config.heads, "n_depths": target.config.n_depths,
-            "base": base_record(target), "meta": meta or {}}
+            "base": base_record(target), "meta": meta or {}, "draft_vocab": None if ids is None else len(ids)}
     atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"mtplab": json.dumps(info)}))
     return path
 
@@ -477,7 +483,8 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
             or not 2 <= n <= MAX_DEPTHS:
         raise MtplabError(f"{bad} (heads {info.get('heads')!r} with n_depths {n!r}; want stern, meta or deepseek "
                           f"with 2..{MAX_DEPTHS} depths); retrain the heads")
-    odd = sorted(k for k, d in dtypes.items() if d not in ("F32", "F16", "BF16"))
+    odd = sorted(k for k, d in dtypes.items() if d not in ("F32", "F16", "BF16")
+                 and not (k == DRAFT_VOCAB and d == "I64" and len(shapes[k]) == 1))
     if odd:  # as the lab's checkpoints: integer weights would decode, silently, to drafts that are never accepted
         raise MtplabError(f"{p} holds {dtypes[odd[0]]} tensors ({odd[0]}); head weights are F32, F16 or BF16: retrain "
                           "the heads")
@@ -492,9 +499,10 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
     return info
 
 
-def load_heads(target: HFTarget, path) -> HFTarget:
+def load_heads(target: HFTarget, path, *, draft_vocab: bool = True) -> HFTarget:
     """Attach the heads saved in `path` to `target` (in place), after checking they were trained on it and,
-    from the header alone, that their shapes are those its config builds."""
+    from the header alone, that their shapes are those its config builds; with `draft_vocab`, they draft over the
+    vocabulary saved with them (if any), else over the full one."""
     info = read_heads_info(path, tensors=False)
     base, here = info["base"], base_record(target)
     if base["config_sha256"] != here["config_sha256"]:
@@ -507,11 +515,13 @@ def load_heads(target: HFTarget, path) -> HFTarget:
     cfg = target.config.with_heads(info["heads"], info["n_depths"])
     with torch.device("meta"):  # the shapes this config builds, compared with the header before allocating
         want = {f"mtp.{n}": tuple(t.shape) for n, t in build_heads(cfg).state_dict().items()}
-    if want != info["shapes"]:
-        odd = sorted(set(want) ^ set(info["shapes"])) or sorted(n for n in want if want[n] != info["shapes"][n])
+    shapes = {n: s for n, s in info["shapes"].items() if n != DRAFT_VOCAB}
+    if want != shapes:
+        odd = sorted(set(want) ^ set(shapes)) or sorted(n for n in want if want[n] != shapes[n])
         raise MtplabError(f"{Path(path).name} does not match its own head config ({info['heads']}, {info['n_depths']} "
                           f"depths: {odd[0]} differs); retrain the heads")
     tensors = read_heads_info(path)["tensors"]
+    ids = tensors.pop(DRAFT_VOCAB, None)
     bad = next((n for n, t in tensors.items() if not torch.isfinite(t).all()), None)
     if bad is not None:
         raise MtplabError(f"{Path(path).name} holds NaN or infinite weights ({bad}): every draft would be rejected; "
@@ -525,7 +535,10 @@ def load_heads(target: HFTarget, path) -> HFTarget:
                           "retrain the heads") from None
     p = target.wte.weight
     target.mtp.to(device=p.device, dtype=p.dtype)
-    return target
+    try:
+        return target._use_draft_vocab(ids if draft_vocab else None)
+    except MtplabError as e:
+        raise MtplabError(f"{Path(path).name}: {e}; retrain the heads") from None
 
 
 def load_target(hf_path, heads_checkpoint=None, *, device="cpu", dtype=torch.float32,
@@ -533,4 +546,4 @@ def load_target(hf_path, heads_checkpoint=None, *, device="cpu", dtype=torch.flo
     """An HF model and (optionally) its heads checkpoint, ready for `mtplab.decoding.generate.decode_with`:
     the one call a widget or notebook needs."""
     target = load_hf(hf_path, device=device, dtype=dtype, kernel=kernel)
-    return load_heads(target, heads_checkpoint) if heads_checkpoint else target
+    return load_heads(target, heads_checkpoint, draft_vocab=draft_vocab) if heads_checkpoint else target

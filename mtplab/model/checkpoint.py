@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from mtplab.model.config import MAX_BLOCK, MAX_DEPTHS, ModelConfig
+from mtplab.model.config import FAMILY, MAX_BLOCK, MAX_DEPTHS, ModelConfig
 from mtplab import files, paths
 from mtplab.device import pick
 from mtplab.errors import MtplabError
@@ -248,12 +248,12 @@ def config_of(name_or_path) -> ModelConfig:
 
 def _depths_in(cfg: ModelConfig, shapes: dict) -> int | None:
     """Prediction depths K that the weights hold for the config's head family (None: no head weights)."""
-    if cfg.heads == "stern":
+    if cfg.heads == "none":
+        return 1
+    prefix = FAMILY[cfg.heads].weights
+    if not prefix:  # the depths stacked in one tensor (Stern's mtp.down_w: (K-1, ...))
         w = shapes.get("mtp.down_w")
         return w[0] + 1 if w else None
-    prefix = {"meta": "mtp.blocks.", "deepseek": "mtp.layers."}.get(cfg.heads)
-    if prefix is None:
-        return 1
     idx = {n[len(prefix):].split(".")[0] for n in shapes if n.startswith(prefix)}
     return len(idx) + 1 if idx else None
 

@@ -4,7 +4,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from mtplab.errors import MtplabError
 
-HEAD_FAMILIES = ("none", "stern", "meta", "deepseek")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the code needs to know of a head family: looked up here, never branched on by name."""
+    default_depths: int     # K when neither --depths nor --modules (D) is given
+    sequential: bool        # depth d runs on depth d-1's hidden state, counted as D = K-1 modules (DeepSeek)
+    layers: bool            # each depth past the first is a transformer layer (the memory estimate counts it)
+    min_layers: int = 1     # trunk layers the family needs (Meta: the last layer is head 1)
+    normal_init: bool = True  # fresh linear layers start at N(0, 0.02) on a Hugging Face trunk (Stern keeps its own)
+    weights: str = ""       # checkpoint tensors numbered by depth ('mtp.blocks.'); '' : one stacked tensor (Stern)
+
+
+FAMILY = {"none": Family(1, False, False), "stern": Family(4, False, False, normal_init=False),
+          "meta": Family(4, False, True, min_layers=2, weights="mtp.blocks."),
+          "deepseek": Family(2, True, True, weights="mtp.layers.")}
+HEAD_FAMILIES = tuple(FAMILY)
 MAX_DEPTHS = 64       # prediction depths K a config may ask for (k tokens per step is at most K)
 MAX_BLOCK = 1 << 16   # the longest context window a config may ask for
 
@@ -39,13 +55,14 @@ class ModelConfig:
         if (self.n_embd // self.n_head) % 2:
             raise MtplabError(f"n_embd / n_head = {self.n_embd // self.n_head} is odd; rotary positions turn channel "
                               f"pairs, so the head size must be even: choose n_head so that n_embd / n_head is even")
-        if self.heads == "meta" and self.n_layer < 2:
-            raise MtplabError("meta heads need n_layer >= 2: the last layer is head 1, the rest is the trunk")
+        if self.n_layer < FAMILY[self.heads].min_layers:
+            raise MtplabError(f"{self.heads} heads need n_layer >= {FAMILY[self.heads].min_layers}: the last layer is "
+                              "head 1, the rest is the trunk")
 
     @property
     def n_modules(self) -> int:
         """DeepSeek's D: sequential MTP modules (0 for other families)."""
-        return self.n_depths - 1 if self.heads == "deepseek" else 0
+        return self.n_depths - 1 if FAMILY[self.heads].sequential else 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -119,13 +119,9 @@ class DeepSeekModules(nn.Module):
         return torch.stack(per_depth, dim=2)  # (B, T, K-1, V)
 
 
+BUILD = {"stern": lambda cfg, last: SternHeads(cfg), "meta": lambda cfg, last: MetaHeads(cfg, last_block=last),
+         "deepseek": lambda cfg, last: DeepSeekModules(cfg)}  # family -> its heads (Meta's copy the last block)
+
+
 def build_heads(cfg: ModelConfig, last_block: nn.Module | None = None) -> nn.Module | None:
-    if cfg.heads == "none":
-        return None
-    if cfg.heads == "stern":
-        return SternHeads(cfg)
-    if cfg.heads == "meta":
-        return MetaHeads(cfg, last_block=last_block)
-    if cfg.heads == "deepseek":
-        return DeepSeekModules(cfg)
-    raise AssertionError(cfg.heads)
+    return None if cfg.heads == "none" else BUILD[cfg.heads](cfg, last_block)

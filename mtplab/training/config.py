@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 from mtplab.model import checkpoint as ckpt
-from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS, ModelConfig, preset as get_preset
+from mtplab.model.config import FAMILY, HEAD_FAMILIES, MAX_DEPTHS, ModelConfig, preset as get_preset
 from mtplab.data import corpus_path
 from mtplab.errors import MtplabError
 from mtplab import platform_compat as compat
@@ -66,7 +66,7 @@ class TrainConfig:
         """K from the family and whichever of K or D (deepseek) was given."""
         heads, n_depths, n_modules = self.heads, self.n_depths, self.n_modules
         if n_modules is not None:
-            if heads != "deepseek":
+            if heads not in FAMILY or not FAMILY[heads].sequential:
                 raise MtplabError(f"--modules (D) is for --heads deepseek; {heads} takes --depths K")
             if n_depths is not None and n_depths != n_modules + 1:
                 raise MtplabError(f"D={n_modules} modules means K={n_modules + 1} depths, not {n_depths}; "
@@ -82,7 +82,7 @@ class TrainConfig:
                 raise MtplabError(f"--heads none predicts one token per position; --depths {n_depths} needs "
                                   "a head family")
             return 1
-        depths = n_depths if n_depths is not None else (2 if heads == "deepseek" else 4)
+        depths = n_depths if n_depths is not None else FAMILY[heads].default_depths if heads in FAMILY else 4
         if isinstance(depths, bool) or not isinstance(depths, int):
             raise MtplabError(f"--depths must be an integer >= 2 (got {depths!r})")
         if depths > MAX_DEPTHS:
@@ -99,7 +99,7 @@ class TrainConfig:
         if self.heads == "none":
             return "ntp"
         k = self.depths()
-        return f"deepseek-d{k - 1}" if self.heads == "deepseek" else f"{self.heads}-k{k}"
+        return f"{self.heads}-d{k - 1}" if FAMILY[self.heads].sequential else f"{self.heads}-k{k}"
 
 
 def default_name(heads: str, n_depths: int) -> str:
@@ -206,7 +206,7 @@ def check_memory(cfg: ModelConfig, *, batch_size: int, seq_len: int, trainable: 
     """Refuse a run whose one training step cannot fit in memory, before anything is built: weights (4 bytes
     a parameter), with gradients and AdamW's two moments for the trainable ones (16 bytes), and activations
     (about 24 floats a channel per layer and token, plus 3 floats a vocabulary entry per depth and token)."""
-    layers = cfg.n_layer + (cfg.n_depths - 1 if cfg.heads in ("meta", "deepseek") else 0)
+    layers = cfg.n_layer + (cfg.n_depths - 1 if FAMILY[cfg.heads].layers else 0)
     per_sample = seq_len * 4 * (layers * (24 * cfg.n_embd + cfg.n_head * seq_len) + 3 * cfg.n_depths * cfg.vocab_size)
     fixed = 16 * trainable + 4 * frozen
     need, have = fixed + batch_size * per_sample, memory_here(dev)

@@ -1,4 +1,4 @@
-"""Data parallelism by hand for `mtplab.train`: under torchrun every process trains on its slice of the
+"""Data parallelism by hand for `mtplab.training.fit`: under torchrun every process trains on its slice of the
 global batch and the gradients are averaged with one all_reduce (gloo on CPU, nccl on CUDA).
 
 A single process (no WORLD_SIZE, or WORLD_SIZE=1) never imports torch.distributed.

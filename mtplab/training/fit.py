@@ -1,10 +1,14 @@
-"""Training runs: next-token and multi-token, from scratch or with a frozen trunk.
+"""Training runs: next-token and multi-token, from scratch or with a frozen trunk, and the one training loop.
+
+`run(step_fn, opt, params, ...)` is the loop every trainer of the lab calls: the classroom models (`fit`), heads on
+a Hugging Face trunk (`mtplab.hf.run.train_heads`) and heads on a cached trunk (`mtplab.hf.distill.fit_heads`). It
+sets the learning rate (warm-up, then cosine), runs the caller's step, clips and applies the gradients, validates,
+saves one save set (`mtplab.training.runs`) every `save_every` steps, every `save_seconds` of wall time (5 minutes)
+and at SIGINT or SIGTERM (after the step in flight), and stops at `max_seconds`.
 
 `fit(TrainConfig(...))` or `fit(**keywords)` is deterministic for a seed (batches come from a seeded
-generator, dropout from the seeded global one) and resumable bit for bit: every `save_every` steps, every
-`save_seconds` of wall time (5 minutes) and at SIGINT or SIGTERM (after the step in flight) it writes one save
-set (`mtplab.training.runs`). The step itself, the loss and the validation are `mtplab.steps`;
-averaging over torchrun processes is `mtplab.distributed`.
+generator, dropout from the seeded global one) and resumable bit for bit. The step itself, the loss and the
+validation are `mtplab.training.steps`; averaging over torchrun processes is `mtplab.training.distributed`.
 """
 from __future__ import annotations
 
@@ -108,9 +112,7 @@ class _Run:
     settings: dict
     history: list = field(default_factory=list)
     start: int = 0
-    last_save: int | None = None
     t0: float = field(default_factory=time.perf_counter)
-    saved_at: float = field(default_factory=time.perf_counter)  # wall clock of the last save (or the start)
     stop: runs.Stop | None = None
     tokens: int = 0
     window: list = field(default_factory=lambda: [0, time.perf_counter()])  # tokens since the last log, since when
@@ -132,7 +134,7 @@ def _begin(c: TrainConfig, rank: int, world: int, dev: torch.device) -> _Run:
     if manifest:
         runs.check_settings(saved, run.settings, out)
         runs.restore(runs.load_state(out, name, manifest), manifest, model=model, opt=opt, gen=run.gen, out=out)
-        run.start = run.last_save = manifest["step"]
+        run.start = manifest["step"]
         run.history = manifest["history"]
     run.tokens = run.start * c.batch_size * model.config.block_size
     if c.progress and rank == 0:
@@ -141,45 +143,93 @@ def _begin(c: TrainConfig, rank: int, world: int, dev: torch.device) -> _Run:
     return run
 
 
-def _step(run: _Run, step: int, train_data) -> float:
+def run(step_fn, opt, params, *, steps: int, lr: float, warmup: int, start: int = 0, history: list | None = None,
+        record=None, eval_every: int | None = None, save=None, save_every: int | None = None,
+        save_seconds: float | None = None, max_seconds: float | None = None, stop: runs.Stop | None = None,
+        out: Path | None = None, end: int | None = None, grad_clip: float = 1.0, hint: str = "lower --lr",
+        after=None, t0: float | None = None, rank: int = 0, world: int = 1, dev=None) -> list[dict]:
+    """The one training loop, from step `start` to `steps` (or `end`). Returns the history.
+
+    step_fn(step) -> loss: one forward and backward pass (the loop has set the learning rate).
+    record(done, loss) -> dict: the validation at step `done` (every `eval_every` steps, the last and a timed-out
+    one), appended to the history after its step and loss. save(done, history, stopped_early): one save set (every
+    `save_every` steps, `save_seconds` of wall time, the last, a timed-out and a signalled one). after(done, loss):
+    progress. A signal ends the run after its step is saved; Ctrl-C twice ends it at once, naming the last save."""
+    history = [] if history is None else history
+    eval_every = eval_every or max(1, steps // 10)
+    save_every = save_every or eval_every
+    end = steps if end is None else min(steps, end)
+    every = save_seconds if save_seconds is not None else runs.SAVE_SECONDS
+    t0 = time.perf_counter() if t0 is None else t0
+    saved = {"step": start or None, "at": time.perf_counter()}
+    step = start
+    try:
+        for step in range(start, end):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, steps, lr, warmup)
+            loss = step_fn(step)
+            distributed.average_gradients(params, world)
+            if not math.isfinite(loss):
+                raise MtplabError(f"training diverged at step {step} (loss {loss}); {hint}")
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            done = step + 1
+            late = distributed.any_rank(max_seconds is not None and time.perf_counter() - t0 > max_seconds, dev, world)
+            if after is not None:
+                after(done, loss)
+            if rank == 0 and record is not None and (done % eval_every == 0 or done == steps or late):
+                history.append({"step": done, "loss": loss, **record(done, loss)})
+            signalled = distributed.any_rank(stop is not None and stop.signal is not None, dev, world)
+            due = done % save_every == 0 or done == end or late or signalled or time.perf_counter() - saved["at"] >= every
+            if rank == 0 and save is not None and due:
+                save(done, history, late or signalled)
+                saved.update(step=done, at=time.perf_counter())
+            if signalled:
+                raise MtplabError(runs.stopped_message(stop.signal or "signal", done, out if save else None))
+            if late:
+                break
+    except KeyboardInterrupt:
+        raise _interrupted(step, out if save is not None else None, saved["step"]) from None
+    return history
+
+
+def _batch(run: _Run, step: int, train_data) -> float:
     c, model = run.c, run.model
-    for g in run.opt.param_groups:
-        g["lr"] = lr_at(step, c.steps, c.lr, run.warmup)
     x = get_batch(train_data, c.batch_size, model.config.block_size, run.gen)  # the global batch, on every rank
     x = distributed.shard(x, run.rank, run.world).to(run.dev)
     with autocast_context(run.dev, c.autocast):
         loss = train_step(model, x, freeze_trunk=c.freeze_trunk, lam=c.lam, memory_efficient=c.memory_efficient,
                           labels=c.labels)
-    distributed.average_gradients(run.params, run.world)
-    if not math.isfinite(loss):
-        also = f" or --lambda (now {c.lam})" if c.heads != "none" and c.lam > 1 else ""
-        raise MtplabError(f"training diverged at step {step} (loss {loss}); lower --lr{also}")
-    torch.nn.utils.clip_grad_norm_(run.params, c.grad_clip)
-    run.opt.step()
-    run.opt.zero_grad(set_to_none=True)
     n = c.batch_size * model.config.block_size
     run.tokens += n
     run.window[0] += n
     return loss
 
 
-def _validate(run: _Run, done: int, loss: float, windows) -> None:
+def _validate(run: _Run, done: int, loss: float, windows) -> dict:
     now = time.perf_counter()
-    rec = {"step": done, "loss": loss, "lr": run.opt.param_groups[0]["lr"], "tokens": run.tokens,
-           "elapsed_s": now - run.t0, "tokens_per_s": run.window[0] / max(1e-9, now - run.window[1])}
+    rec = {"lr": run.opt.param_groups[0]["lr"], "tokens": run.tokens, "elapsed_s": now - run.t0,
+           "tokens_per_s": run.window[0] / max(1e-9, now - run.window[1])}
     rec.update(evaluate(run.model, windows))  # in fp32, comparable across runs
-    run.history.append(rec)
     run.window[:] = [0, time.perf_counter()]
     if run.bar is not None:
         run.bar.write(f"step {done}: loss {loss:.3f} val bpb by depth "
                       + " ".join(f"{b:.3f}" for b in rec["val_bpb_depth"])
                       + " | top-1 acc " + " ".join(f"{a:.3f}" for a in rec["val_acc_depth"]))
+    return rec
 
 
-def _save(run: _Run, done: int, stopped_early: bool) -> None:
+def _progress(run: _Run, done: int, loss: float) -> None:
+    tok_s = run.window[0] / max(1e-9, time.perf_counter() - run.window[1])
+    run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")
+    run.bar.update(1)
+
+
+def _save(run: _Run, done: int, history: list, stopped_early: bool) -> None:
     c = run.c
     meta = {"preset": run.settings["preset"], "corpus": c.corpus, "heads": c.heads, "n_depths": c.depths(),
-            "n_modules": c.depths() - 1 if c.heads == "deepseek" else None, "freeze_trunk": c.freeze_trunk,
+            "n_modules": run.model.config.n_modules or None, "freeze_trunk": c.freeze_trunk,
             "from": str(c.from_checkpoint) if c.from_checkpoint else None, "seed": c.seed,
             "batch_size": c.batch_size, "lr": c.lr, "lambda": c.lam, "labels": c.labels,
             "autocast": run.settings["autocast"], "steps": c.steps, "step": done, "tokens": run.tokens,
@@ -188,60 +238,35 @@ def _save(run: _Run, done: int, stopped_early: bool) -> None:
     base = Path(c.from_checkpoint) if c.freeze_trunk else None
     runs.save(run.out, run.name, model=run.model, opt=run.opt, gen=run.gen, step=done, history=run.history,
               settings=run.settings, meta=meta, base=base, dtype=SAVE_DTYPES[c.save_dtype])
-    run.last_save, run.saved_at = done, time.perf_counter()
 
 
-def _interrupted(run: _Run, step: int) -> MtplabError:
-    if run.out is None:
+def _interrupted(step: int, out: Path | None, last_save: int | None) -> MtplabError:
+    if out is None:
         return MtplabError(f"interrupted at step {step}; nothing was saved (no --out)")
-    if run.last_save is None:
+    if last_save is None:
         return MtplabError(f"interrupted at step {step}, before the first save; start again with --overwrite")
-    return MtplabError(f"interrupted at step {step}; the last complete save is step {run.last_save} in "
-                       f"{run.out}: continue it with the same command plus --resume")
+    return MtplabError(f"interrupted at step {step}; the last complete save is step {last_save} in "
+                       f"{out}: continue it with the same command plus --resume")
 
 
-def _loop(run: _Run) -> None:
-    c = run.c
-    block = run.model.config.block_size
+def _loop(live: _Run) -> None:
+    c = live.c
+    block = live.model.config.block_size
     train_data = need_tokens(load_corpus(c.corpus, "train"), block + 2, corpus_path(c.corpus, "train"))
     windows = val_windows(need_tokens(load_corpus(c.corpus, "val"), block + 1, corpus_path(c.corpus, "val")), block,
                           c.eval_windows)
-    eval_every = c.eval_every or max(1, c.steps // 10)
-    save_every = c.save_every or eval_every
     end = c.steps if c.stop_after is None else min(c.steps, c.stop_after)
-    step = run.start
-    try:
-        for step in range(run.start, end):
-            if _one(run, step, train_data, windows, eval_every, save_every, end):
-                break
-    except KeyboardInterrupt:
-        raise _interrupted(run, step) from None
-
-
-def _one(run: _Run, step: int, train_data, windows, eval_every: int, save_every: int, end: int) -> bool:
-    """One step with its progress, validation and save; True when the time limit says stop."""
-    c = run.c
-    loss = _step(run, step, train_data)
-    done = step + 1
-    late = distributed.any_rank(c.max_seconds is not None and time.perf_counter() - run.t0 > c.max_seconds,
-                                run.dev, run.world)
-    if run.bar is not None:
-        tok_s = run.window[0] / max(1e-9, time.perf_counter() - run.window[1])
-        run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")
-        run.bar.update(1)
-    if run.rank == 0 and (done % eval_every == 0 or done == c.steps or late):
-        _validate(run, done, loss, windows)
-    signalled = distributed.any_rank(run.stop is not None and run.stop.signal is not None, run.dev, run.world)
-    every = c.save_seconds if c.save_seconds is not None else runs.SAVE_SECONDS
-    due = done % save_every == 0 or done == end or late or signalled or time.perf_counter() - run.saved_at >= every
-    if run.rank == 0 and run.out is not None and due:
-        _save(run, done, late or signalled)
-    if signalled:
-        raise MtplabError(runs.stopped_message(run.stop.signal if run.stop and run.stop.signal else "signal", done,
-                                               run.out))
-    if late and run.bar is not None:
-        run.bar.write(f"stopping at step {done}: max_seconds={c.max_seconds} reached")
-    return late
+    also = f" or --lambda (now {c.lam})" if c.heads != "none" and c.lam > 1 else ""
+    live.history = run(
+        lambda step: _batch(live, step, train_data), live.opt, live.params, steps=c.steps, lr=c.lr, warmup=live.warmup,
+        start=live.start, history=live.history, record=lambda done, loss: _validate(live, done, loss, windows),
+        eval_every=c.eval_every, save=(lambda done, hist, early: _save(live, done, hist, early)) if live.out else None,
+        save_every=c.save_every, save_seconds=c.save_seconds, max_seconds=c.max_seconds, stop=live.stop, out=live.out,
+        end=end, grad_clip=c.grad_clip, hint=f"lower --lr{also}", t0=live.t0, rank=live.rank, world=live.world,
+        dev=live.dev, after=(lambda done, loss: _progress(live, done, loss)) if live.bar is not None else None)
+    last = live.history[-1]["step"] if live.history else live.start
+    if live.bar is not None and c.max_seconds is not None and last < end:
+        live.bar.write(f"stopping at step {last}: max_seconds={c.max_seconds} reached")
 
 
 def fit(config: TrainConfig | None = None, /, **kwargs) -> list[dict]:

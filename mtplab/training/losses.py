@@ -115,6 +115,80 @@ def family_loss(heads: str, ces: list[torch.Tensor], *, lam: float = 0.3, freeze
         if not extra:
             raise MtplabError("a frozen trunk with no heads has nothing to train; add --heads and --k")
         return torch.stack(extra).mean()
-    if heads == "deepseek":
-        return deepseek_loss(ces, lam)
+    return LOSS.get(heads, _mean)(ces, lam)
+
+
+def _mean(ces: list[torch.Tensor], lam: float) -> torch.Tensor:
     return torch.stack(ces).mean()  # Gloeckle et al. 2024 / Stern et al. 2018: every depth weighted alike
+
+
+LOSS = {"deepseek": deepseek_loss}  # family -> its objective over per-depth losses (others: the mean)
+
+
+# ---------------------------------------------------------------------------------- on a cached trunk
+# The same objectives when the trunk ran once, ahead of training (`mtplab.hf.distill`): each batch holds the last
+# layer's hidden states (B, T, C), the tokens (B, T), which positions are answer tokens (B, T), and the target's
+# top-k next-token ids and probabilities (B, T, TOPK). The heads draft over a draft vocabulary of N ids.
+def sub_vocab_index(vocab: torch.Tensor, V: int) -> torch.Tensor:
+    """(V,) position of each token id in the draft vocabulary, -1 outside it."""
+    where = torch.full((V,), -1, dtype=torch.long)
+    where[vocab] = torch.arange(len(vocab))
+    return where
+
+
+def soft_ce(logits: torch.Tensor, top_i: torch.Tensor, top_p: torch.Tensor, where: torch.Tensor,
+            mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy of draft logits over the draft vocabulary (B, T, N) against the target's top-k probabilities
+    (B, T, TOPK) renormalized inside it; mask (B, T) picks the positions that count. Returns (loss, top-1 hits)."""
+    idx = where[top_i]  # (B, T, TOPK), -1 outside the draft vocabulary
+    p = top_p * (idx >= 0)
+    keep = mask & (p.sum(-1) > 0)
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-9)
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, idx.clamp_min(0))  # (B, T, TOPK)
+    loss = -(p * logp).sum(-1)[keep].mean() if keep.any() else logits.sum() * 0
+    hits = (logits.argmax(-1) == idx[..., 0]) & keep  # the draft equals the target's argmax
+    return loss, torch.stack([hits.sum(), keep.sum()])
+
+
+def _deepseek_cached(model, batch: dict, where: torch.Tensor, W: torch.Tensor, unroll: int) -> list:
+    """One module, reused as the drafter reuses it: depth d+1 runs it on depth d's hidden states and Emb(t_{i+d})
+    (teacher forcing on tokens, free running on hidden states, as EAGLE-3 trains), up to `unroll` depths."""
+    h, tok, ans = batch["hidden"], batch["tokens"], batch["answer"]
+    T, out, prev = h.shape[1], [], h
+    for d in range(1, unroll + 1):
+        if T - d <= 1:
+            break
+        prev = model.mtp.layers[0](model, prev[:, :T - d], model.wte(tok[:, d:]))  # (B, T-d, C) predicts t_{i+d+1}
+        logits = F.linear(model.norm(prev), W)
+        # the target's distribution for t_{i+d+1} sits at position i+d; count it where t_{i+d+1} is an answer token
+        m = torch.zeros_like(ans[:, :T - d])
+        m[:, :T - d - 1] = ans[:, d + 1:]
+        out.append(soft_ce(logits[:, :T - d - 1], batch["top_i"][:, d:T - 1], batch["top_p"][:, d:T - 1], where,
+                           m[:, :T - d - 1]))
+        prev = F.pad(prev, (0, 0, 0, d))  # keep positions aligned with the trunk's
+    return out
+
+
+def _stern_cached(model, batch: dict, where: torch.Tensor, W: torch.Tensor, unroll: int) -> list:
+    """Depth d reads the trunk's hidden state at i and predicts t_{i+d}."""
+    h, ans = batch["hidden"], batch["answer"]
+    T, out = h.shape[1], []
+    hs = model.mtp.hidden(h)  # (B, T, K-1, C)
+    for j in range(hs.shape[2]):
+        d = j + 2  # depth d at position i predicts t_{i+d}: the target's distribution sits at position i+d-1
+        if T - d <= 0:
+            break
+        logits = F.linear(model.norm(hs[:, :T - d, j]), W)
+        out.append(soft_ce(logits, batch["top_i"][:, d - 1:T - 1], batch["top_p"][:, d - 1:T - 1], where, ans[:, d:]))
+    return out
+
+
+CACHED_LOSSES = {"deepseek": _deepseek_cached, "stern": _stern_cached}  # family -> its loss on a cached trunk
+
+
+def head_losses(model, batch: dict, where: torch.Tensor, vocab: torch.Tensor, *, unroll: int = 3) -> list:
+    """Per-depth (loss, top-1 hits) of `model.mtp` on a cached batch, over the draft vocabulary `vocab` (N ids)."""
+    fn = CACHED_LOSSES.get(model.config.heads)
+    if fn is None:
+        raise MtplabError(f"heads on a trunk cache are one of {', '.join(CACHED_LOSSES)} (got {model.config.heads!r})")
+    return fn(model, batch, where, model.lm_head.weight[vocab], unroll)  # W: (N, C)

@@ -1,6 +1,6 @@
 """One training step per head family, the learning-rate schedule, autocast, and per-depth validation.
 
-B batch, T time, C channels, K depths, V vocabulary. The run around them is `mtplab.train.fit`.
+B batch, T time, C channels, K depths, V vocabulary. The run around them is `mtplab.training.fit`.
 """
 from __future__ import annotations
 
@@ -101,11 +101,18 @@ def meta_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, memory_efficie
     return total
 
 
+STEP = {"meta": meta_step}  # families with a step of their own on the lab's GPT (the rest: the one below)
+
+
 def train_step(model: GPT, x: torch.Tensor, *, freeze_trunk: bool, lam: float, memory_efficient: bool = True,
                labels: str = "corpus") -> float:
+    """One backward pass of `model`'s head family on x (B, T+1); returns the loss. A frozen trunk runs once without
+    gradients and only the heads learn: the lab's GPT, or a Hugging Face trunk (`mtplab.hf.target`), whose Meta heads
+    take this path too (`meta_step` runs the lab's own blocks, which a Hugging Face model does not have)."""
     heads = model.config.heads
-    if heads == "meta":
-        return meta_step(model, x, freeze_trunk=freeze_trunk, memory_efficient=memory_efficient, labels=labels)
+    own = STEP.get(heads) if isinstance(model, GPT) else None
+    if own is not None:
+        return own(model, x, freeze_trunk=freeze_trunk, memory_efficient=memory_efficient, labels=labels)
     idx = x[:, :-1]
     if freeze_trunk:
         with torch.no_grad():

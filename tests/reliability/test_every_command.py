@@ -47,7 +47,7 @@ def test_every_command_checks_its_seed_before_it_starts(hfdirs, tmp_path, capsys
 
 def test_train_hf_model_checks_its_seed_in_the_api_too(tmp_path):
     pytest.importorskip("transformers")
-    from mtplab.hf.own import train_own
+    from scripts.train_hf_model import train_own
     with pytest.raises(MtplabError, match=r"--seed must be an integer in \[0, 9223372036854775808\) "
                                           r"\(got 18446744073709551616\)"):
         train_own(preset="hf-draft", steps=2, seed=2 ** 64, out=str(tmp_path / "o"))
@@ -158,7 +158,7 @@ def test_resume_on_another_text_is_refused_by_every_trainer(hfdirs, tmp_path, mo
                                               steps=steps, batch_size=2, seq_len=32, out=str(out), **k)
     else:
         pytest.importorskip("transformers")
-        from mtplab.hf.own import train_own
+        from scripts.train_hf_model import train_own
         run = lambda steps, **k: train_own(preset="hf-draft", steps=steps, batch_size=2, seq_len=32, out=str(out),  # noqa: E731
                                            log=None, **k)
     run(2)

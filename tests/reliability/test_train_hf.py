@@ -96,14 +96,14 @@ def test_hf_train_sigint_saves_and_resume_reaches_the_uninterrupted_heads(hfdirs
     kw = dict(hf=str(hfdirs / "gpt2"), heads="stern", n_depths=2, corpus=str(hfdirs / "corpus.txt"), steps=6,
               batch_size=2, seq_len=32, save_every=100)
     hfrun.run_hf_train(out=str(tmp_path / "ref"), **kw)
-    real, n = hfrun.hf_train_step, {"steps": 0}
+    real, n = hfrun.train_step, {"steps": 0}
 
     def step(*a, **k):
         n["steps"] += 1
         if n["steps"] == 3:
             os.kill(os.getpid(), signal.SIGINT)
         return real(*a, **k)
-    monkeypatch.setattr(hfrun, "hf_train_step", step)
+    monkeypatch.setattr(hfrun, "train_step", step)
     with pytest.raises(MtplabError, match=r"interrupted at step 3 \(SIGINT\); the last complete save is step 3 in "):
         hfrun.run_hf_train(out=str(tmp_path / "cut"), **kw)
     monkeypatch.undo()
@@ -121,14 +121,14 @@ def test_hf_train_sigint_saves_and_resume_reaches_the_uninterrupted_heads(hfdirs
 def test_hf_train_saves_by_time(hfdirs, tmp_path, monkeypatch):
     from mtplab.hf import run as hfrun
     monkeypatch.setattr(runs, "SAVE_SECONDS", 0.0)
-    real, n = hfrun.hf_train_step, {"steps": 0}
+    real, n = hfrun.train_step, {"steps": 0}
 
     def step(*a, **k):
         n["steps"] += 1
         if n["steps"] == 3:
             raise KeyboardInterrupt
         return real(*a, **k)
-    monkeypatch.setattr(hfrun, "hf_train_step", step)
+    monkeypatch.setattr(hfrun, "train_step", step)
     with pytest.raises(MtplabError, match=r"interrupted at step 2; the last complete save is step 2 in "):
         hfrun.run_hf_train(hf=str(hfdirs / "gpt2"), heads="stern", n_depths=2, corpus=str(hfdirs / "corpus.txt"),
                            steps=10 ** 9, batch_size=2, seq_len=32, out=str(tmp_path))

@@ -13,7 +13,7 @@ OWN = dict(preset="hf-draft", batch_size=2, seq_len=32, log=None)
 
 def test_train_hf_model_checks_memory_first(tmp_path):
     pytest.importorskip("transformers")
-    from mtplab.hf.own import train_own
+    from scripts.train_hf_model import train_own
     with pytest.raises(MtplabError, match="lower --batch-size|--seq-len"):
         train_own(preset="hf-draft", steps=2, batch_size=100000, seq_len=256, out=str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()  # refused before the folder or the lock were made
@@ -22,7 +22,7 @@ def test_train_hf_model_checks_memory_first(tmp_path):
 def test_a_save_cut_between_the_two_renames_names_resume_and_the_old_folder(tmp_path):
     """fault-own: killed after OUT/NAME -> .NAME.old and before .NAME.writing -> OUT/NAME; generate --hf said
     'not a Hugging Face model directory (no config.json)'."""
-    from mtplab.hf.own import train_own
+    from scripts.train_hf_model import train_own
     from mtplab.hf.target import load_hf
     out = tmp_path / "o"
     train_own(steps=2, save_every=1, out=str(out), **OWN)
@@ -42,7 +42,7 @@ def test_a_save_cut_between_the_two_renames_names_resume_and_the_old_folder(tmp_
 def test_what_is_planted_beside_the_folder_is_removed_or_refused_never_followed(tmp_path, planted, kind):
     """n-own-writing-symlink, n-own-old-file, n-own-outname-symlink-overwrite: 'Cannot call rmtree on a symbolic link'
     without the path, at every save."""
-    from mtplab.hf.own import train_own
+    from scripts.train_hf_model import train_own
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "keep").write_text("keep me")
