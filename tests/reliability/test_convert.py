@@ -219,6 +219,10 @@ DAMAGE = {  # review case: what happens to the converted folder
     "r-chat-template-missing": lambda d: (d / "chat_template.jinja").unlink(),
     "r-chat-template-devzero": lambda d: devzero(d / "chat_template.jinja"),
     "r-chat-template-fifo": lambda d: fifo(d / "chat_template.jinja"),
+    "r-config-layers28": lambda d: (d / "config.json").write_text(
+        (d / "config.json").read_text().replace('"num_hidden_layers": 2', '"num_hidden_layers": 1')),
+    "r-tokenizer-edited": lambda d: (d / "tokenizer.json").write_text(
+        (d / "tokenizer.json").read_text().replace('"<eos>"', '"<eoz>"')),
 }
 
 
