@@ -227,13 +227,12 @@ def test_windows_lock_sits_past_the_text_and_keeps_the_position(tmp_path, monkey
         os.close(fd)
 
 
-def test_no_lock_at_all_is_an_error_not_a_silent_pass(monkeypatch, tmp_path):
+def test_no_lock_at_all_is_a_documented_no_op(monkeypatch, tmp_path):
     monkeypatch.setattr(compat, "fcntl", None)
     monkeypatch.setattr(compat, "msvcrt", None)
     fd = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
     try:
-        with pytest.raises(OSError):
-            compat.lock_exclusive(fd)
+        assert compat.lock_exclusive(fd) is False  # said, not pretended
     finally:
         os.close(fd)
 
@@ -669,3 +668,33 @@ def test_the_projector_switch_from_the_environment():
     r = subprocess.run([sys.executable, "-c", "from mtplab.viz import style; print(style.projector_on())"],
                        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MTPLAB_PROJECTOR": "1"})
     assert r.stdout.strip() == "True", r.stderr
+
+
+@pytest.mark.slow
+def test_commands_run_without_posix(tmp_path):
+    """Beyond --help: a prompt file read (no O_NONBLOCK, no fcntl), the memory check (no resource, no sysconf) and
+    a one-step training run with its lock file, pid and save set (the lock itself through msvcrt's stand-in is
+    covered above; here neither is importable, so it is the documented no-op)."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("def main(")
+    r = _child(f"""
+import contextlib, io, json
+from mtplab.cli import main
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    code = main(['generate', '--checkpoint', 'ntp', '--prompt-file', {str(prompt)!r}, '--max-new-tokens', '4', '--json'])
+print('GEN', code, len(json.loads(buf.getvalue().strip().splitlines()[-1])['tokens']))
+from mtplab.training import config
+import torch
+print('MEM', config.memory_here(torch.device('cpu')) > 1 << 26)
+try:
+    code = main(['train', '--preset', 'tiny', '--steps', '1', '--out', {str(tmp_path / 'run')!r}, '--no-progress'])
+except SystemExit as e:
+    code = e.code
+print('TRAIN', code)
+""")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = dict(x.split(" ", 1) for x in r.stdout.strip().splitlines() if x[:3] in ("GEN", "MEM", "TRA"))
+    assert lines["GEN"] == "0 4", r.stdout
+    assert lines["MEM"] == "True"
+    assert lines["TRAIN"] == "0", (r.stdout, r.stderr[-800:])
