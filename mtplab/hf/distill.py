@@ -7,14 +7,16 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
 1. `prompts`: training prompts, none of them a held-out prompt. Two sources: the model's own questions,
    Magpie-style (Xu et al. 2024: an aligned model given only the start of a user turn writes the question), and
    task templates over topic lists and passages of the shipped corpora, one per held-out category.
-2. `answers`: the model's own greedy answers (batched `generate`), as Medusa's self-distillation (Cai et al. 2024, §2.3.2)
-   and FastMTP train heads on the model's own outputs: a head is then trained on exactly the text its drafts will be verified against.
+2. `answers`: the model's own greedy answers (batched `generate`), as Medusa's self-distillation (Cai et al. 2024,
+   §2.3.2) and FastMTP train heads on the model's own outputs: a head is then trained on exactly the text its drafts
+   will be verified against. With --data, the answers of an `mtplab.hf.chatdata` folder instead (`stage_import`).
 3. `cache`: one trunk forward per answered prompt: the last layer's hidden state at every position (bf16) and the
    target's top-k next-token probabilities there. The 30-layer trunk never runs again.
-4. `train`: heads trained for many epochs on the cache (`fit_heads`), over the draft vocabulary: the N tokens most
-   frequent in the model's own answers (EAGLE-3, FR-Spec and FastMTP also draft over a frequency-ranked subset;
-   only EAGLE-3 counts its training answers, FR-Spec counts a pretraining corpus and FastMTP reuses FR-Spec's). The projection of a draft costs N
-   rows instead of 49,152; the target still verifies over the full vocabulary, so output stays exact.
+4. `train`: heads trained for many epochs on the cache (`fit_heads`, on the lab's one loop, saved as one save set),
+   over the draft vocabulary: the N tokens most frequent in the model's own answers (EAGLE-3, FR-Spec and FastMTP
+   also draft over a frequency-ranked subset; only EAGLE-3 counts its training answers, FR-Spec counts a pretraining
+   corpus and FastMTP reuses FR-Spec's). The projection of a draft costs N rows instead of 49,152; the target still
+   verifies over the full vocabulary, so output stays exact. The ids travel in the heads file (`save_heads`).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from mtplab.files import atomic_write, atomic_write_text, read_json
 from mtplab.device import machine, pick
 from mtplab.hf import workfiles as wf
 from mtplab.hf.real import REAL_MODELS, real_model
-from mtplab.paths import DATA_DIR, may_write_shipped
+from mtplab.paths import DATA_DIR, may_write_shipped, shipped_folder
 from mtplab.training import fit, runs
 from mtplab.training.config import default_name
 from mtplab.training.losses import CACHED_LOSSES, head_losses, sub_vocab_index
@@ -555,7 +557,6 @@ def _real_names():
 def check_distill_options(work_dir, stages, steps, max_seconds) -> None:
     """distill's options, each one line before anything runs or is created: at least one stage, steps >= 1, a
     positive finite --max-seconds, and a work folder that is not the lab's data folder or what it ships."""
-    from mtplab.paths import shipped_folder
     if not stages:
         raise MtplabError(f"--stages names no stage; choose among {', '.join(STAGES)}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
