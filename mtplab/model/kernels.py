@@ -8,20 +8,21 @@ and its summation order by the number of rows, so row 0 of a four-row `F.linear`
 its last bits; a near-tie between two logits can then flip. Equality is observed, not guaranteed.
 
 How. Every output is one plain sum, y[i, j] = (((0 + x[i,0] W[j,0]) + x[i,1] W[j,1]) + ...), in the order of k,
-each step a rounded product and then a rounded sum (no fused multiply-add), whatever q is: no row's sum depends on
-another row or on the count of rows. The weights are stored once more as panels of JB outputs, k-major (W[j0:j0+JB, k]
-contiguous for each k), so that a panel's JB sums advance side by side: the CPU's vector lanes hold JB independent
-outputs, never parts of one sum, so nothing is reassociated. Rows go ROWS at a time through one loop whose
-ROWS x JB sums stay in registers, and each weight vector loaded is multiplied with all of them: a block of four rows
-reads the weights as one row does. A last, partial block repeats its last row (computed, not written), so every
-output of every call runs the same instructions; a one-row call pays four rows' arithmetic, which a forward that
-streams its weights from memory hides. Two threads split the panels (outputs), so each output is still computed by
-one thread in one order: one and two threads give the same bits.
+whatever q is: no row's sum depends on another row or on the count of rows. Each step is one fused multiply-add
+where the CPU has it (the compiler may fuse, never reorder). The weights are stored once more as panels of JB outputs,
+k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advance side by side: the CPU's vector
+lanes hold JB independent outputs, never parts of one sum, so nothing is reassociated. Rows go ROWS at a time
+through one loop whose ROWS x JB sums stay in registers, and each weight vector loaded is multiplied with all of
+them: a block of four rows reads the weights as one row does. A last, partial block repeats its last row (computed,
+not written), so every output of every call runs the same instructions; a one-row call pays four rows' arithmetic,
+which a forward that streams its weights from memory hides. Two threads split the panels (outputs), so each output
+is still computed by one thread in one order: one and two threads give the same bits.
 
 The kernel is compiled by numba (cached on disk after the first call). Where numba is missing or fails, `linear` is
 `F.linear`, `EXACT` is False and `status()` says so. Above MAX_ROWS rows (a prefill), under autograd (training), off
 the CPU and for inputs other than float32, `linear` is `F.linear` too: those calls are not what a verify compares.
-`use_stock()` runs the stock kernel everywhere, to race the two.
+`use_stock()` runs the stock kernel everywhere, to race the two. The panels are a second, float32 copy of each weight
+used, made at its first exact call and kept while the weight lives (SmolLM2: another 540 MB).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ ROWS = 4       # rows that share each weight load (ROWS x JB sums stay in regist
 assert ROWS * JB == 128 and ROWS == 4  # the kernel's scratch and its unrolled rows
 
 _state = {"stock": False}  # use_stock() sets it for the whole process
+_WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # packed as their float32 values
 _POOL = threading.Lock()    # numba's workqueue pool serves one caller at a time; another runs the serial kernel
 _NUMBA_ERROR = ""
 
@@ -72,7 +74,7 @@ try:  # pragma: no cover - the branch taken depends on the environment
             return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=size.literal_value)
         return types.CPointer(types.float32)(size), codegen
 
-    @_jit()
+    @_jit(fastmath={"contract"})  # fused multiply-adds allowed, reassociation not: one instruction stream for all
     def _panel(x, wp, out, b):
         """Outputs b*JB..b*JB+JB-1 of every row, ROWS rows at a time: for each k, one weight vector (JB outputs) times
         each row's x[i, k], added to that row's JB sums. A last block of fewer rows repeats its last row (computed,
@@ -91,7 +93,7 @@ try:  # pragma: no cover - the branch taken depends on the environment
                 x0, x1, x2, x3 = x[i0, k], x[i1, k], x[i2, k], x[i3, k]
                 for jj in range(JB):
                     w = wp[b, k, jj]
-                    a[0, jj] = a[0, jj] + x0 * w  # a product, then a sum: no fused multiply-add, no reordering
+                    a[0, jj] = a[0, jj] + x0 * w  # in the order of k: fused at most, never reordered
                     a[1, jj] = a[1, jj] + x1 * w
                     a[2, jj] = a[2, jj] + x2 * w
                     a[3, jj] = a[3, jj] + x3 * w
@@ -179,7 +181,7 @@ def panels(w: torch.Tensor) -> np.ndarray:
         version = w._version
     except RuntimeError:  # an inference tensor keeps no version (it cannot be changed in place outside inference)
         version = -1
-    stamp = (w.data_ptr(), version, tuple(w.shape), w.dtype)
+    stamp = (w.data_ptr(), version)  # a new shape or dtype is a new storage or a new version
     if hit is not None and hit[0]() is w and hit[1] == stamp:
         return hit[2]
     wp = _pack(w)
@@ -192,13 +194,22 @@ def _threads(threads: int | None, m: int) -> int:
     return max(1, min(t, numba.config.NUMBA_NUM_THREADS, -(-m // JB)))
 
 
+def _rows(x: torch.Tensor, rows: int) -> np.ndarray:
+    """x (..., n) as a C-contiguous (rows, n) float32 array, a view where it can be (numpy's reshape is cheaper than
+    torch's for these few-row tensors)."""
+    return np.ascontiguousarray((x.detach() if x.requires_grad else x).numpy().reshape(rows, x.shape[-1]))
+
+
 def exact_rows(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
     """Whether a call on `x` (..., n) with these weights takes the exact path: the exact kernel is active, x is
     float32 on the CPU with 1..MAX_ROWS rows, and autograd is not recording (training keeps the stock path)."""
-    rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    return (active() and 0 < rows <= MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
-            and all(p is None or p.device.type == "cpu" for p in params)
-            and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *params))))
+    if not EXACT or _state["stock"] or x.dtype != torch.float32 or not x.is_cpu or not x.dim():
+        return False
+    n = x.shape[-1]
+    if not n or not 0 < x.numel() // n <= MAX_ROWS or any(p is not None and not p.is_cpu for p in params):
+        return False
+    # checked last, and only while autograd records: the decode runs under inference_mode
+    return not torch.is_grad_enabled() or not (x.requires_grad or any(p is not None and p.requires_grad for p in params))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -206,12 +217,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """y = x W^T + b, x (..., n) -> (..., m), like F.linear; exact (see the module's docstring) where
     `exact_rows` says so, F.linear elsewhere. `threads` (default: torch's) splits the outputs."""
     if (not exact_rows(x, weight, bias) or weight.dim() != 2 or x.shape[-1] != weight.shape[1]
-            or weight.dtype not in (torch.float32, torch.bfloat16, torch.float16)):
+            or weight.dtype not in _WEIGHT_DTYPES):
         return F.linear(x, weight, bias)  # F.linear's own error names mismatched shapes
     m, n = weight.shape
     rows = x.numel() // n
     wp = panels(weight)
-    x2 = x.detach().reshape(rows, n).contiguous().numpy()
+    x2 = _rows(x, rows)
     out = np.empty((rows, m), np.float32)
     t = _threads(threads, m)
     if t > 1 and _POOL.acquire(blocking=False):  # same bits either way: the split is over outputs
@@ -237,5 +248,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return F.rms_norm(x, weight.shape, weight, eps)
     n = x.shape[-1]
     out = np.empty((x.numel() // n, n), np.float32)
-    _rms_rows(x.detach().reshape(-1, n).contiguous().numpy(), weight.detach().contiguous().numpy(), float(eps), out)
+    _rms_rows(_rows(x, out.shape[0]), _rows(weight, 1)[0], float(eps), out)
     return torch.from_numpy(out).view(x.shape)
