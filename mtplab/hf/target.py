@@ -23,7 +23,7 @@ puts every linear, the heads' included, back on F.linear.
 
 Heads are saved alone (`save_heads`), in one safetensors file whose metadata names the base model, the sha256 of
 its config and a fingerprint of its output weights; `load_heads` refuses heads trained on another base.
-This is the only module that imports `transformers` (an optional extra: pip install -e ".[hf]").
+`transformers` is an optional extra (pip install -e ".[hf]"); only the modules of `mtplab.hf` import it.
 
 Nothing in a model folder is ever run: every transformers call passes `trust_remote_code=False`, and a folder
 whose config.json names its own code (`auto_map`) is refused before transformers reads it.
