@@ -1,5 +1,4 @@
-"""Device choice: "auto" is cuda where there is one, else the cpu; Apple's MPS only when asked for. Nothing in
-mtplab assumes CUDA.
+"""Device choice: "auto" is cuda where there is one, else the cpu; MPS only when asked for; nothing assumes CUDA.
 
 Why not MPS by default: in class every laptop should run what the lab's records and tests were made on. The CPU
 is where the timing lessons hold (on MPS a model this small is bound by kernel launches); MPS runs the lab's
