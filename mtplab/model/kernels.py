@@ -38,6 +38,7 @@ import torch.nn.functional as F
 MAX_ROWS = 16  # rows up to which `linear` is exact; above, F.linear (a prefill)
 JB = 32        # outputs per panel: the lanes that advance side by side (two AVX-512 vectors)
 ROWS = 4       # rows that share each weight load (ROWS x JB sums stay in registers)
+PARALLEL_MIN = 1 << 18  # weight entries (1 MB in float32) from which torch's thread count splits a call by default
 assert ROWS * JB == 128 and ROWS == 4  # the kernel's scratch and its unrolled rows
 
 _state = {"stock": False}  # use_stock() sets it for the whole process
@@ -189,8 +190,11 @@ def panels(w: torch.Tensor) -> np.ndarray:
     return wp
 
 
-def _threads(threads: int | None, m: int) -> int:
-    t = torch.get_num_threads() if threads is None else threads
+def _threads(threads: int | None, weight: torch.Tensor) -> int:
+    """`threads`, or torch's count for a weight of at least PARALLEL_MIN entries (a smaller one costs less than waking
+    a second thread), at most one per panel."""
+    m = weight.shape[0]
+    t = threads if threads is not None else torch.get_num_threads() if weight.numel() >= PARALLEL_MIN else 1
     return max(1, min(t, numba.config.NUMBA_NUM_THREADS, -(-m // JB)))
 
 
@@ -224,7 +228,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     wp = panels(weight)
     x2 = _rows(x, rows)
     out = np.empty((rows, m), np.float32)
-    t = _threads(threads, m)
+    t = _threads(threads, weight)
     if t > 1 and _POOL.acquire(blocking=False):  # same bits either way: the split is over outputs
         try:
             if numba.get_num_threads() != t:
