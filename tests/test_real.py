@@ -18,8 +18,8 @@ from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
-from mtplab.hf.distill import TrunkCache, cache_tensors, fit_heads, heldout_prompts, template_prompts  # noqa: E402
-from mtplab.hf.run import reference_generate  # noqa: E402
+from mtplab.hf.distill import TrunkCache, cache_tensors, heldout_prompts, template_prompts  # noqa: E402
+from mtplab.hf.run import fit_heads, reference_generate  # noqa: E402
 from mtplab.hf.target import load_heads, load_hf, load_target, read_heads_info, save_heads  # noqa: E402
 from mtplab.training import runs  # noqa: E402
 from mtplab.training.losses import sub_vocab_index  # noqa: E402
@@ -108,19 +108,19 @@ def test_the_draft_vocabulary_travels_in_the_heads_file(tiny, tmp_path):
 def test_fit_heads_saves_one_save_set_and_resumes_bit_for_bit(tiny, tmp_path, monkeypatch):
     """The cached-trunk training runs on the lab's one loop: one save set (heads file with its vocabulary, state,
     manifest), and a run interrupted in step 5 of 8 resumes to the uninterrupted run's heads."""
-    from mtplab.hf import distill
+    from mtplab.hf import run as hfrun
     t, rows = tiny
     cache = TrunkCache([cache_tensors(t, rows[i:i + 8]) for i in range(0, 24, 8)])
     vocab = torch.arange(0, 320, 2)
     kw = dict(heads="stern", n_depths=3, steps=8, batch_size=4, lr=3e-3, val_rows=4, settings={"vocab": 160})
     fit_heads(t, cache, vocab, out=tmp_path / "whole", **kw)
-    real_rows = distill._rows
+    real_rows = hfrun._rows
 
     def rows_until_4(train, step, *a):
         if step == 4:
             raise KeyboardInterrupt
         return real_rows(train, step, *a)
-    monkeypatch.setattr(distill, "_rows", rows_until_4)
+    monkeypatch.setattr(hfrun, "_rows", rows_until_4)
     with pytest.raises(MtplabError, match=r"interrupted at step 4; the last complete save is step 4 in "):
         fit_heads(t, cache, vocab, out=tmp_path / "cut", **kw)
     monkeypatch.undo()
@@ -205,6 +205,7 @@ def test_missing_package_is_one_line_naming_the_fix(monkeypatch):
 
 def test_a_folder_named_like_the_model_stays_a_folder(tmp_path, monkeypatch):
     (tmp_path / "smollm2").mkdir()
+    (tmp_path / "smollm2" / "config.json").write_text("{}")  # a model folder (an empty one says it hides the model)
     monkeypatch.chdir(tmp_path)
     assert real.resolve_model("smollm2") == "smollm2"
     assert real.resolve_model("some/path") == "some/path"
