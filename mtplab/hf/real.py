@@ -160,8 +160,9 @@ def _refuse_link(p: Path) -> None:
 
 
 def _clear_stale(folder: Path) -> None:
-    """Remove the half-written folders of conversions that were killed (.NAME.writing-PID whose process is gone)."""
-    for tmp in folder.parent.glob(f".{folder.name}.writing-*"):
+    """Remove the half-written folders of conversions that were killed (.NAME.writing-PID whose process is gone).
+    Not on Windows, where os.kill(pid, 0) would end the process it asks about."""
+    for tmp in folder.parent.glob(f".{folder.name}.writing-*") if os.name != "nt" else ():
         pid = tmp.name.rsplit("-", 1)[-1]
         _refuse_link(tmp)
         if not pid.isdigit() or int(pid) == os.getpid():

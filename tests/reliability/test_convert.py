@@ -6,7 +6,6 @@ import dataclasses
 import importlib
 import json
 import os
-import resource
 import signal
 import threading
 import types
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mtplab.hf import real
-from tests.reliability.realcases import devzero, fifo, one_line_error, snapshot, sparse
+from tests.reliability.realcases import LINKS, devzero, fifo, one_line_error, snapshot, sparse
 
 RM = real.REAL_MODELS["smollm2"]
 HAS_PKG = importlib.util.find_spec(RM.module) is not None
@@ -108,6 +107,7 @@ def test_a_cache_that_is_a_file_says_so(tmp_path, monkeypatch):
 
 
 @needs_pkg
+@LINKS
 @pytest.mark.parametrize("case", ["cv-symlink-final", "cv-symlink-writing"])
 def test_a_planted_link_is_named_and_its_target_untouched(case, tmp_path, monkeypatch):
     monkeypatch.setenv("MTPLAB_CACHE", str(tmp_path / "c"))
@@ -122,6 +122,7 @@ def test_a_planted_link_is_named_and_its_target_untouched(case, tmp_path, monkey
     assert (victim / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.skipif(os.name == "nt", reason="no liveness probe of a pid on Windows (os.kill ends it)")
 def test_a_killed_conversions_folder_is_removed_by_the_next(tmp_path):
     """cv-KILL-mid, cv-TERM-mid: each killed conversion left 514 MB in .NAME.writing-PID for good."""
     folder = tmp_path / "smollm2-0123456789abcdef"
@@ -159,6 +160,7 @@ def test_a_file_size_limit_is_one_line_and_keeps_nothing(tiny_convert):
     """cv-ulimit-f: a real EFBIG, raised by safetensors' own writer (SafetensorError, not an OSError)."""
     if not hasattr(signal, "SIGXFSZ") or signal.getsignal(signal.SIGXFSZ) != signal.SIG_IGN:
         pytest.skip("SIGXFSZ is not ignored here: the limit would kill the test process")
+    resource = pytest.importorskip("resource")  # POSIX only
     rm, cache, tok = tiny_convert
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (32 << 10, hard))
@@ -195,7 +197,7 @@ def test_a_write_error_is_one_line_and_keeps_nothing(case, tiny_convert, monkeyp
 
 def test_sigterm_during_a_conversion_keeps_nothing(tiny_convert, monkeypatch):
     """cv-TERM-mid: docker stop / kill left the half-written folder."""
-    if threading.current_thread() is not threading.main_thread():
+    if os.name == "nt" or threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers are set in the main thread only")
     from transformers import LlamaForCausalLM
     rm, cache, tok = tiny_convert
