@@ -182,3 +182,25 @@ def test_token_tree_rows_are_the_one_token_forward_along_their_path():
                 one = model(torch.tensor([[tok]]), cache)
             bad += not torch.equal(out.logits[0, row], one.logits[0, 0])
     assert bad == 0
+
+
+def test_ragged_batch_rows_are_each_sequence_decoded_alone():
+    from mtplab.model.layers import RaggedKVCache
+    model = ckpt.load("ntp").eval()
+    g = torch.Generator().manual_seed(3)
+    seqs = torch.randint(0, 256, (2, 6), generator=g)
+    new = torch.randint(0, 256, (2, 3), generator=g)
+    lengths = [6, 4]  # row 1 keeps only its first 4 tokens: the rows are ragged
+    with torch.inference_mode():
+        cache = RaggedKVCache.for_model(model, 2)
+        pos, mask = cache.plan(6)
+        model(seqs, cache, positions=pos, mask=mask)
+        cache.lengths = list(lengths)
+        pos, mask = cache.plan(3)
+        batch = model(new, cache, positions=pos, mask=mask).logits  # (2, 3, V)
+        for b, n in enumerate(lengths):
+            alone = model.new_cache()
+            model(seqs[b:b + 1, :n], alone)
+            for t in range(3):
+                one = model(new[b:b + 1, t:t + 1], alone).logits[0, 0]
+                assert torch.equal(batch[b, t], one), (b, t)

@@ -12,7 +12,9 @@ Row-invariant by default (`mtplab.model.kernels`): outside autograd, a CPU forwa
 row i as the one-token forward at that position computes it, bit for bit. Every linear is the exact kernel, each norm
 normalises its row alone, rotary turns each channel pair alone (the same elementwise loop for any number of rows),
 and with a cache the attention of the new rows runs one query row at a time, with the shapes and ops of a one-token
-decode. So a verify's rows are what plain decoding computes, and greedy speculative output
+decode (a token tree's node, or a ragged batch's row, over the keys it may see, gathered in order). A prefill of more
+than 16 rows takes the stock kernels: every decoder of one prompt shares it, but a batch's prefill is not each
+prompt's own. So a verify's rows are what plain decoding computes, and greedy speculative output
 equals greedy AR's by construction, not by observation.
 """
 from __future__ import annotations
@@ -132,12 +134,11 @@ class CausalSelfAttention(nn.Module):
             p = cache.length
             k, v = cache.append(layer, k, v)  # (B, H, P+T, D)
         drop = self.dropout if self.training else 0.0
-        if mask is not None and B == 1 and isinstance(cache, KVCache) and drop == 0.0 and kernels.exact_rows(x):
-            # a token tree's verify: each node attends to the keys it may see (the prefix and its ancestors), gathered
-            # in order, as the one-token decode along its path does
-            seen = mask.reshape(T, -1)  # (T, P+T)
-            y = torch.cat([F.scaled_dot_product_attention(q[:, :, t:t + 1], k[:, :, idx], v[:, :, idx])
-                           for t, idx in enumerate(seen.nonzero()[:, 1].split(seen.sum(1).tolist()))], dim=2)
+        if mask is not None and cache is not None and drop == 0.0 and kernels.exact_rows(x):
+            # a token tree's verify or a ragged batch: each row attends to the keys it may see (its prefix, and its
+            # ancestors in a tree), gathered in order, as the one-token decode of that sequence alone does
+            y = torch.cat([self.rows_alone(q[b:b + 1], k[b:b + 1], v[b:b + 1], mask[min(b, mask.shape[0] - 1), 0])
+                           for b in range(B)], dim=0)
         elif mask is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         elif T == 1:
@@ -152,6 +153,13 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(p, T, x.device), dropout_p=drop)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.proj(y)
+
+    @staticmethod
+    def rows_alone(q, k, v, seen):
+        """q (1, H, T, D), k and v (1, H, P, D), seen (T, P) bool -> (1, H, T, D): query t over the keys it sees."""
+        keys = seen.nonzero()[:, 1].split(seen.sum(1).tolist())  # per query, the indices of its visible keys
+        return torch.cat([F.scaled_dot_product_attention(q[:, :, t:t + 1], k[:, :, idx], v[:, :, idx])
+                          for t, idx in enumerate(keys)], dim=2)
 
 
 _MASKS: dict = {}
