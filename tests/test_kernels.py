@@ -204,3 +204,20 @@ def test_ragged_batch_rows_are_each_sequence_decoded_alone():
             for t in range(3):
                 one = model(new[b:b + 1, t:t + 1], alone).logits[0, 0]
                 assert torch.equal(batch[b, t], one), (b, t)
+
+
+@pytest.mark.parametrize("name,method", [("deepseek-d1", "deepseek-reuse"), ("stern-k4", "blockwise")])
+def test_speculative_decoding_runs_through_the_exact_kernel_and_equals_ar(monkeypatch, name, method):
+    from mtplab.data import held_out_prompts
+    from mtplab.decoding.generate import decode_with
+    from mtplab.decoding.loop import autoregressive
+    from mtplab.tokenizer import encode
+    model = ckpt.load(name).eval()
+    rows = []
+    serial = kernels._serial
+    monkeypatch.setattr(kernels, "_serial", lambda x, wp, out: (rows.append(x.shape[0]), serial(x, wp, out)))
+    for p in held_out_prompts("code", 2, 40):
+        ids = encode(p)[:40]
+        ref = autoregressive(model, ids, max_new_tokens=32).tokens
+        assert decode_with(method, model, ids, max_new_tokens=32, k=4).tokens == ref
+    assert max(rows) > 1 and 1 in rows  # verify forwards of several rows and one-token forwards both went through it
