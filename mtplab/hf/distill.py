@@ -4,7 +4,7 @@ B batch, T time, C channels (hidden size), V vocabulary, N the draft vocabulary'
 
 The pipeline (`python -m mtplab distill`), each stage resumable and saved as it goes into a work folder:
 
-1. `prompts`: training prompts, none of them a held-out prompt. Two sources: the model's own questions,
+1. `prompts`: training prompts (`mtplab.hf.prompts`), none of them a held-out prompt. Two sources: the model's own questions,
    Magpie-style (Xu et al. 2024: an aligned model given only the start of a user turn writes the question), and
    task templates over topic lists and passages of the shipped corpora, one per held-out category.
 2. `answers`: the model's own greedy answers (batched `generate`), as Medusa's self-distillation (Cai et al. 2024,
@@ -32,96 +32,15 @@ from mtplab.errors import MtplabError
 from mtplab.files import atomic_write, atomic_write_text, read_json
 from mtplab.device import machine, pick
 from mtplab.hf import workfiles as wf
+from mtplab.hf.prompts import heldout_prompts, template_prompts  # also what hf/chatdata, bench/real, teaching/real read
 from mtplab.hf.real import REAL_MODELS, real_model
+from mtplab.hf.run import fit_heads
 from mtplab.paths import DATA_DIR, may_write_shipped, shipped_folder
-from mtplab.training import fit, runs
+from mtplab.training import runs
 from mtplab.training.config import default_name
-from mtplab.training.losses import CACHED_LOSSES, head_losses, sub_vocab_index
-from mtplab.training.steps import autocast_context
+from mtplab.training.losses import CACHED_LOSSES
 
-HELDOUT = DATA_DIR / "prompts" / "heldout.json"
-CATEGORIES = ("code", "math", "writing", "qa", "summarization", "translation")
 TOPK = 8  # target probabilities kept per position in the cache
-
-# ------------------------------------------------------------------------------------------- prompts
-_TOPICS = ["the ocean", "volcanoes", "honey bees", "the moon", "trains", "rain forests", "the human heart",
-           "electricity", "glaciers", "the printing press", "chess", "bread", "recycling", "the internet",
-           "owls", "coffee", "bicycles", "the solar system", "photosynthesis", "earthquakes", "music",
-           "friendship", "gardening", "libraries", "robots", "winter", "rivers", "birds", "mountains", "deserts",
-           "a city park", "the weather", "computers", "dinosaurs", "tea", "football", "painting", "clocks",
-           "bridges", "the post office", "a lighthouse", "a small village", "a school trip", "the wind"]
-_CODE_TASKS = ["reverses a string", "checks whether a number is prime", "returns the sum of a list",
-               "finds the smallest item in a list", "counts the vowels in a word", "merges two sorted lists",
-               "removes duplicates from a list", "returns the factorial of n", "converts Celsius to Fahrenheit",
-               "checks whether a word is a palindrome", "returns the n-th Fibonacci number",
-               "sorts a list of names by length", "reads a file and counts its lines", "flattens a nested list",
-               "returns the average of some numbers", "finds the longest word in a sentence",
-               "capitalizes every word in a sentence", "computes the greatest common divisor of two numbers",
-               "groups words by their first letter", "returns the even numbers of a list"]
-_LANGS = ["French", "Spanish", "German", "Italian", "Portuguese"]
-_SENTENCES = ["I like to walk in the park on Sunday.", "The shop opens at nine in the morning.",
-              "Can you help me find my keys?", "We are going to the beach tomorrow.",
-              "The children are playing in the garden.", "This book is very interesting.",
-              "How much does this bread cost?", "My sister lives in a big city.",
-              "It is raining, so take an umbrella.", "The museum is closed on Mondays.",
-              "I am learning to play the piano.", "Please close the window, it is cold.",
-              "Our teacher gave us a lot of homework.", "The cat is sleeping on the sofa.",
-              "Dinner will be ready in ten minutes."]
-_TEMPLATES = {
-    "code": ["Write a Python function that {task}.", "Write a Python function that {task}, with a docstring.",
-             "How would you write a function in Python that {task}? Show the code."],
-    "math": ["What is {a} plus {b}? Explain.", "What is {a} times {c}? Show the steps.",
-             "If a box holds {c} apples, how many apples are in {d} boxes?",
-             "A shop sells pens for {c} dollars each. How much do {d} pens cost?",
-             "What is {p} percent of {a}?", "Solve for x: {c}x + {d} = {e}."],
-    "writing": ["Write a short poem about {topic}.", "Write a short story about {topic}.",
-                "Write a paragraph describing {topic}.", "Write a short letter to a friend about {topic}."],
-    "qa": ["What is {topic}?", "Tell me three facts about {topic}.", "Why is {topic} important?",
-           "How does {topic} work?", "Explain {topic} to a ten-year-old."],
-    "summarization": ["Summarize in one sentence: {passage}", "Summarize the main idea of this text: {passage}",
-                      "Give a short summary: {passage}"],
-    "translation": ["Translate into {lang}: {sentence}", "How do you say this in {lang}? {sentence}"],
-}
-
-
-def heldout_prompts(path: Path = HELDOUT) -> dict[str, list[str]]:
-    """The hand-written held-out prompts by category (never trained on)."""
-    d = read_json(path, limit=1 << 20, what="the held-out prompts", fix="restore data/prompts/heldout.json from git")
-    cats = d.get("categories") if isinstance(d, dict) else None
-    if not isinstance(cats, dict) or set(cats) != set(CATEGORIES) or not all(
-            isinstance(v, list) and v and all(isinstance(s, str) and s for s in v) for v in cats.values()):
-        raise MtplabError(f"{path} is not the lab's held-out prompt file (six categories: {', '.join(CATEGORIES)}); "
-                          "restore it from git")
-    return {c: list(cats[c]) for c in CATEGORIES}
-
-
-def _passages(rng: random.Random, n: int) -> list[str]:
-    """Short prose passages from the shipped prose corpus (three to five consecutive non-empty lines)."""
-    lines = [s.strip() for s in (DATA_DIR / "corpora" / "prose_train.txt").read_text(encoding="utf-8").splitlines()]
-    lines = [s for s in lines if len(s) > 30 and not s.isupper()]
-    out = []
-    for _ in range(n):
-        i = rng.randrange(len(lines) - 5)
-        out.append(" ".join(lines[i:i + rng.randint(3, 5)]))
-    return out
-
-
-def template_prompts(n: int, seed: int = 0) -> list[dict]:
-    """n prompts from the task templates, spread evenly over the six categories: [{category, prompt}]."""
-    rng = random.Random(seed)
-    passages = _passages(rng, n)
-    out = []
-    for i in range(n):
-        cat = CATEGORIES[i % len(CATEGORIES)]
-        t = rng.choice(_TEMPLATES[cat])
-        a, b = rng.randint(12, 480), rng.randint(3, 250)
-        c, d = rng.randint(2, 12), rng.randint(2, 15)
-        out.append({"category": cat, "prompt": t.format(
-            task=rng.choice(_CODE_TASKS), topic=rng.choice(_TOPICS), lang=rng.choice(_LANGS),
-            sentence=rng.choice(_SENTENCES), passage=passages[i], a=a, b=b, c=c, d=d, e=c * rng.randint(1, 9) + d,
-            p=rng.choice([5, 10, 15, 20, 25, 50]))})
-    return out
-
 
 # ------------------------------------------------------------------------------------------- generation
 def _chat(tok, prompt: str | None) -> list[int]:
@@ -383,96 +302,6 @@ class TrunkCache:
             out["top_p"][b, :n] = r["top_p"]
             out["answer"][b, r["prompt_len"]:n] = True  # positions whose token is part of the answer
         return {k: v.to(device) for k, v in out.items()}
-
-
-def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
-    """The cached rows of `step`: epoch e visits the training rows in its own seeded order, so a resumed run draws
-    the batches the uninterrupted one draws, with no generator state to carry."""
-    out = []
-    for j in range(step * batch_size, (step + 1) * batch_size):
-        e, i = divmod(j, len(train))
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed * 1_000_003 + e))
-        out.append(train[int(order[i])])
-    return out
-
-
-def fit_heads(target, cache: TrunkCache, vocab: torch.Tensor, *, heads: str, n_depths: int, steps: int,
-              batch_size: int = 8, lr: float = 1e-3, unroll: int = 3, seed: int = 0, val_rows: int = 24,
-              weights=(1.0, 0.6, 0.4, 0.3), out=None, resume: bool = False, overwrite: bool = False,
-              settings: dict | None = None, log=None, max_seconds: float | None = None) -> list[dict]:
-    """Train a fresh head family on the cache with the lab's one loop (`mtplab.training.fit.run`: AdamW, warm-up
-    then cosine), bf16 autocast where native, against the cached-trunk losses (`training.losses.head_losses`).
-    With `out`, the run is one save set of `mtplab.training.runs` named after the family (OUT/FAMILY.safetensors:
-    the heads with their draft vocabulary; OUT/FAMILY.state.*), saved by steps, by time and at SIGINT/SIGTERM, and
-    continued with `resume`. Returns the history (per-depth agreement on held-back rows)."""
-    from mtplab.hf.target import save_heads
-    if resume and overwrite:
-        raise MtplabError("--resume continues the head trainings in --work and --overwrite replaces them; give one")
-    torch.manual_seed(seed)
-    target.attach(heads, n_depths)
-    dev = target.wte.weight.device
-    vocab = vocab.to(dev)
-    where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
-    order = torch.randperm(len(cache.rows), generator=torch.Generator().manual_seed(seed)).tolist()
-    val, train = order[:val_rows], order[val_rows:] or order
-    params = list(target.mtp.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)  # saved with the set (the batches themselves are `_rows`)
-    settings = {"heads": heads, "n_depths": n_depths, "batch_size": batch_size, "lr": lr, "unroll": unroll,
-                "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {})}
-
-    def step_fn(step: int) -> float:
-        with autocast_context(dev, "auto"):
-            res = head_losses(target, cache.batch(_rows(train, step, batch_size, seed), dev), where, vocab,
-                              unroll=unroll)
-        loss = sum(w * r[0] for w, r in zip(weights, res))
-        loss.backward()
-        return float(loss.detach())
-
-    def record(done: int, loss: float) -> dict:
-        rec = {"val_agree_depth": evaluate_heads(target, cache, val, where, vocab, unroll=unroll)}
-        if log:
-            log(f"step {done}/{steps}: loss {loss:.3f}, agreement by depth "
-                + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
-        return rec
-
-    def save(done: int, history: list, early: bool) -> None:
-        meta = {"trained": "self-distilled on the model's own greedy answers (mtplab distill)", "steps": done}
-        runs.save(out, heads, model=target.mtp, opt=opt, gen=gen, step=done, history=history, settings=settings,
-                  live=target.mtp.state_dict(), write_weights=lambda p: save_heads(target, p, meta=meta, vocab=vocab))
-
-    kw = dict(steps=steps, lr=lr, warmup=max(1, steps // 20), record=record, eval_every=max(1, steps // 20),
-              max_seconds=max_seconds)
-    if out is None:
-        return fit.run(step_fn, opt, params, **kw)
-    out = Path(out)
-    old = out / f"{heads}.pt"
-    if os.path.lexists(old) and not os.path.lexists(runs.paths(out, heads)["manifest"]) and not overwrite:
-        raise MtplabError(f"{old} is a save set of an older distill; the head training now saves {heads}.safetensors "
-                          f"and {heads}.state.*: delete {old} and rerun the {heads} stage")
-    runs.check_out(out, heads, resume=resume, overwrite=overwrite)
-    manifest = runs.read_manifest(out, heads) if resume and runs.paths(out, heads)["manifest"].exists() else None
-    with runs.lock(out, heads), runs.Stop() as stop:
-        if resume or overwrite:
-            runs.remove_orphans(out, heads)
-        start, history = 0, []
-        if manifest is not None:
-            runs.check_settings(manifest["settings"], settings, out)
-            runs.restore(runs.load_state(out, heads, manifest), manifest, model=target.mtp, opt=opt, gen=gen, out=out,
-                         tied=False)
-            start, history = manifest["step"], manifest["history"]
-        return fit.run(step_fn, opt, params, start=start, history=history, save=save, stop=stop, out=out, **kw)
-
-
-@torch.no_grad()
-def evaluate_heads(target, cache: TrunkCache, rows: list[int], where, vocab, *, unroll: int = 3) -> list[float]:
-    """Teacher-forced agreement of each depth with the target's argmax on held-back cached rows."""
-    tot = None
-    for i in range(0, len(rows), 8):
-        res = head_losses(target, cache.batch(rows[i:i + 8], target.wte.weight.device), where, vocab, unroll=unroll)
-        hits = torch.stack([r[1] for r in res]).float()
-        tot = hits if tot is None else tot + hits
-    return [float(h / max(1.0, n)) for h, n in tot.tolist()] if tot is not None else []
 
 
 def load_vocab(work: Work, n: int) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Train heads on a Hugging Face model and decode with it: what `python -m mtplab train --hf` and
-`generate --hf` run (the adapter itself is `mtplab.hf.target`).
+`generate --hf` run (the adapter itself is `mtplab.hf.target`), and the heads' training on a cached trunk that
+`python -m mtplab distill` runs (`fit_heads`).
 
 B batch, T time, K depths, V vocabulary.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import os
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -23,7 +25,8 @@ from mtplab.decoding.checks import check_options, check_prompt
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Trace
 from mtplab.training import fit
-from mtplab.training.steps import evaluate, train_step
+from mtplab.training.losses import head_losses, sub_vocab_index
+from mtplab.training.steps import autocast_context, evaluate, train_step
 from mtplab.training.config import TrainConfig
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
@@ -154,6 +157,96 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
                       save_seconds=save_seconds, max_seconds=max_seconds, stop=stop, out=out, t0=t0)
     target.eval()
     return history
+
+
+# ---- heads on a cached trunk (mtplab.hf.distill): the same loop, the cached-trunk losses ------------------------
+def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
+    """The cached rows of `step`: epoch e visits the training rows in its own seeded order, so a resumed run draws
+    the batches the uninterrupted one draws, with no generator state to carry."""
+    out = []
+    for j in range(step * batch_size, (step + 1) * batch_size):
+        e, i = divmod(j, len(train))
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed * 1_000_003 + e))
+        out.append(train[int(order[i])])
+    return out
+
+
+def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, steps: int,
+              batch_size: int = 8, lr: float = 1e-3, unroll: int = 3, seed: int = 0, val_rows: int = 24,
+              weights=(1.0, 0.6, 0.4, 0.3), out=None, resume: bool = False, overwrite: bool = False,
+              settings: dict | None = None, log=None, max_seconds: float | None = None) -> list[dict]:
+    """Train a fresh head family on the cache with the lab's one loop (`mtplab.training.fit.run`: AdamW, warm-up
+    then cosine), bf16 autocast where native, against the cached-trunk losses (`training.losses.head_losses`).
+    With `out`, the run is one save set of `mtplab.training.runs` named after the family (OUT/FAMILY.safetensors:
+    the heads with their draft vocabulary; OUT/FAMILY.state.*), saved by steps, by time and at SIGINT/SIGTERM, and
+    continued with `resume`. Returns the history (per-depth agreement on held-back rows)."""
+    if resume and overwrite:
+        raise MtplabError("--resume continues the head trainings in --work and --overwrite replaces them; give one")
+    torch.manual_seed(seed)
+    target.attach(heads, n_depths)
+    dev = target.wte.weight.device
+    vocab = vocab.to(dev)
+    where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
+    order = torch.randperm(len(cache.rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    val, train = order[:val_rows], order[val_rows:] or order
+    params = list(target.mtp.parameters())
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)  # saved with the set (the batches themselves are `_rows`)
+    settings = {"heads": heads, "n_depths": n_depths, "batch_size": batch_size, "lr": lr, "unroll": unroll,
+                "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {})}
+
+    def step_fn(step: int) -> float:
+        with autocast_context(dev, "auto"):
+            res = head_losses(target, cache.batch(_rows(train, step, batch_size, seed), dev), where, vocab,
+                              unroll=unroll)
+        loss = sum(w * r[0] for w, r in zip(weights, res))
+        loss.backward()
+        return float(loss.detach())
+
+    def record(done: int, loss: float) -> dict:
+        rec = {"val_agree_depth": evaluate_heads(target, cache, val, where, vocab, unroll=unroll)}
+        if log:
+            log(f"step {done}/{steps}: loss {loss:.3f}, agreement by depth "
+                + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
+        return rec
+
+    def save(done: int, history: list, early: bool) -> None:
+        meta = {"trained": "self-distilled on the model's own greedy answers (mtplab distill)", "steps": done}
+        runs.save(out, heads, model=target.mtp, opt=opt, gen=gen, step=done, history=history, settings=settings,
+                  live=target.mtp.state_dict(), write_weights=lambda p: save_heads(target, p, meta=meta, vocab=vocab))
+
+    kw = dict(steps=steps, lr=lr, warmup=max(1, steps // 20), record=record, eval_every=max(1, steps // 20),
+              max_seconds=max_seconds)
+    if out is None:
+        return fit.run(step_fn, opt, params, **kw)
+    out = Path(out)
+    old = out / f"{heads}.pt"
+    if os.path.lexists(old) and not os.path.lexists(runs.paths(out, heads)["manifest"]) and not overwrite:
+        raise MtplabError(f"{old} is a save set of an older distill; the head training now saves {heads}.safetensors "
+                          f"and {heads}.state.*: delete {old} and rerun the {heads} stage")
+    runs.check_out(out, heads, resume=resume, overwrite=overwrite)
+    manifest = runs.read_manifest(out, heads) if resume and runs.paths(out, heads)["manifest"].exists() else None
+    with runs.lock(out, heads), runs.Stop() as stop:
+        if resume or overwrite:
+            runs.remove_orphans(out, heads)
+        start, history = 0, []
+        if manifest is not None:
+            runs.check_settings(manifest["settings"], settings, out)
+            runs.restore(runs.load_state(out, heads, manifest), manifest, model=target.mtp, opt=opt, gen=gen, out=out,
+                         tied=False)
+            start, history = manifest["step"], manifest["history"]
+        return fit.run(step_fn, opt, params, start=start, history=history, save=save, stop=stop, out=out, **kw)
+
+
+@torch.no_grad()
+def evaluate_heads(target, cache, rows: list[int], where, vocab, *, unroll: int = 3) -> list[float]:
+    """Teacher-forced agreement of each depth with the target's argmax on held-back cached rows."""
+    tot = None
+    for i in range(0, len(rows), 8):
+        res = head_losses(target, cache.batch(rows[i:i + 8], target.wte.weight.device), where, vocab, unroll=unroll)
+        hits = torch.stack([r[1] for r in res]).float()
+        tot = hits if tot is None else tot + hits
+    return [float(h / max(1.0, n)) for h, n in tot.tolist()] if tot is not None else []
 
 
 TRAIN_DEFAULTS = {n: p.default for n, p in inspect.signature(train_heads).parameters.items()
