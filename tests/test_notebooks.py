@@ -46,6 +46,20 @@ def test_committed_without_outputs_and_with_parameters(path):
             assert not cell.outputs, f"cell {i} has outputs; commit notebooks stripped (nbstripout)"
 
 
+MAX_CELL_LINES = 25
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_no_code_cell_over_25_lines(path):
+    """Heavy logic lives in `mtplab` (the companions), not in cells: every code cell but the parameters cell (a list
+    of settings, not logic) holds at most 25 lines, every line counted. Review finding (design-3, §5): 05's code
+    cells 6, 9 and 10 and 09's cell 7 ran to 31-33 lines."""
+    nb = nbformat.read(path, as_version=4)
+    long = [(i, len(c.source.splitlines())) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            and "parameters" not in c.metadata.get("tags", []) and len(c.source.splitlines()) > MAX_CELL_LINES]
+    assert not long, f"{path.name}: (cell, lines) over {MAX_CELL_LINES} lines: {long}; move the logic into its companion"
+
+
 def test_each_notebook_states_its_measured_run_time():
     """The first cell's run-time line is the one tools/notebook_times.py draws from docs/bench/notebooks.json, the
     notebook's measured run with its defaults, so the statement cannot drift from the measurement."""

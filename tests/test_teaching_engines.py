@@ -136,3 +136,28 @@ def test_an_invalid_race_gets_no_verdict_word():
     line = engines.race_summary("live", rows, "k", record_line="k.json: k = 3 (1.29x)")
     assert line.startswith("live: not valid here") and "says nothing" in line and "k.json" in line
     assert "not valid" not in engines.race_summary("live", [dict(r, valid=True) for r in rows], "k")
+
+
+def test_09s_race_rows_and_verdicts_come_from_the_numbers():
+    """09's sections 1 and 2 moved out of the cells (no cell over 25 lines): the best k and the adaptive verdict are
+    read from the rows' own ranges and busy flags."""
+    from mtplab.decoding.trace import Step, Trace
+    from mtplab.teaching import engines as e
+    step = Step(drafted=[1, 2], accepted=1, emitted=[1, 3], bonus=3, bonus_source="correction", forwards=1)
+    pre = Step(drafted=[], accepted=0, emitted=[5], bonus=5, bonus_source="target", forwards=1, prefill=True)
+    race = lambda sp, lo, hi, ok=True: {"traces": [Trace(method="x", prompt=[0], steps=[pre, step])],
+                                        "tokens_per_forward": 1.5, "speedup": sp, "speedup_min": lo, "speedup_max": hi,
+                                        "identical": 2, "prompts": 2, "verdict": "valid" if ok else "not valid here",
+                                        "valid": ok}
+    live = [e.race_row(race(1.10, 1.05, 1.2), k=2), e.race_row(race(1.30, 1.25, 1.4), k=3),
+            e.race_row(race(1.20, 1.15, 1.3), k=4)]
+    assert live[0]["drafts per step"] == 2.0 and live[0]["range"] == "1.05-1.20"
+    assert "beyond it a draft costs more" in e.best_k_line(live, None, checkpoint="c", rounds=4, prompts=2, ks=(2, 3, 4))
+    live[2] = e.race_row(race(1.28, 1.2, 1.3), k=4)  # the best's range reaches below the runner-up's median
+    assert "within noise here" in e.best_k_line(live, None, checkpoint="c", rounds=4, prompts=2, ks=(2, 3, 4))
+    live[1] = e.race_row(race(1.30, 1.25, 1.4, ok=False), k=3)
+    assert "not valid here" in e.best_k_line(live, None, checkpoint="c", rounds=4, prompts=2, ks=(2, 3, 4))
+    assert e.busy_lines(live, "k") == ["3: not valid here"]
+    adaptive = [e.race_row(race(1.2, 1.1, 1.3), policy="fixed k = 4"), e.race_row(race(1.5, 1.4, 1.6), policy="schedule")]
+    lines = e.adaptive_lines(adaptive, [e.race_row(race(1.25, 1.2, 1.3), k=4)], 4)
+    assert "raced twice" in lines[0] and lines[1].startswith("schedule was fastest here (25% over the fixed k)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from mtplab.decoding.drafters import SternDrafter
 from mtplab.decoding.trace import Trace, conditional_counts, pooled
 from mtplab.errors import MtplabError
+from mtplab.measuring.record import Record
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_onset, loop_window
 from mtplab.model.toy import random_model
@@ -128,6 +129,70 @@ def reuse_text(a: tuple[str, list[Trace]], b: tuple[str, list[Trace]], *, record
             f"{record_rows[x]['tokens_per_forward']:.2f} tokens per forward ({x}, k = {record_rows[x]['k']}, "
             f"{record_rows[x]['prompts']} prompts)" for x in (la, lb)))
     return text
+
+
+def k_record() -> tuple[Record | None, str]:
+    """docs/bench/k.json (`bench k`) and the line that names it (prompts, tokens, rounds, machine), or (None, why)."""
+    try:
+        rec = Record.load("k")
+    except MtplabError as e:
+        return None, str(e)
+    return rec, (f"the shipped record docs/bench/k.json: {rec['prompts']} prompts x {rec['max_new_tokens']} tokens, "
+                 f"{rec['repeats']} rounds, {rec.machine_text()}")
+
+
+def race_row(race: dict, **head) -> dict:
+    """One live race (`timing.interleaved_race`) as a row of 09's tables: `head` (k=..., policy=...), then drafts
+    per step, tokens per forward, speedup, lo, range, identical, verdict and valid."""
+    drafted = [len(s.drafted) for t in race["traces"] for s in t.decoding_steps]
+    return {**head, "drafts per step": sum(drafted) / max(1, len(drafted)),
+            "tokens per forward": race["tokens_per_forward"], "speedup": race["speedup"], "lo": race["speedup_min"],
+            "range": f"{race['speedup_min']:.2f}-{race['speedup_max']:.2f}",
+            "identical": f"{race['identical']}/{race['prompts']}", "verdict": race["verdict"], "valid": race["valid"]}
+
+
+def busy_lines(rows: list[dict], key: str) -> list[str]:
+    """Each busy race's verdict under its name, or one line that every race passed the guard."""
+    busy = [f"{r[key]}: {r['verdict']}" for r in rows if not r["valid"]]
+    return busy or [f"every race {rows[0]['verdict']}"]
+
+
+def best_k_line(live: list[dict], record, *, checkpoint: str, rounds: int, prompts: int, ks) -> str:
+    """Section 1's verdict: the best k here, and why (busy, within noise of the next best, the largest k swept, or
+    a draft beyond it costs more than it is kept). `record`: docs/bench/k.json (`Record`) or None."""
+    best = max(live, key=lambda r: r["speedup"])
+    runner_up = max((r for r in live if r is not best), key=lambda r: r["speedup"], default=None)
+    if any(not r["valid"] for r in live):
+        why = ", but these races were not valid here (above): read the record's best k below"
+    elif runner_up is not None and best["lo"] <= runner_up["speedup"]:
+        why = (f", but its range reaches below the next best (k = {runner_up['k']}, {runner_up['speedup']:.2f}x): "
+               "within noise here" + (f"; the record's {record['repeats']} rounds of {record['prompts']} prompts are "
+                                      "the number to trust" if record is not None else ""))
+    elif best["k"] == max(ks):
+        why = ": the largest k swept, so the verify is still cheap enough to pay for one more draft"
+    else:
+        why = ": beyond it a draft costs more than it is kept"
+    return (f"live, {checkpoint}: the best k here is {best['k']} ({best['speedup']:.2f}x, {rounds} rounds of "
+            f"{prompts} prompt{'s' * (prompts != 1)})" + why)
+
+
+def adaptive_lines(adaptive: list[dict], live: list[dict], k: int) -> list[str]:
+    """Section 2's verdict: the fastest policy against the fixed k (the first row), and the fixed k raced twice in
+    one run (section 1 and here: the same decode, so their difference is timing noise)."""
+    fixed, winner = adaptive[0], max(adaptive, key=lambda r: r["speedup"])
+    gain = ("adapting did not beat the fixed k on these prompts" if winner is fixed else
+            f"{winner['speedup'] / fixed['speedup'] - 1:.0%} over the fixed k")
+    out = []
+    first = next((r for r in live if r["k"] == k), None)  # section 1 raced the same fixed-k decode
+    if first is not None:
+        out.append(f"fixed k = {k} was raced twice in this run: {first['speedup']:.2f}x (range {first['range']}) in "
+                   f"section 1 and {fixed['speedup']:.2f}x (range {fixed['range']}) here; the same decode, so the "
+                   "difference is timing noise")
+    busy = any(not r["valid"] for r in adaptive)
+    out.append(f"{winner['policy']} was fastest here ({gain}), " + ("but these races were not valid here (above): read "
+                                                                    "the record's line below" if busy else
+                                                                    "compare the ranges before trusting it"))
+    return out
 
 
 def race_summary(what: str, rows: list[dict], key: str, *, record_line: str | None = None) -> str:

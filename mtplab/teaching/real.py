@@ -14,9 +14,11 @@ import importlib.util
 import torch
 
 from mtplab import paths
+from mtplab.device import machine
 from mtplab.errors import MtplabError
 from mtplab.hf.distill import heldout_prompts
-from mtplab.hf.real import REAL_MODELS, chat_ids
+from mtplab.decoding.generate import decode_with
+from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
@@ -149,6 +151,54 @@ def row_label(spec, rec: dict | None = None) -> str:
 
 def record_rows(rec: dict, threads: str = "1") -> list[dict]:
     return rec["threads"][threads]["rows"]
+
+
+def size_lines(smol, model, name: str, device) -> list[str]:
+    """Notebook 01 §6: the real model's shape and its float32 weights beside the classroom model's and this machine's
+    last-level cache."""
+    size_mib = sum(p.numel() for p in smol.target.hf.parameters()) * 4 / 2**20
+    llc = machine(device)["llc_bytes"]
+    cfg = smol.target.config
+    return [f"SmolLM2-135M-Instruct: {cfg.n_layer} layers x {cfg.n_embd}, vocabulary {cfg.vocab_size:,}",
+            f"SmolLM2-135M-Instruct: {size_mib:.0f} MiB of float32 weights; {name}: "
+            f"{model.num_params() * 4 / 2**20:.0f} MiB; this machine's last-level cache: "
+            + (f"{llc / 2**20:.0f} MiB" if llc else "unknown")]
+
+
+def record_table(rec: dict) -> tuple[str, list[dict]]:
+    """Notebook 01 §6: the shipped record's rows (one thread) as a table, and the caption that says where and how
+    they were measured and what the bf16 rows' columns mean."""
+    m = rec["machine"]
+    rows = [{"row": r["label"], "dtype": r.get("dtype", "fp32"), "tokens/forward": r.get("tokens_per_forward") or "-",
+             "vs AR": r["speedup"], "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}",
+             "= AR": f"{r['identical_to_ar']}/{r['prompts']}"} for r in record_rows(rec)]
+    caption = (f"The shipped record, 1 thread, {rec['prompts_per_category'] * 6} prompts, m = {rec['m']}, measured on "
+               f"{m['cpu']}, last-level cache {m['llc']}, torch {m['torch']} (another machine: compare its ratios, not "
+               "its times). The bf16 rows give up exactness: their = AR column counts the prompts whose tokens still "
+               "equal float32 AR's, and their vs AR column says whether bf16 was faster at all.")
+    return caption, rows
+
+
+def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
+    """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary, by k (bf16 trades
+    exactness for speed, so its rows are left out), and the table the notebook shows of them."""
+    ks = [r for r in record_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"
+          and r.get("dtype", "fp32") == "fp32"]
+    table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],
+              "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}"} for r in ks]
+    return ks, table
+
+
+def k_sweep_lines(rec: dict, ks: list[dict]) -> list[str]:
+    """The record's cost curve of the real model, and its best k against the k with the most tokens per forward."""
+    curve = rec["cost_curves"]["1"][next(iter(REAL_MODELS))]["ratio"]
+    best = max(ks, key=lambda r: r["speedup"])
+    most = max(ks, key=lambda r: r["tokens_per_forward"])
+    return ["the record's cost curve of SmolLM2: " + ", ".join(f"t({q})/t(1) = {v:.2f}" for q, v in curve.items()
+                                                              if q != "1"),
+            f"best k in the record: {best['k']} ({best['speedup']:.2f}x); the most tokens per forward: k = "
+            f"{most['k']} ({most['tokens_per_forward']:.2f})"
+            + ("" if most is best else ": more tokens per forward, yet slower, because its step costs more")]
 
 
 def category_acceptance(row: dict, position: int = 0) -> list[dict]:
@@ -311,6 +361,26 @@ def gap_words(gap: dict | None) -> str:
         words += (f"; {g['outside']} of {g['rejections']} rejections were at a position whose token lies outside the "
                   "draft vocabulary, where no draft could be kept")
     return words
+
+
+def chat_answer(smol, method: str, k: int, prompt: str, *, max_new_tokens: int):
+    """One chat turn answered by `method` at k with the reduced draft vocabulary's heads, to its end of turn (at
+    most `max_new_tokens`). Returns (the target, the Trace)."""
+    target = smol.use("deepseek" if method.startswith("deepseek") else "stern", "reduced")
+    trace = decode_with(method, target, chat_ids(target, prompt), max_new_tokens=max_new_tokens, k=k,
+                        stop=end_of_turn(target))  # the answer ends at the end of its turn
+    return target, trace
+
+
+def answer_line(trace, vocab, method: str, k: int, *, from_record: bool) -> str:
+    """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
+    token outside the draft vocabulary (which no draft could match)."""
+    outside, rejections = outside_vocab(trace, vocab)
+    return (f"{method}, k = {k}{' (the record’s best exact row)' if from_record else ''}: {len(trace.tokens)} tokens "
+            f"in {trace.forwards} target forwards ({trace.tokens_per_forward:.2f} per forward); "
+            f"{trace.num_accepted_tokens} of {trace.num_draft_tokens} drafts accepted "
+            f"({trace.num_accepted_tokens / max(1, trace.num_draft_tokens):.0%}); {outside} of {rejections} "
+            "rejections were at a token outside the draft vocabulary, which no draft could match")
 
 
 def outside_vocab(trace, vocab) -> tuple[int, int]:
