@@ -636,6 +636,7 @@ def _png_width(data) -> int:
     return int.from_bytes(data[16:20], "big")
 
 
+@pytest.mark.slow
 def test_projector_mode_scales_every_figures_text(shell):
     from mtplab.viz import style
 
