@@ -109,4 +109,4 @@ def test_a_broken_shard_is_one_line(tmp_path):
     (tmp_path / "answers" / "00000.json").write_text("[1, 2")
     with pytest.raises(Exception) as e:
         work.rows("answers")
-    assert "00000.json" in str(e.value) and "--resume" in str(e.value)
+    assert "00000.json" in str(e.value) and "--resume" in str(e.value) and "\n" not in str(e.value)

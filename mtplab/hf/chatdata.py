@@ -23,8 +23,10 @@ import re
 import time
 from pathlib import Path
 import torch
+from mtplab.device import machine
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write_text, read_json
+from mtplab.files import atomic_write_text
+from mtplab.hf.workfiles import data_shards, read_data_prompts
 
 BATCH = 64             # answer rows per batch
 QUESTION_BATCH = 128   # user turns per batch (short: a larger batch pays the per-step floor less often)
@@ -129,20 +131,13 @@ class DataWork:
         return self.dir / sub / f"{b:05d}.json"
 
     def rows(self, sub: str) -> list[dict]:
-        out = []
-        for p in sorted((self.dir / sub).glob("[0-9]*.json")):
-            d = read_json(p, limit=64 << 20, what=f"the shard {p.name}",
-                          fix=f"delete {p} and rerun that stage with --resume")
-            if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
-                raise MtplabError(f"{p} is not a data shard; delete it and rerun that stage with --resume")
-            out.extend(d["rows"])
-        return out
+        """Every row of a stage's shards, each shard validated (`hf.workfiles.read_data_shard`)."""
+        return [r for d in data_shards(self.dir, sub) for r in d["rows"]]
 
     def costs(self, sub: str) -> dict:
         """Summed CPU seconds, wall seconds and tokens of a stage's shards."""
         tot = {"shards": 0, "cpu_s": 0.0, "wall_s": 0.0, "tokens": 0}
-        for p in sorted((self.dir / sub).glob("[0-9]*.json")):
-            d = read_json(p, limit=64 << 20, what=f"the shard {p.name}", fix=f"delete {p} and rerun with --resume")
+        for d in data_shards(self.dir, sub):
             tot["shards"] += 1
             for k in ("cpu_s", "wall_s", "tokens"):
                 tot[k] += d.get(k, 0)
@@ -150,7 +145,6 @@ class DataWork:
 
 
 def _timed_write(path: Path, rows: list[dict], tokens: int, cpu0: float, wall0: float, extra: dict) -> None:
-    from mtplab.device import machine
     atomic_write_text(path, json.dumps({"rows": rows, "tokens": tokens, "cpu_s": time.process_time() - cpu0,
                                         "wall_s": time.perf_counter() - wall0, "threads": torch.get_num_threads(),
                                         "cpu": machine("cpu").get("cpu", ""), **extra}) + "\n")
@@ -259,7 +253,7 @@ def select_prompts(candidates: list[dict], heldout: list[str], *, templates: lis
 def stage_select(work: DataWork, *, heldout: list[str], templates: list[dict], seed: int = 0, log=print) -> list[dict]:
     p = work.dir / "prompts.json"
     if p.exists():
-        return read_json(p, limit=256 << 20, what="prompts.json", fix="delete it and rerun select")["prompts"]
+        return read_data_prompts(p)
     rows = [{**r, "source": "magpie" if r["category"] == "chat" else "steered"} for r in work.rows("questions")]
     kept, why = select_prompts(rows, heldout, templates=templates, seed=seed)
     atomic_write_text(p, json.dumps({"prompts": kept, "dropped": why, "candidates": len(rows)}) + "\n")
