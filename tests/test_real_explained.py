@@ -23,7 +23,7 @@ def _record():
             _row("fast but lossy", 4, 1.5, 1.5, (80.0, 5.0, 1.0), dtype="bf16")]
     study = {"acceptance": {"pooled": {"steps": 2000, "accepted": [700], "rate": [0.35],
                                        "interval": [[0.33, 0.37]]}}, "prompts": 24}
-    return {"m": 128, "threads": {"1": {"rows": rows}},
+    return {"m": 128, "threads": {"1": {}}, "rows": [{**r, "threads": 1} for r in rows],
             "acceptance_all": {"DeepSeek D=1, k=2, reduced vocab": study}}
 
 
@@ -34,7 +34,7 @@ def test_the_best_row_is_the_fastest_exact_one_and_names_the_default():
     rec = _record()
     assert real.best_row(rec)["label"] == "DeepSeek D=1, k=2, reduced vocab"  # not the bf16 row
     assert real.row_label("best", rec) == "DeepSeek D=1, k=2, reduced vocab"
-    rec["threads"]["1"]["rows"][2]["speedup"] = 1.2
+    rec["rows"][2]["speedup"] = 1.2
     assert real.row_label("best", rec) == "DeepSeek D=1 reused, k=4, reduced vocab"
 
 
@@ -54,7 +54,7 @@ def test_the_words_follow_the_numbers():
     words = real.parts_words(real.speedup_parts(_record()))
     assert "1.30 tokens per step" in words and "acceptance holds it back more" in words
     rec = _record()  # a verify that costs 3 AR steps: now the cost holds it back more
-    rec["threads"]["1"]["rows"][1]["split"]["target_ms"] = 210.0
+    rec["rows"][1]["split"]["target_ms"] = 210.0
     assert "the cost of a step holds it back more" in real.parts_words(real.speedup_parts(rec))
 
 

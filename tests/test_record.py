@@ -1,12 +1,13 @@
-"""The one reader of benchmark records: rows found by method and checkpoint, old records read through one
-compatibility function, one machine line, and one line naming the command when a record is missing or broken."""
+"""The one reader of benchmark records: flat rows found by their fields (method, checkpoint, k, draft_vocab, dtype,
+threads), one machine line, and one line naming the command when a record is missing or broken."""
 import json
+from pathlib import Path
 
 import pytest
 
 from mtplab.decoding.drafters import METHODS, PAIRS, default_for_family, pair
 from mtplab.errors import MtplabError
-from mtplab.measuring.record import Record, command, machine_text
+from mtplab.measuring.record import FIELDS, Record, command, machine_text, row_tables
 
 
 def test_shipped_decode_rows_are_found_by_method_and_checkpoint():
@@ -19,20 +20,55 @@ def test_shipped_decode_rows_are_found_by_method_and_checkpoint():
     assert rec.machine_text().startswith("measured on ") and "cores" in rec.machine_text()
 
 
-def test_old_labels_of_other_records_map_to_their_pairs():
+def test_old_records_were_rewritten_with_their_pairs_fields():
+    """scripts/flat_records.py gave the rows of records written before `method`/`checkpoint` their pair's fields once;
+    the reader parses no label (`_compat_fields` is gone)."""
+    import mtplab.measuring.record as record
+    assert not hasattr(record, "_compat_fields") and not hasattr(record, "OLD_LABELS")
     k = Record.load("k")
     assert k.row(method="blockwise-overlap", checkpoint="stern-k4", k=2, adapt="fixed")["label"] == "stern overlapped"
     assert k.row(method="deepseek-reuse", k=2)["checkpoint"] == "deepseek-d1"
     depth = Record.load("regime").table("by_depth")
     assert {r["checkpoint"] for r in depth} == {"stern-k4-l4", "meta-k4-l4", "deepseek-d1-l4", "deepseek-d3-l4"}
     # domain rows ran on the domain pair: their method names are not read as shipped pairs
-    assert all("checkpoint" not in r for r in Record.load("domain").rows)
+    assert all(r["checkpoint"] is None for r in Record.load("domain").rows)
+
+
+SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "docs" / "bench").glob("*.json"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_row_is_flat_and_found_by_its_fields_alone(name):
+    """Issue 38: every record is flat rows with method, checkpoint, k, draft_vocab, dtype and threads as fields, and
+    `Record.row` finds each by those fields (with its label, or the fields that tell rows of one record apart)."""
+    rec = Record.load(name)
+    tables = row_tables(rec.data)
+    if name == "real":
+        assert "rows" in tables and all("rows" not in run for run in rec["threads"].values())
+    for key in tables:
+        rows = rec.table(key)
+        for r in rows:
+            missing = [f for f in FIELDS if f not in r]
+            assert not missing, f"{name}.{key}: a row lacks {missing}"
+            match = {f: r[f] for f in FIELDS}
+            if sum(all(o.get(f) == v for f, v in match.items()) for o in rows) > 1:  # the fields do not tell it apart
+                match.update({f: r[f] for f in ("label", "adapt", "batch_size", "kind", "tree", "alpha", "width",
+                                                 "n_layer", "n_embd", "trained_on", "text", "config") if f in r})
+            assert rec.row(key, **match) is r or rec.row(key, **match) == r, (name, key, match)
+    if name == "real":
+        best = rec.row(method="deepseek-reuse", k=4, draft_vocab="reduced", dtype="fp32", threads=1)
+        assert best is not None and best["checkpoint"] == "deepseek-d1" and best["model"] == "smollm2"
 
 
 def test_new_rows_keep_their_own_fields(tmp_path):
     p = tmp_path / "decode.json"
     p.write_text(json.dumps({"rows": [{"label": "meta", "method": "meta", "checkpoint": "meta-k9", "k": 3}]}))
     assert Record.load(p).row(method="meta")["checkpoint"] == "meta-k9"
+    from mtplab.measuring.record import flat
+    stamped = flat({"dtype": "bf16", "threads": 2, "rows": [{"method": "meta", "k": 3}, {"method": "ar", "dtype": "x"}]})
+    assert stamped["rows"][0] == {"method": "meta", "k": 3, "checkpoint": None, "draft_vocab": "full", "dtype": "bf16",
+                                  "threads": 2}
+    assert stamped["rows"][1]["dtype"] == "x"  # what a row says is kept
 
 
 def test_missing_and_broken_records_name_the_command(tmp_path):

@@ -50,7 +50,14 @@ def real_rows(rec: dict, threads: str) -> list[dict]:
     """The float32 rows of `bench real` at one thread count (bf16 trades exactness; left out)."""
     return [{"row": r["label"], "k": r.get("k"), "speedup": r["speedup"],
              "tokens_per_forward": r.get("tokens_per_forward")}
-            for r in rec["threads"][threads]["rows"] if r.get("dtype", "fp32") == "fp32" and r["label"] != "AR"]
+            for r in _rows_at(rec, threads) if r.get("dtype", "fp32") == "fp32" and r["label"] != "AR"]
+
+
+def _rows_at(rec: dict, threads: str) -> list[dict]:
+    """A bench real record's rows at one thread count: flat rows with `threads` (from scripts/flat_records.py on),
+    or the older records' rows nested under each thread count (these points read a committed older record)."""
+    nested = rec["threads"][threads].get("rows")
+    return nested if nested is not None else [r for r in rec["rows"] if r["threads"] == int(threads)]
 
 
 def points() -> dict[str, dict]:

@@ -111,10 +111,9 @@ def _classroom_rows() -> list[dict]:
 
 def _real_rows() -> list[dict]:
     def read(rec):
-        st = rec["threads"]["1"]
-        t1 = st["ar_ms_per_token"]
+        t1 = rec["threads"]["1"]["ar_ms_per_token"]
         out = []
-        for r in st["rows"]:
+        for r in (r for r in rec["rows"] if r["threads"] == 1):
             if r.get("family") is None or r.get("dtype", "fp32") != "fp32" or "split" not in r:
                 continue
             acc = r["acceptance"]["pooled"]

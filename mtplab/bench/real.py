@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 from mtplab.bench.report import _md, _write
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
-from mtplab.hf.real import chat_ids
+from mtplab.hf.real import chat_ids, shipped_heads
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint, kernels
 
@@ -89,7 +89,12 @@ def run_real(a) -> dict:
     every = [chat_ids(heads.target, p) for c in held for p in held[c]]  # every held-out prompt, untimed
     every_cats = [c for c in held for _ in held[c]]
     torch.set_num_threads(saved)
-    rec = {"model": "smollm2", "m": m, "prompts_per_category": per_cat, "threads": studies,
+    name = a.hf or "smollm2"
+    heads_of = {f: (p.stem if (p := shipped_heads(name, f)) is not None else None) for f in ("deepseek", "stern")}
+    flat_rows = [{**r, "threads": int(n), "model": name, "checkpoint": heads_of.get(r.get("family"))}
+                 for n, s in studies.items() for r in s["rows"]]  # one list: Record.row(..., threads=1) finds a row
+    rec = {"model": name, "m": m, "prompts_per_category": per_cat,
+           "threads": {n: {k: v for k, v in s.items() if k != "rows"} for n, s in studies.items()}, "rows": flat_rows,
            "acceptance_all": acceptance_study(heads, every[:6] if a.quick else every, every_cats[:6] if a.quick
                                               else every_cats, m=m,
                                               bar=tqdm(desc="acceptance, every held-out prompt", unit="decode")),

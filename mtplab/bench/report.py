@@ -12,6 +12,7 @@ from mtplab.errors import MtplabError
 from mtplab.device import machine, machine_line
 from mtplab import files
 from mtplab.files import atomic_write_text, os_reason
+from mtplab.measuring.record import flat
 
 
 def held_out_count(a) -> int:
@@ -27,7 +28,7 @@ def _write(out: Path, name: str, data: dict, table: str, fig=None, *, device="cp
     """Each file is written atomically (a failed write leaves the old one intact), and every record names the
     machine it was measured on: CPU model, cores and threads, last-level cache, torch. A write that fails (a full
     disk) keeps the results elsewhere and raises one line naming where."""
-    data = {**data, "machine": data.get("machine") or machine(device)}
+    data = flat({**data, "machine": data.get("machine") or machine(device)})  # every row carries its fields
     md = table + "\n\n" + machine_line(device) + "\n"
     try:
         _files(Path(out), name, data, md, fig)

@@ -6,9 +6,8 @@
 
 A record is read bounded in size (`files.read_json`), and every failure is one line that names the file and
 the command that writes it again. Rows are found by what they measured (method, checkpoint, k, or any other field),
-never by parsing a label. Records written from now on store `label`, `method` and `checkpoint` in every row that
-measures a shipped pair; records written before (decode*.json, k.json, regime.json's by_depth), where `method`
-holds the label, are read through `_compat_fields`, the one place that maps an old label to its pair.
+never by parsing a label: every row carries method, checkpoint, k, draft_vocab, dtype and threads (`flat`; the
+records written before those fields were rewritten once by scripts/flat_records.py).
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from pathlib import Path
 
 from mtplab import paths
 from mtplab.device import machine_words
-from mtplab.decoding.drafters import PAIRS
 from mtplab.errors import MtplabError
 from mtplab.files import read_json
 
@@ -57,27 +55,30 @@ def machine_text(m, *, device=None, threads=None) -> str:
     return f"measured on {device or 'an unknown device'}, {n} thread{'' if n == 1 else 's'} (machine not recorded)"
 
 
-# ------------------------------------------------------------------------------------ compatibility (old records)
-OTHER_PAIRS = ("domain",)  # records whose method names ran on other checkpoints (the domain pair)
-OLD_LABELS = {"stern overlapped": "blockwise-overlap"}  # bench k's label before the catalogue
+# ------------------------------------------------------------------------------------ flat rows
+FIELDS = ("method", "checkpoint", "k", "draft_vocab", "dtype", "threads")  # every row of every record carries these
 
 
-def _compat_fields(name: str, row: dict) -> dict:
-    """COMPATIBILITY with records written before rows kept `method` and `checkpoint` beside the label: there the
-    `method` field holds the label ('deepseek D=3'); rows that match no shipped label (peers) or ran on other
-    checkpoints (domain) gain only a label.
-    The label -> pair mapping is read from `PAIRS`. regime's
-    by_depth rows measured the 4-layer family (`stern-k4-l4`, ...), so their checkpoint gains '-l4'. Delete this
-    when every shipped record has been measured again."""
-    label = row.get("method")
-    if "label" in row or "checkpoint" in row or name.split("-")[0] in OTHER_PAIRS:
-        return {"label": label, **row}
-    pair = next((p for p in PAIRS if p.label == OLD_LABELS.get(label, label)), None)
-    if pair is None:
-        return {"label": label, **row}
-    checkpoint = pair.checkpoint + ("-l4" if name.startswith("regime") else "")
-    return {**row, "label": label, "method": pair.method, "checkpoint": checkpoint,
-            "k": row.get("k", pair.k)}
+def row_tables(data: dict) -> list[str]:
+    """The keys of a record that hold rows (a list of dicts): 'rows'; regime: 'by_size', 'by_depth'."""
+    return [k for k, v in data.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)]
+
+
+def flat(data: dict) -> dict:
+    """The record with every row carrying FIELDS, so that `Record.row(method=..., checkpoint=..., k=...,
+    draft_vocab=..., dtype=..., threads=...)` finds it by fields alone: what a row does not say is what the whole
+    record measured (its `dtype`, else fp32; its `threads`, else the machine's; the full vocabulary; no method,
+    checkpoint or k where the row measured none, as a random-weights model's). `bench.report` writes every record
+    through it."""
+    m = data.get("machine")
+    threads = data.get("threads") if isinstance(data.get("threads"), int) else (
+        m.get("threads") if isinstance(m, dict) else None)
+    fill = {"method": None, "checkpoint": None, "k": data.get("k") if isinstance(data.get("k"), int) else None,
+            "draft_vocab": "full", "dtype": data.get("dtype", "fp32"), "threads": threads}
+    out = dict(data)
+    for key in row_tables(data):
+        out[key] = [{**r, **{f: v for f, v in fill.items() if f not in r}} for r in data[key]]
+    return out
 
 
 # ------------------------------------------------------------------------------------ the reader
@@ -115,7 +116,7 @@ class Record:
             cmd = command(self.name)
             raise MtplabError(f"{self.path} has no {key!r} list of rows; "
                               + (f"run `{cmd}` again" if cmd else "restore it from git"))
-        return [_compat_fields(self.name, r) for r in rows]
+        return rows
 
     @property
     def rows(self) -> list[dict]:

@@ -150,7 +150,8 @@ def row_label(spec, rec: dict | None = None) -> str:
 
 
 def record_rows(rec: dict, threads: str = "1") -> list[dict]:
-    return rec["threads"][threads]["rows"]
+    """The record's rows measured at one thread count (every row carries `threads`)."""
+    return [r for r in rec["rows"] if r["threads"] == int(threads)]
 
 
 def size_lines(smol, model, name: str, device) -> list[str]:

@@ -66,7 +66,7 @@ def test_an_out_that_would_be_replaced_is_refused_before_measuring(case, tmp_pat
 
 RECORDS = {  # review case: (the record, its edit, what the line says)
     "p-real-record-tampered": ("real.json", lambda d: d.pop("threads"), "KeyError: 'threads'"),
-    "p-real-rows-str": ("real.json", lambda d: d["threads"]["1"].__setitem__("rows", "x"), "restore it from git"),
+    "p-real-rows-str": ("real.json", lambda d: d.__setitem__("rows", "x"), "restore it from git"),
     "p-decode-record-no-method": ("decode.json", lambda d: [r.pop("method") for r in d["rows"]], "restore it from git"),
     "p-decode-k-str": ("decode.json", lambda d: [r.__setitem__("k", "four") for r in d["rows"]], "a row preflight"),
 }
