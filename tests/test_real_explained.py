@@ -33,9 +33,9 @@ TRAIN = {"heads": {"deepseek-d1": {"history": [{"val_agree_depth": [0.2]}, {"val
 def test_the_best_row_is_the_fastest_exact_one_and_names_the_default():
     rec = _record()
     assert real.best_row(rec)["label"] == "DeepSeek D=1, k=2, reduced vocab"  # not the bf16 row
-    assert real.row_label("best", rec) == "DeepSeek D=1, k=2, reduced vocab"
+    assert real.label_of("best", rec) == "DeepSeek D=1, k=2, reduced vocab"
     rec["rows"][2]["speedup"] = 1.2
-    assert real.row_label("best", rec) == "DeepSeek D=1 reused, k=4, reduced vocab"
+    assert real.label_of("best", rec) == "DeepSeek D=1 reused, k=4, reduced vocab"
 
 
 def test_speedup_parts_adds_up_from_the_time_split():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mtplab.decoding.drafters import METHODS, PAIRS, default_for_family, pair
+from mtplab.decoding.drafters import METHODS, PAIRS, default_for_family, pair, pairs
 from mtplab.errors import MtplabError
 from mtplab.measuring.record import FIELDS, Record, command, machine_text, row_tables
 
@@ -16,7 +16,7 @@ def test_shipped_decode_rows_are_found_by_method_and_checkpoint():
     assert d3["label"] == "deepseek D=3" and d3["k"] == 4
     assert rec.row(method="deepseek", checkpoint="deepseek-d1")["k"] == 2
     assert rec.row(method="meta", checkpoint="no-such-checkpoint") is None
-    assert {r["label"] for r in rec.rows} == {p.label for p in PAIRS if p.method != "deepseek-reuse"}
+    assert {r["label"] for r in rec.rows} == {p.label for p in pairs() if p.method != "deepseek-reuse"}
     assert rec.machine_text().startswith("measured on ") and "cores" in rec.machine_text()
 
 
@@ -100,7 +100,7 @@ def test_the_catalogue_names_each_familys_default_and_every_pair_ships():
                                                                                     "deepseek"]
     with pytest.raises(MtplabError, match="no method decodes head family"):
         default_for_family("eagle")
-    assert all(p.method in METHODS for p in PAIRS) and len({p.label for p in PAIRS}) == len(PAIRS)
+    assert all(p.method in METHODS for p in pairs()) and len({p.label for p in PAIRS}) == len(PAIRS)
     assert pair("deepseek D=3").checkpoint == "deepseek-d3"
     with pytest.raises(MtplabError, match="no shipped pair"):
         pair("nope")
@@ -118,3 +118,21 @@ def test_every_benchmark_table_is_a_filter_of_the_catalogue():
     assert all(name == pair(label).checkpoint + "-l4" for label, (_, name) in HEADS.items())
     assert {f: p.checkpoint for f, p in FAMILIES.items()} == {"stern": "stern-k4", "meta": "meta-k4",
                                                               "deepseek": "deepseek-d3"}
+
+
+def test_the_real_models_rows_are_pairs_rows_labelled_from_their_fields():
+    """Issue 38, item 3: the study's rows (hf.study.ROWS) became PAIRS rows with model, draft vocabulary and dtype as
+    fields; each label is made from the fields, and every row of the shipped bench real record is found by them."""
+    from mtplab.decoding.drafters import real_label
+    from mtplab.hf.real import REAL_MODELS
+    name = next(iter(REAL_MODELS))
+    real = pairs(name)
+    assert real and all(p.label == real_label(p.method, p.k, p.draft_vocab, p.dtype) for p in real)
+    assert real_label("deepseek-reuse", 4, "reduced", "bf16") == "DeepSeek D=1 reused, k=4, reduced vocab, bf16"
+    assert real[0].label == "AR" and not set(pairs()) & set(real)
+    rec = Record.load("real")
+    for r in rec.rows:
+        p = next(p for p in real if p.label == r["label"])
+        assert (p.method, p.checkpoint, p.k, p.draft_vocab, p.dtype, p.model) == (
+            r["method"], r["checkpoint"], r["k"], r["draft_vocab"], r["dtype"], r["model"]), r["label"]
+        assert rec.row(method=p.method, k=p.k, draft_vocab=p.draft_vocab, dtype=p.dtype, threads=r["threads"]) is r

@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 import torch
 from mtplab.device import describe, machine, pick
-from mtplab.decoding.drafters import PAIRS
+from mtplab.decoding.drafters import pairs
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.race import race
 from mtplab.measuring.speedup import verify_width
@@ -36,7 +36,7 @@ from mtplab.tokenizer import encode
 
 # every shipped pair (label, method, checkpoint, k; k None = the most the checkpoint supports), but the reused
 # module, which `bench k` studies
-ROWS = [p for p in PAIRS if p.method != "deepseek-reuse"]
+ROWS = [p for p in pairs() if p.method != "deepseek-reuse"]
 
 
 def oracle_seed(repeat: int, prompt: int) -> int:

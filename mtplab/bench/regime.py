@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from mtplab.bench.report import _md, _write
-from mtplab.decoding.drafters import PAIRS, default_for_family
+from mtplab.decoding.drafters import default_for_family, pairs
 from mtplab.data import held_out_ids
 from mtplab.device import machine_line, pick
 from mtplab.measuring.regime import cost_by_size, speedup_by_depth
@@ -22,7 +22,7 @@ SHAPES = [(2, 256), (4, 256), (8, 256), (12, 256), (16, 256), (4, 512), (8, 512)
           (24, 768)]
 QUICK_SHAPES = [(2, 128), (4, 256), (12, 256)]
 # label -> (method, the cache-resident 4-layer family's checkpoint): every shipped pair of a family's default method
-HEADS = {p.label: (p.method, f"{p.checkpoint}-l4") for p in PAIRS if p.family and p.method == default_for_family(p.family).name}
+HEADS = {p.label: (p.method, f"{p.checkpoint}-l4") for p in pairs() if p.family and p.method == default_for_family(p.family).name}
 
 
 def run_regime(a) -> dict:

@@ -21,6 +21,7 @@ import torch
 from mtplab.model.config import ModelConfig
 from mtplab.decoding.accept import Sampling, distribution
 from mtplab.errors import MtplabError
+from mtplab.paths import REAL_NAMES
 from mtplab.model.layers import KVCache
 
 
@@ -378,18 +379,44 @@ def default_for_family(family: str) -> Method:
 
 
 class Pair(NamedTuple):
-    """One shipped (method, checkpoint) pair as the benchmarks name it. k None: the most the checkpoint supports."""
+    """One shipped (method, checkpoint) pair as the benchmarks name it. k None: the most the checkpoint supports.
+    model None: the classroom model; else a real model (`mtplab.hf.real.REAL_MODELS`), whose checkpoint is a heads
+    file (None for AR and transformers' own methods), with the drafts' vocabulary and the dtype as fields."""
     label: str
     method: str
-    checkpoint: str
+    checkpoint: str | None
     k: int | None
+    model: str | None = None
+    draft_vocab: str = "full"     # 'reduced': the heads file's draft vocabulary
+    dtype: str = "fp32"           # 'bf16': faster, not exact
 
     @property
     def family(self) -> str | None:
-        return METHODS[self.method].family
+        m = METHODS.get(self.method)  # transformers' own methods ('hf-generate', 'hf-lookup') are not the lab's
+        return m.family if m is not None else None
 
 
-# What ships: every (label, method, checkpoint, k) a benchmark measures; the benchmarks' tables are filters of it.
+# a real model's rows are named from their fields (`real_label`), as `bench real` and the notebooks print them
+REAL_METHOD_NAMES = {"ar": "AR", "hf-generate": "transformers generate", "hf-lookup": "transformers prompt lookup",
+                     "ngram": "n-gram", "deepseek": "DeepSeek D=1", "deepseek-reuse": "DeepSeek D=1 reused",
+                     "blockwise-overlap": "Stern K=4"}
+REAL_HEADS = {"deepseek": "deepseek-d1", "stern": "stern-k4"}  # the heads file of each family (data/hf/MODEL/)
+
+
+def real_label(method: str, k: int | None, draft_vocab: str = "full", dtype: str = "fp32") -> str:
+    """'DeepSeek D=1 reused, k=4, reduced vocab': a real-model row's label made from its fields."""
+    name = REAL_METHOD_NAMES[method]
+    head = f"{name}, {k - 1} drafts" if method == "hf-lookup" and k else (f"{name}, k={k}" if k else name)
+    return head + (", reduced vocab" if draft_vocab == "reduced" else "") + (", bf16" if dtype == "bf16" else "")
+
+
+def _real(method: str, k: int | None, draft_vocab: str = "full", dtype: str = "fp32") -> Pair:
+    family = METHODS[method].family if method in METHODS else None
+    return Pair(real_label(method, k, draft_vocab, dtype), method, REAL_HEADS.get(family) if family else None, k,
+                REAL_NAMES[0], draft_vocab, dtype)
+
+
+# What ships: every pair a benchmark measures; the benchmarks' tables are filters of it (`pairs`).
 PAIRS: list[Pair] = [
     Pair("blockwise", "blockwise", METHODS["blockwise"].checkpoint, 4),
     Pair("blockwise-overlap", "blockwise-overlap", METHODS["blockwise-overlap"].checkpoint, 4),
@@ -400,7 +427,18 @@ PAIRS: list[Pair] = [
     Pair("draft-model", "draft-model", METHODS["draft-model"].checkpoint, 4),
     Pair("ngram", "ngram", METHODS["ngram"].checkpoint, 4),
     Pair("oracle alpha=0.8", "oracle", METHODS["oracle"].checkpoint, 4),
+    # the real model (`bench real`): its transformers baselines, and its heads over the full and the draft vocabulary
+    _real("ar", None), _real("hf-generate", None), _real("hf-lookup", 4), _real("ngram", 4),
+    _real("deepseek", 2), _real("deepseek", 2, "reduced"), _real("deepseek-reuse", 3, "reduced"),
+    _real("deepseek-reuse", 4), _real("deepseek-reuse", 4, "reduced"),
+    _real("blockwise-overlap", 4), _real("blockwise-overlap", 4, "reduced"),
+    _real("ar", None, dtype="bf16"), _real("deepseek-reuse", 4, "reduced", "bf16"),
 ]
+
+
+def pairs(model: str | None = None) -> list[Pair]:
+    """The shipped pairs of one model: the classroom model's (None), or a real model's by its name."""
+    return [p for p in PAIRS if p.model == model]
 
 
 def pair(label: str) -> Pair:

@@ -10,10 +10,10 @@ the split of a step (target forward, drafter, the rest), and whether the tokens 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 import torch
 
+from mtplab.decoding.drafters import Pair, pairs, real_label
 from mtplab.decoding.generate import decode_with
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads, shipped_vocab
@@ -25,32 +25,15 @@ from mtplab.measuring.race import race
 from mtplab.training.losses import CACHED_LOSSES
 
 
-@dataclass(frozen=True)
-class Row:
-    label: str
-    method: str           # mtplab's method name, or "hf-generate" / "hf-lookup"
-    family: str | None    # the head family the method drafts with
-    k: int | None
-    vocab: str = "full"   # the drafts' vocabulary: full or reduced
-    dtype: str = "fp32"   # bf16: the faster mode that trades exactness (its AR is another model; mismatches counted)
+def rows_of_real() -> list[Pair]:
+    """The study's rows: the real model's `PAIRS` rows (`decoding.drafters.pairs`), AR first. A real model given by
+    its folder races the same rows."""
+    return pairs(next(iter(REAL_MODELS)))
 
 
-ROWS = [
-    Row("AR", "ar", None, None),
-    Row("transformers generate", "hf-generate", None, None),
-    Row("transformers prompt lookup, 3 drafts", "hf-lookup", None, 4),
-    Row("n-gram, k=4", "ngram", None, 4),
-    Row("DeepSeek D=1, k=2", "deepseek", "deepseek", 2),
-    Row("DeepSeek D=1, k=2, reduced vocab", "deepseek", "deepseek", 2, "reduced"),
-    Row("DeepSeek D=1 reused, k=3, reduced vocab", "deepseek-reuse", "deepseek", 3, "reduced"),
-    Row("DeepSeek D=1 reused, k=4", "deepseek-reuse", "deepseek", 4),
-    Row("DeepSeek D=1 reused, k=4, reduced vocab", "deepseek-reuse", "deepseek", 4, "reduced"),
-    Row("Stern K=4, k=4", "blockwise-overlap", "stern", 4),
-    Row("Stern K=4, k=4, reduced vocab", "blockwise-overlap", "stern", 4, "reduced"),
-    Row("AR, bf16", "ar", None, None, dtype="bf16"),
-    Row("DeepSeek D=1 reused, k=4, reduced vocab, bf16", "deepseek-reuse", "deepseek", 4, "reduced", "bf16"),
-]
-QUICK = ("AR", "transformers generate", "DeepSeek D=1, k=2, reduced vocab", "DeepSeek D=1 reused, k=4, reduced vocab")
+# the rows are the real model's `PAIRS` rows (`decoding.drafters.pairs(name)`); these are filters of them, by label
+QUICK = (real_label("ar", None), real_label("hf-generate", None), real_label("deepseek", 2, "reduced"),
+         real_label("deepseek-reuse", 4, "reduced"))
 
 
 class Heads:
@@ -75,21 +58,21 @@ class Heads:
         return t
 
 
-def contenders(heads: Heads, rows: list[Row], m: int) -> dict:
+def contenders(heads: Heads, rows: list[Pair], m: int) -> dict:
     """Each row as a decode of one prompt; every decode ends with the answer (the model's end of turn), or at m."""
     t = heads.target
     stop = end_of_turn(t)
 
-    def run(row: Row):
+    def run(row: Pair):
         if row.dtype == "bf16":
             low = heads.bf16()
-            return lambda ids: decode_with(row.method, low.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k,
+            return lambda ids: decode_with(row.method, low.use(row.family, row.draft_vocab), ids, max_new_tokens=m, k=row.k,
                                            stop=stop)
         if row.method == "hf-generate":
             return lambda ids: generate_ids(t.hf, ids, m, stop=stop)
         if row.method == "hf-lookup":
             return lambda ids: generate_ids(t.hf, ids, m, stop=stop, prompt_lookup_num_tokens=row.k - 1)
-        return lambda ids: decode_with(row.method, heads.use(row.family, row.vocab), ids, max_new_tokens=m, k=row.k,
+        return lambda ids: decode_with(row.method, heads.use(row.family, row.draft_vocab), ids, max_new_tokens=m, k=row.k,
                                        stop=stop)
     return {r.label: run(r) for r in rows}
 
@@ -123,11 +106,11 @@ def _split(traces: list) -> dict:
             "overhead_ms": 1e3 * tot["overhead_s"] / n}
 
 
-def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list[Row], m: int, rounds: int,
+def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list[Pair], m: int, rounds: int,
           bar=None) -> dict:
     """The race and what is read off its first round (module docstring)."""
     if rows[0].label != "AR":
-        rows = [ROWS[0]] + [r for r in rows if r.label != "AR"]
+        rows = [rows_of_real()[0]] + [r for r in rows if r.label != "AR"]
     res = race(contenders(heads, rows, m), prompts, baseline="AR", rounds=rounds, device=heads.target.wte.weight.device,
                warmup=lambda _n, fn: fn(prompts[0][:8]), bar=bar)
     hf_label = "transformers generate"
@@ -136,7 +119,7 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
         sp = res.row(r.label)
         traces = [o for o in res.outputs[r.label] if hasattr(o, "steps")]
         toks = res.tokens[r.label]
-        row = {"label": r.label, "method": r.method, "family": r.family, "k": r.k, "draft_vocab": r.vocab,
+        row = {"label": r.label, "method": r.method, "family": r.family, "k": r.k, "draft_vocab": r.draft_vocab,
                "dtype": r.dtype,
                **sp, "identical_to_ar": sp["identical"],
                "looping": sum(loop_period(t) is not None for t in toks)}
@@ -168,14 +151,14 @@ def rejections_outside(traces: list, vocab) -> tuple[int, int]:
     return (sum(1 for tok in rej if tok not in inside) if inside is not None else 0), len(rej)
 
 
-ACCEPTANCE_ROWS = ("DeepSeek D=1, k=2, reduced vocab", "DeepSeek D=1 reused, k=4, reduced vocab")
+ACCEPTANCE_ROWS = (real_label("deepseek", 2, "reduced"), real_label("deepseek-reuse", 4, "reduced"))
 
 
 def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *, m: int,
                      labels=ACCEPTANCE_ROWS, bar=None) -> dict:
     """Untimed: each row decoded once on every prompt, for acceptance by position (pooled and per category, with
     intervals), the looping count and exactness on more prompts than a timed race can afford."""
-    by = {r.label: r for r in ROWS}
+    by = {r.label: r for r in rows_of_real()}
     stop = end_of_turn(heads.target)  # acceptance on the answer only
     ars = [decode_with("ar", heads.use(None, "full"), p, max_new_tokens=m, stop=stop).tokens for p in prompts]
     out = {}
@@ -185,12 +168,12 @@ def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *,
             continue
         traces, same = [], 0
         for p, ar in zip(prompts, ars):
-            tr = decode_with(r.method, heads.use(r.family, r.vocab), p, max_new_tokens=m, k=r.k, stop=stop)
+            tr = decode_with(r.method, heads.use(r.family, r.draft_vocab), p, max_new_tokens=m, k=r.k, stop=stop)
             traces.append(tr)
             same += tr.tokens == ar
             if bar is not None:
                 bar.update(1)
-        outside, rejections = rejections_outside(traces, heads.vocab if r.vocab == "reduced" else None)
+        outside, rejections = rejections_outside(traces, heads.vocab if r.draft_vocab == "reduced" else None)
         out[label] = {"acceptance": acceptance_table(traces, cats), "prompts": len(prompts), "identical_to_ar": same,
                       "rejections": rejections, "rejected_outside_vocab": outside,
                       "looping": sum(loop_period(t.tokens) is not None for t in traces),
@@ -210,15 +193,16 @@ def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
     return Heads(target, fams, shipped_vocab(name), name)
 
 
-def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Row]:
-    rows = [r for r in ROWS if r.family is None or r.family in heads.families]
-    rows = [r for r in rows if r.vocab == "full" or heads.vocab is not None]
+def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Pair]:
+    every = rows_of_real()
+    rows = [r for r in every if r.family is None or r.family in heads.families]
+    rows = [r for r in rows if r.draft_vocab == "full" or heads.vocab is not None]
     if quick:
         rows = [r for r in rows if r.label in QUICK]
     if only:
         want = [s.strip() for s in only.split(";") if s.strip()]
-        bad = [w for w in want if w not in {r.label for r in ROWS}]
+        bad = [w for w in want if w not in {r.label for r in every}]
         if bad:
-            raise MtplabError(f"no bench real row named {bad[0]!r}; choose among: {'; '.join(r.label for r in ROWS)}")
+            raise MtplabError(f"no bench real row named {bad[0]!r}; choose among: {'; '.join(r.label for r in every)}")
         rows = [r for r in rows if r.label in want or r.label == "AR"]
     return rows

@@ -16,7 +16,7 @@ from mtplab.decoding.loop import autoregressive
 from mtplab.decoding.checks import check_prompt
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import pooled
-from mtplab.decoding.drafters import FAMILIES, PAIRS, default_for_family
+from mtplab.decoding.drafters import FAMILIES, default_for_family, pairs
 from mtplab.decoding.generate import run_prompts
 from mtplab.model.layers import CausalSelfAttention
 from mtplab.measuring.acceptance import Acceptance, from_trace
@@ -75,7 +75,7 @@ def _family(model) -> str:
     fam = model.config.heads
     if fam not in FAMILIES:
         raise MtplabError(f"estimate_acceptance needs a checkpoint with {', '.join(FAMILIES)} heads (this one has "
-                          f"{fam!r}); use " + ", ".join(dict.fromkeys(p.checkpoint for p in PAIRS if p.family)))
+                          f"{fam!r}); use " + ", ".join(dict.fromkeys(p.checkpoint for p in pairs() if p.family)))
     return fam
 
 

@@ -11,7 +11,7 @@ from mtplab.measuring.timing import peak_memory
 from mtplab.model import checkpoint
 from mtplab.errors import MtplabError
 from mtplab.measuring.record import Record
-from mtplab.decoding.drafters import PAIRS, default_for_family
+from mtplab.decoding.drafters import default_for_family, pairs
 from mtplab.teaching.check import Check
 from mtplab.paths import DECODE_JSON
 from mtplab.teaching.check import _call
@@ -156,8 +156,8 @@ def peaked_logits(x: torch.Tensor, K: int, V: int, *, shift: int, strength: floa
     return logits.view(B, T, K * V)  # (B, T, K*V)
 
 # family -> the shipped pair decode.json measured it with: the family's default method, on its deepest checkpoint
-# (the last such pair in PAIRS: deepseek D=3)
-FAMILIES = {p.family: p for p in PAIRS if p.family and p.method == default_for_family(p.family).name}
+# (the last such pair of the classroom model: deepseek D=3)
+FAMILIES = {p.family: p for p in pairs() if p.family and p.method == default_for_family(p.family).name}
 
 
 def head_families(bench_path=DECODE_JSON) -> list[dict]:

@@ -15,6 +15,7 @@ import torch
 
 from mtplab import paths
 from mtplab.device import machine
+from mtplab.decoding.drafters import pairs, real_label
 from mtplab.errors import MtplabError
 from mtplab.hf.distill import heldout_prompts
 from mtplab.decoding.generate import decode_with
@@ -106,10 +107,10 @@ def prompts_by_category(heads, per_category: int = 1) -> tuple[list[list[int]], 
 
 def live_race(heads, rows: list[str], prompts: list[list[int]], cats: list[str], *, m: int = 32,
               rounds: int = 2) -> dict:
-    """The rows named (labels of `hf.study.ROWS`; AR is always the baseline), raced the lab's way on these
+    """The rows named (labels of the real model's `PAIRS` rows; AR is always the baseline), raced the lab's way on these
     prompts, with the guard's verdict."""
-    from mtplab.hf.study import ROWS, study  # transformers
-    by = {r.label: r for r in ROWS}
+    from mtplab.hf.study import rows_of_real, study  # transformers
+    by = {r.label: r for r in rows_of_real()}
     bad = [r for r in rows if r not in by]
     if bad:
         raise MtplabError(f"no real-model row named {bad[0]!r}; choose among: {'; '.join(by)}")
@@ -124,34 +125,31 @@ def record(path=REAL_JSON) -> dict | None:
     return Record.load(path).data
 
 
-def row_label(spec, rec: dict | None = None) -> str:
-    """A `bench real` row's label from its fields, (method, k, draft vocabulary), as a notebook's parameters name it
-    (a label such as 'DeepSeek D=1 reused, k=4' holds '=', which papermill cannot parse in a parameters cell);
-    a label given as text is returned as it is; "best" is the record's best exact row (`best_row`). fp32 rows only:
-    the bf16 ones are lossy."""
+def label_of(spec, rec: dict | None = None) -> str:
+    """A real-model row's label, as a notebook's parameters name it: "best" (the record's best exact row,
+    `best_row`), a label as text, or (method, k, draft vocabulary) of a `PAIRS` row of the real model, whose label is
+    made from those fields (`drafters.real_label`; a label holds '=', which papermill cannot parse in a parameters
+    cell). fp32 rows only: the bf16 ones are lossy."""
     if isinstance(spec, str) and spec != "best":
         return spec
-    rec = rec if rec is not None else record()
-    if rec is None:
-        raise MtplabError("no bench real record (docs/bench/real.json) to find the row in; restore it from git")
     if spec == "best":
+        rec = rec if rec is not None else record()
+        if rec is None:
+            raise MtplabError("no bench real record (docs/bench/real.json) to find the best row in; restore it from git")
         return best_row(rec)["label"]
-    if not isinstance(spec, (tuple, list)) or len(spec) != 3:
-        raise MtplabError(f"name a real-model row as (method, k, draft vocabulary), e.g. ('deepseek-reuse', 4, "
-                          f"'reduced'), or by its label (got {spec!r})")
-    method, k, vocab = spec
-    hits = [r["label"] for r in record_rows(rec) if (r.get("method"), r.get("k"), r.get("draft_vocab", "full"),
-                                                      r.get("dtype", "fp32")) == (method, k, vocab, "fp32")]
-    if len(hits) != 1:
-        rows = "; ".join(f"({r.get('method')!r}, {r.get('k')}, {r.get('draft_vocab', 'full')!r})"
-                         for r in record_rows(rec) if r.get("dtype", "fp32") == "fp32")
-        raise MtplabError(f"no real-model row is {tuple(spec)!r}; the rows are {rows}")
-    return hits[0]
+    rows = pairs(next(iter(REAL_MODELS)))
+    if not isinstance(spec, (tuple, list)) or len(spec) != 3 or tuple(spec[:2]) + (spec[2], "fp32") not in {
+            (p.method, p.k, p.draft_vocab, p.dtype) for p in rows}:
+        names = "; ".join(f"({p.method!r}, {p.k}, {p.draft_vocab!r})" for p in rows if p.dtype == "fp32")
+        raise MtplabError(f"name a real-model row as (method, k, draft vocabulary) or by its label (got {spec!r}); "
+                          f"the rows are {names}")
+    return real_label(spec[0], spec[1], spec[2])
 
 
-def record_rows(rec: dict, threads: str = "1") -> list[dict]:
+def _rows(rec: dict, threads: str = "1") -> list[dict]:
     """The record's rows measured at one thread count (every row carries `threads`)."""
     return [r for r in rec["rows"] if r["threads"] == int(threads)]
+
 
 
 def size_lines(smol, model, name: str, device) -> list[str]:
@@ -172,7 +170,7 @@ def record_table(rec: dict) -> tuple[str, list[dict]]:
     m = rec["machine"]
     rows = [{"row": r["label"], "dtype": r.get("dtype", "fp32"), "tokens/forward": r.get("tokens_per_forward") or "-",
              "vs AR": r["speedup"], "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}",
-             "= AR": f"{r['identical_to_ar']}/{r['prompts']}"} for r in record_rows(rec)]
+             "= AR": f"{r['identical_to_ar']}/{r['prompts']}"} for r in _rows(rec)]
     caption = (f"The shipped record, 1 thread, {rec['prompts_per_category'] * 6} prompts, m = {rec['m']}, measured on "
                f"{m['cpu']}, last-level cache {m['llc']}, torch {m['torch']} (another machine: compare its ratios, not "
                "its times). The bf16 rows give up exactness: their = AR column counts the prompts whose tokens still "
@@ -183,7 +181,7 @@ def record_table(rec: dict) -> tuple[str, list[dict]]:
 def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
     """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary, by k (bf16 trades
     exactness for speed, so its rows are left out), and the table the notebook shows of them."""
-    ks = [r for r in record_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"
+    ks = [r for r in _rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"
           and r.get("dtype", "fp32") == "fp32"]
     table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],
               "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}"} for r in ks]
@@ -253,7 +251,7 @@ DEEPSEEK_V3_CITE = ("DeepSeek-V3 Technical Report §5.4.3: one MTP module, secon
 
 def exact_rows(rec: dict, threads: str = "1") -> list[dict]:
     """The record's exact rows that draft with trained heads (fp32, a head family): the lab's MTP rows."""
-    return [r for r in record_rows(rec, threads) if r.get("family") and r.get("dtype", "fp32") == "fp32"]
+    return [r for r in _rows(rec, threads) if r.get("family") and r.get("dtype", "fp32") == "fp32"]
 
 
 def best_row(rec: dict, threads: str = "1") -> dict:
@@ -276,7 +274,7 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
     change one side: this acceptance with a verify that costs one AR step (a flat cost curve), the same with a free
     drafter too (the acceptance's own ceiling), and `other_acceptance` per draft (DeepSeek-V3's second-token figure)
     on this row's measured cost. Everything is read from the record, so new heads change it without code."""
-    rows = {r["label"]: r for r in record_rows(rec, threads)}
+    rows = {r["label"]: r for r in _rows(rec, threads)}
     row = rows[label] if label is not None else best_row(rec, threads)
     ar = rows["AR"]
     ar_ms = _step_ms(ar)
