@@ -10,6 +10,7 @@ from tqdm.auto import tqdm
 from mtplab.bench.report import _md, _write
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
+from mtplab.hf.prompts import heldout_prompts
 from mtplab.hf.real import chat_ids, shipped_heads
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint, kernels
@@ -60,7 +61,6 @@ def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
 
 def run_real(a) -> dict:
     """bench real: the study at each thread count asked for, written to OUT/real.{json,md}."""
-    from mtplab.hf.distill import heldout_prompts  # transformers, through the model
     from mtplab.hf.study import QUICK, acceptance_study, load_heads_all, pick_rows, study
     per_cat = a.prompts if a.prompts is not None else 1
     if isinstance(per_cat, bool) or not isinstance(per_cat, int) or not 1 <= per_cat <= 4:

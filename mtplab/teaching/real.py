@@ -17,7 +17,7 @@ from mtplab import paths
 from mtplab.device import machine
 from mtplab.decoding.drafters import pairs, real_label
 from mtplab.errors import MtplabError
-from mtplab.hf.distill import heldout_prompts
+from mtplab.hf.prompts import heldout_prompts
 from mtplab.decoding.generate import decode_with
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn
 from mtplab.measuring import timing
