@@ -11,7 +11,7 @@ from mtplab.bench.report import _md, _write
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.prompts import heldout_prompts
-from mtplab.hf.real import chat_ids, shipped_heads
+from mtplab.hf.real import REAL_MODELS, chat_ids, shipped_heads
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint, kernels
 
@@ -34,6 +34,9 @@ def table(rec: dict) -> str:
     return _md(lines, cols)
 
 
+REAL = next(iter(REAL_MODELS))  # the real model bench real measures by default
+
+
 def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
     """t(q)/t(1) of the real model beside the classroom model (ntp, 12 x 256), at each thread count, with the exact
     kernels (the default) and the stock ones: the regime on a model no laptop cache holds, against one that a large
@@ -45,7 +48,7 @@ def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
     try:
         for n in threads:
             torch.set_num_threads(n)
-            for name, model in (("smollm2", target), ("smollm2, stock kernels", target), ("ntp", classroom),
+            for name, model in ((REAL, target), (f"{REAL}, stock kernels", target), ("ntp", classroom),
                                 ("ntp, stock kernels", classroom)):
                 if model is target:  # stock: transformers' forward, the old path; exact: the lab's (the default)
                     target.use_kernel("stock" if "stock" in name else "exact")
@@ -69,7 +72,7 @@ def run_real(a) -> dict:
         raise MtplabError("bench real runs the target in fp32 (the exact default); drop --dtype")
     m = 32 if a.quick else 128
     rounds = 2 if a.quick else 3
-    heads = load_heads_all(a.hf or "smollm2", pick(a.device))
+    heads = load_heads_all(a.hf or REAL, pick(a.device))
     held = heldout_prompts()
     cats = [c for c in held for _ in range(per_cat)]
     prompts = [chat_ids(heads.target, p) for c in held for p in held[c][:per_cat]]
@@ -89,7 +92,7 @@ def run_real(a) -> dict:
     every = [chat_ids(heads.target, p) for c in held for p in held[c]]  # every held-out prompt, untimed
     every_cats = [c for c in held for _ in held[c]]
     torch.set_num_threads(saved)
-    name = a.hf or "smollm2"
+    name = a.hf or REAL
     heads_of = {f: (p.stem if (p := shipped_heads(name, f)) is not None else None) for f in ("deepseek", "stern")}
     flat_rows = [{**r, "threads": int(n), "model": name, "checkpoint": heads_of.get(r.get("family"))}
                  for n, s in studies.items() for r in s["rows"]]  # one list: Record.row(..., threads=1) finds a row

@@ -25,6 +25,7 @@ from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
 from mtplab.teaching.words import range_words
 
+REAL = next(iter(REAL_MODELS))              # the real model the notebooks use (`hf.real.REAL_MODELS`)
 REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
 _LOADED: dict = {}
 
@@ -46,7 +47,7 @@ def load(device="cpu"):
     from mtplab.hf.study import load_heads_all  # transformers
     key = str(device)
     if key not in _LOADED:
-        _LOADED[key] = load_heads_all("smollm2", device)
+        _LOADED[key] = load_heads_all(REAL, device)
     return _LOADED[key]
 
 
@@ -241,7 +242,7 @@ def live_words(live: dict, row: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------- the result explained
-TRAIN_JSON = REAL_MODELS["smollm2"].heads_dir / "record.json"  # how the heads were trained (`distill`)
+TRAIN_JSON = REAL_MODELS[REAL].heads_dir / "record.json"  # how the heads were trained (`distill`)
 # DeepSeek-V3 Technical Report §5.4.3: with its one MTP module (D = 1), the second token is accepted "between 85% and
 # 90% across various generation topics" (1.8x tokens per second). The low end is the what-if below.
 DEEPSEEK_V3_SECOND_TOKEN = 0.85
