@@ -44,7 +44,7 @@ def test_generate_json(ckdir):
     (["--prompt", "x", "--k", "0", "--method", "ngram"], "k must be"),
     (["--prompt", "x", "--temperature", "-1"], "temperature must be >= 0"),
     (["--prompt", "x", "--max-new-tokens", "0"], "max_new_tokens"),
-    (["--prompt", "x", "--method", "meta", "--checkpoint", "meta-k3", "--k", "5"], "at most 3"),
+    (["--prompt", "x", "--method", "meta", "--checkpoint", "meta-k3", "--k", "5"], "use k <= 3"),
     (["--prompt", "x", "--method", "blockwise", "--checkpoint", "meta-k3"], "needs a checkpoint with stern heads"),
     (["--prompt", "x", "--method", "teleport"], "unknown method"),
     (["--prompt", "x", "--checkpoint", "nope"], "not found"),
