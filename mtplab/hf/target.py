@@ -39,6 +39,7 @@ import torch
 import torch.nn as nn
 from safetensors import SafetensorError
 from mtplab.files import atomic_write, read_json
+from mtplab.hf.workfiles import check_heads_file, in_shipped, shipped_fix
 from mtplab.model.config import FAMILY, HEAD_FAMILIES, MAX_DEPTHS, ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
@@ -384,6 +385,12 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
                           "head (e.g. AutoModelForCausalLM ... save_pretrained) and point --hf at that")
     hf, info = _from_pretrained(p, path, dtype)
     missing = [k for k in info.get("missing_keys", []) if "rotary" not in k]
+    extra = [k for k in info.get("unexpected_keys", []) if "rotary" not in k]
+    if extra:  # a config.json that builds fewer layers than the weights hold would load as another model
+        raise MtplabError(f"the weights in {path} hold {extra[:2]}{'...' if len(extra) > 2 else ''}, which its "
+                          "config.json does not build; restore the config.json saved with these weights"
+                          + (" (a converted model: delete its folder and run python -m mtplab convert again)"
+                             if chat else ""))
     if missing:
         raise MtplabError(f"the weights in {path} lack {missing[:3]}{'...' if len(missing) > 3 else ''}; "
                           "they are not this causal LM's weights (a base model without its head?)")
@@ -459,6 +466,7 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
         raise MtplabError(f"{path} is a directory; give the heads file that train --hf wrote (OUT/NAME.safetensors)")
     if not p.exists():
         raise MtplabError(f"heads checkpoint {path} not found; train one with python -m mtplab train --hf ...")
+    check_heads_file(p)  # a regular file of bounded size: safe_open would block on a FIFO
     try:
         with safe_open(str(p), "pt") as f:
             meta = f.metadata() or {}
@@ -500,6 +508,17 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
 
 
 def load_heads(target: HFTarget, path, *, draft_vocab: bool = True) -> HFTarget:
+    """`_load_heads`; for a heads file that ships in data/hf, every refusal names git as the fix (no command
+    rewrites a shipped file in place)."""
+    try:
+        return _load_heads(target, path, draft_vocab=draft_vocab)
+    except MtplabError as e:
+        if isinstance(path, (str, Path)) and in_shipped(path) and "git checkout" not in str(e):
+            raise MtplabError(f"{str(e).split('; ')[0]}; {shipped_fix(path)}") from None
+        raise
+
+
+def _load_heads(target: HFTarget, path, *, draft_vocab: bool = True) -> HFTarget:
     """Attach the heads saved in `path` to `target` (in place), after checking they were trained on it and,
     from the header alone, that their shapes are those its config builds; with `draft_vocab`, they draft over the
     vocabulary saved with them (if any), else over the full one."""

@@ -178,6 +178,7 @@ def head_families(bench_path=DECODE_JSON) -> list[dict]:
                      "source": f"docs/bench/{rec.path.name}"})
     return rows
 
+
 def target_time_words(families: list[dict], bench_path=DECODE_JSON) -> str:
     """Notebook 03 §1: the families' target milliseconds per step (the same trunk verifying k tokens in each row)
     against the record's own cost curve, t(k) = t(1) x t(k)/t(1), in words chosen from the numbers: how far apart
