@@ -182,6 +182,11 @@ def _generate(a):
     if (a.draft_checkpoint or a.draft_hf) and a.method != "draft-model":
         raise MtplabError(f"--draft-checkpoint and --draft-hf name the draft model of --method draft-model; --method "
                           f"{a.method} does not use one: drop it or choose --method draft-model")
+    headless = a.method in METHODS and METHODS[a.method].family is None
+    if a.hf and headless and (a.heads_checkpoint or a.draft_vocab != "full"):  # the record would name them, unused
+        raise MtplabError(f"--heads-checkpoint and --draft-vocab reduced go with the heads of a head method; --method "
+                          f"{a.method} drafts without heads: drop them or choose a head method "
+                          f"({', '.join(n for n, m in METHODS.items() if m.family)})")
     if a.alpha is not None and a.method != "oracle":
         raise MtplabError(f"--alpha is the oracle drafter's acceptance rate; --method {a.method} does not use it: drop "
                           "it or choose --method oracle")

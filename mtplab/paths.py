@@ -18,7 +18,8 @@ DECODE_JSON = BENCH_DIR / "decode.json"                  # `bench decode`'s reco
 HF_DIR = DATA_DIR / "hf"                                 # the lab's own Hugging Face models (train-hf-model)
 PEERS_JSON = BENCH_DIR / "peers.json"                    # `bench peers`' record, read by notebook 10
 DOMAIN_JSON = BENCH_DIR / "domain.json"                  # `bench domain`'s record, read by notebook 10
-REAL_NAMES = ("smollm2",)                                # real models installed from a package (mtplab.hf.real)
+REAL_NAMES = ("smollm2",)  # the real models (installed from a package), named once for the layers below mtplab.hf;
+                           # hf.real.REAL_MODELS asserts its keys are these, and the layers above it use REAL_MODELS
 
 SHIPPED = (SHIPPED_DIR, HF_DIR)                          # what the lab ships: never replaced by a run's --out
 

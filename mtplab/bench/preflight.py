@@ -33,6 +33,7 @@ from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint
 from mtplab.files import atomic_write_text, os_reason
 
+REAL = next(iter(REAL_MODELS))  # the real model preflight times (hf.real.REAL_MODELS names it)
 NEEDS = {"notebooks": ("matplotlib", "ipywidgets", "jupyterlab", "papermill"), "hf": ("transformers", "gguf")}
 
 
@@ -44,10 +45,10 @@ def install_checks() -> dict:
         missing = [m for m in mods if importlib.util.find_spec(m) is None]
         out[extra] = "ok" if not missing else f"missing {', '.join(missing)}: pip install -e \".[{extra}]\""
     try:
-        gguf_path(REAL_MODELS["smollm2"])
-        out["smollm2"] = "ok"
+        gguf_path(REAL_MODELS[REAL])
+        out[REAL] = "ok"
     except MtplabError as e:
-        out["smollm2"] = str(e)
+        out[REAL] = str(e)
     return out
 
 
@@ -148,21 +149,21 @@ def run_preflight(*, out: str | None = None, quick: bool = False, device: str = 
     dev = pick(device)
     path = Path(out or paths.ROOT / "build" / "preflight.json")
     check_out(path)
-    shipped_rows = {"classroom": _classroom_rows(), "smollm2": _real_rows()}  # read (and checked) before measuring
+    shipped_rows = {"classroom": _classroom_rows(), REAL: _real_rows()}  # read (and checked) before measuring
     rec: dict = {"install": install_checks(), "machine": machine(dev)}
     qs, reps = ((1, 2, 4), 3) if quick else ((1, 2, 4, 8), 5)
     meter = LoadMeter().start()
     ntp = checkpoint.load("ntp", device=dev)
     rec["classroom"] = _curve(ntp, qs, reps, name=f"ntp, {ntp.config.n_layer} x {ntp.config.n_embd}")
-    if rec["install"]["smollm2"] == "ok" and rec["install"]["hf"] == "ok":
+    if rec["install"][REAL] == "ok" and rec["install"]["hf"] == "ok":
         from mtplab.hf.target import load_hf  # transformers
-        rec["smollm2"] = _curve(load_hf("smollm2", device=dev), qs, reps, name="SmolLM2-135M-Instruct, float32")
+        rec[REAL] = _curve(load_hf(REAL, device=dev), qs, reps, name="SmolLM2-135M-Instruct, float32")
     others = meter.stop()
     rec["others_cores"] = others
     rec["busy"] = busy_reason(others, None)
     rec["predictions"] = {"classroom": _predict(shipped_rows["classroom"], rec["classroom"])}
-    if "smollm2" in rec:
-        rec["predictions"]["smollm2"] = _predict(shipped_rows["smollm2"], rec["smollm2"])
+    if REAL in rec:
+        rec["predictions"][REAL] = _predict(shipped_rows[REAL], rec[REAL])
     try:
         atomic_write_text(path, json.dumps(rec, indent=1) + "\n")
     except OSError as e:
@@ -189,7 +190,7 @@ def report(rec: dict) -> str:
     m = rec["machine"]
     lines = [machine_words(m)]
     lines += [f"install {k}: {v}" for k, v in rec["install"].items()]
-    for name in ("classroom", "smollm2"):
+    for name in ("classroom", REAL):
         if name in rec:
             c = rec[name]
             lines.append(f"{name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(

@@ -10,6 +10,7 @@ speedup against cores, last-level cache and threads, raced filled and predicted 
 far they differ."""
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from mtplab.teaching.check import Check, _number
 
 SHIPPED = DATA_DIR / "classroom"  # the machines this lab was measured on: its first points
 LIMIT = 1 << 20                   # a preflight record is a few kB
+MAX_COUNT = 1 << 16               # cores or threads of one machine
+MAX_SPEEDUP = 1000.0              # no decoding method here is a thousand times faster than AR
 FIX = "each student writes one with: python -m mtplab preflight --out FOLDER/NAME.json"
 
 
@@ -31,13 +34,47 @@ def read_records(folder=SHIPPED) -> list[dict]:
     out = []
     for p in sorted(folder.glob("*.json")):
         rec = read_json(p, limit=LIMIT, what="a preflight record", fix=FIX)
-        m = rec.get("machine") if isinstance(rec, dict) else None
-        if not isinstance(m, dict) or not {"cpu", "threads"} <= set(m):
-            raise MtplabError(f"{p} names no machine (cpu, threads), so it is no preflight record; {FIX}")
-        out.append({**rec, "source": p.name})
+        out.append({**check_record(p, rec), "source": p.name})
     if not out:
         raise MtplabError(f"{folder} holds no *.json record; {FIX}")
     return out
+
+
+def _count(x, top: int = MAX_COUNT) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= top
+
+
+def _speedup(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= MAX_SPEEDUP
+
+
+def check_record(p: Path, rec) -> dict:
+    """A record as `points` and `figure` read it, or one line that names the file and what in it is wrong: the
+    machine's cpu (text), threads and cores (counts), and every raced or predicted row of every model a dict with
+    its `row` (text) and speedup (a positive finite number: 0 or a negative one is no speedup)."""
+    def bad(why: str) -> MtplabError:
+        return MtplabError(f"{p} is not a preflight record ({why}); {FIX}")
+    m = rec.get("machine") if isinstance(rec, dict) else None
+    if not isinstance(m, dict) or not {"cpu", "threads"} <= set(m):
+        raise MtplabError(f"{p} names no machine (cpu, threads), so it is no preflight record; {FIX}")
+    if not isinstance(m["cpu"], str) or not _count(m["threads"]) or not (m.get("cores") is None or _count(m["cores"])):
+        raise bad(f"machine cpu {m['cpu']!r:.40}, threads {m['threads']!r:.40}, cores {m.get('cores')!r:.40}: want a "
+                  f"name and counts from 1 to {MAX_COUNT}")
+    for key, field in (("measured", "speedup"), ("predictions", "predicted_here")):
+        models = rec.get(key)
+        if not models:
+            continue
+        if not isinstance(models, dict):
+            raise bad(f"{key} is a {type(models).__name__}, not a dict of model -> rows")
+        for model, rows in models.items():
+            if not isinstance(rows, list) or not isinstance(rec.get(model) or {}, dict):
+                raise bad(f"{key}.{model} is not a list of rows, or {model} is not a dict")
+            for r in rows:
+                if not isinstance(r, dict) or not isinstance(r.get("row"), str) or not _speedup(r.get(field)):
+                    shown = r.get(field) if isinstance(r, dict) else r
+                    raise bad(f"a row of {key}.{model} has {field} {shown!r:.40}: want a dict with a row name and a "
+                              f"speedup above 0, at most {MAX_SPEEDUP}")
+    return rec
 
 
 def read_class(folder=None) -> list[dict]:

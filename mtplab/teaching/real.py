@@ -15,10 +15,10 @@ import torch
 
 from mtplab import paths
 from mtplab.device import machine
-from mtplab.decoding.drafters import pairs, real_label
+from mtplab.decoding.drafters import METHODS, pairs, real_label
 from mtplab.errors import MtplabError
 from mtplab.hf.prompts import heldout_prompts
-from mtplab.decoding.generate import decode_with
+from mtplab.decoding.generate import decode_with, k_limit
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
@@ -361,6 +361,39 @@ def gap_words(gap: dict | None) -> str:
         words += (f"; {g['outside']} of {g['rejections']} rejections were at a position whose token lies outside the "
                   "draft vocabulary, where no draft could be kept")
     return words
+
+
+def settings_problem(method: str, k, row, device="cpu") -> str | None:
+    """None when notebook 05's real-model settings (REAL_METHOD, REAL_K, REAL_RECORD_ROW) name what the lab ships
+    for the real model; else one line naming the setting to change, which the notebook prints before it skips the
+    section and runs on. A method is "best" or one with a reduced-vocabulary row in `pairs` (`chat_answer` drafts
+    over that vocabulary); k fits what the shipped heads support for it (`generate.k_limit`, loading the model)."""
+    try:
+        rec = record()
+    except MtplabError as e:
+        return str(e)
+    if method == "best" and rec is None:
+        return ("REAL_METHOD = 'best' reads docs/bench/real.json, which is not there: restore it from git, or name a "
+                "method in the parameters cell")
+    if method != "best":
+        methods = sorted({p.method for p in pairs(REAL) if p.draft_vocab == "reduced"})
+        if method not in methods:
+            return (f"REAL_METHOD = {method!r} has no heads the lab ships for {REAL}; set it to 'best' or one of "
+                    f"{', '.join(methods)} in the parameters cell")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            return f"REAL_K = {k!r} is not a number of tokens per step; set it to an integer >= 1 in the parameters cell"
+        try:
+            most = k_limit(method, load(device).use(METHODS[method].family, "reduced"))
+        except MtplabError as e:
+            return str(e)
+        if k > most:
+            return (f"REAL_K = {k} is more than the shipped heads support for {method} on {REAL} (at most {most}); "
+                    "lower it in the parameters cell")
+    try:
+        label_of(row, rec)
+    except MtplabError as e:
+        return f"REAL_RECORD_ROW: {e}"
+    return None
 
 
 def chat_answer(smol, method: str, k: int, prompt: str, *, max_new_tokens: int):

@@ -18,11 +18,11 @@ from mtplab.decoding import generate
 from mtplab.decoding.drafters import METHODS, method as get_method
 from mtplab.device import describe, pick
 from mtplab.errors import MtplabError
-from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads
+from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
 from mtplab.model import checkpoint as ckpt
-from mtplab.paths import DECODE_JSON, REAL_NAMES
+from mtplab.paths import DECODE_JSON
 from mtplab.teaching.acceptance_lab.state import (AUTO, DEFAULT_CHECKPOINT, DEMO, LabState, configure, failed,
                                                   fit_k, validate)
 from mtplab.tokenizer import decode as decode_bytes, encode, token_repr
@@ -119,13 +119,13 @@ def _load_hf(name: str, heads: str, device):
 def is_hf_folder(name: str) -> bool:
     """A local Hugging Face model: a folder with a config.json (and weights, and a tokenizer), or the bare name of
     a real model the lab installs from a package (smollm2)."""
-    return name in REAL_NAMES or (Path(name).is_dir() and (Path(name) / "config.json").is_file())
+    return name in REAL_MODELS or (Path(name).is_dir() and (Path(name) / "config.json").is_file())
 
 
 def heads_for(state: LabState) -> str:
     """The heads checkpoint to load with the model: the one given, or for a real model named bare (smollm2) the
     heads the lab ships for the method's family."""
-    if state.heads or state.checkpoint not in REAL_NAMES or state.method not in METHODS:
+    if state.heads or state.checkpoint not in REAL_MODELS or state.method not in METHODS:
         return state.heads
     family = METHODS[state.method].family
     if family is None:
@@ -135,6 +135,14 @@ def heads_for(state: LabState) -> str:
         raise MtplabError(f"the lab ships no {family} heads for {state.checkpoint}; choose deepseek, "
                           "deepseek-reuse, blockwise-overlap, ngram or ar")
     return str(found)
+
+
+def no_draft_model(name: str) -> str:
+    """Why the widget cannot race method='draft-model' on a Hugging Face model: its one draft model is the lab's
+    own, which reads bytes, not that model's tokens."""
+    return (f"the lab has no draft model for {name} (its draft model reads bytes, not {name}'s tokens); choose "
+            f"another method, or race a draft of your own: python -m mtplab generate --hf {name} --method "
+            "draft-model --draft-hf DRAFT")
 
 
 def text_ids(model, text: str) -> list[int]:
@@ -189,8 +197,10 @@ def decode(state: LabState, models: ModelCache) -> LabState:
         validate(state)
         dev = pick(state.device)
         name = checkpoint_name(state)
-        model = models.get(name, dev, heads_for(state))
         method = get_method(state.method)
+        if method.needs_draft_model and is_hf_folder(name):
+            raise MtplabError(no_draft_model(name))
+        model = models.get(name, dev, heads_for(state))
         draft = models.get("draft", dev) if method.needs_draft_model else None
         ids = text_ids(model, state.prompt)
         warmup = models.warmup(ids, model, state.k)
