@@ -430,11 +430,12 @@ def test_an_absurd_k_is_refused_before_anything_is_drawn_or_allocated(models):
 def test_method_auto_is_read_from_the_benchmark_record():
     from pathlib import Path
     from mtplab.measuring.record import Record
-    data = {"device": "cpu", "threads": 1, "rows": [  # an older record: labels in 'method'
-        {"method": "meta", "k": 4, "speedup_wall": 0.85, "tokens_per_forward": 2.1},
-        {"method": "deepseek D=3", "k": 4, "speedup_wall": 1.4, "tokens_per_forward": 2.0},
-        {"method": "oracle alpha=0.8", "k": 4, "speedup_wall": 3.0, "tokens_per_forward": 3.0},
-        {"method": "blockwise-overlap", "k": 4, "speedup_wall": 1.3, "tokens_per_forward": 2.6}]}
+    data = {"device": "cpu", "threads": 1, "rows": [  # flat rows: method, checkpoint and k as fields
+        {"method": "meta", "checkpoint": "meta-k4", "k": 4, "speedup_wall": 0.85, "tokens_per_forward": 2.1},
+        {"method": "deepseek", "checkpoint": "deepseek-d3", "k": 4, "speedup_wall": 1.4, "tokens_per_forward": 2.0},
+        {"method": "oracle", "checkpoint": "ntp", "k": 4, "speedup_wall": 3.0, "tokens_per_forward": 3.0},
+        {"method": "blockwise-overlap", "checkpoint": "stern-k4", "k": 4, "speedup_wall": 1.3,
+         "tokens_per_forward": 2.6}]}
     record = Record("decode", Path("decode.json"), data)
     d = session.choose_demo(record, "cpu")
     assert (d["method"], d["k"], d["checkpoint"]) == ("deepseek", 4, "deepseek-d3")  # the oracle is no demo

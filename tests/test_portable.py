@@ -472,10 +472,11 @@ def _readme_student_block() -> str:
 
 def _make_dry_run(target: str, tmp_path) -> list[str]:
     """The commands `make TARGET` would run from nothing (a venv that does not exist), without running them."""
-    r = subprocess.run(["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under make test
+    r = subprocess.run(["make", "--no-print-directory", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr
-    return [line for line in r.stdout.splitlines() if line.strip()]
+    return [line for line in r.stdout.splitlines() if line.strip() and not line.startswith("make[")]
 
 
 @pytest.mark.skipif(not shutil.which("make"), reason="needs make")
@@ -583,9 +584,11 @@ def test_make_student_copy_archives_without_the_instructor_folder():
 
 
 def _make_dry_run_plain(target: str) -> list[str]:
-    r = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    r = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=env)
     assert r.returncode == 0, r.stderr
-    return r.stdout.splitlines()
+    return [line for line in r.stdout.splitlines() if not line.startswith("make[")]
 
 
 # ------------------------------------------------------------------ projector-ready figures: one switch, measured

@@ -204,8 +204,9 @@ def test_head_families_data_from_checkpoints_and_bench(tmp_path):
 
     from mtplab.errors import MtplabError
 
-    rows = [{"method": m, "k": 4, "step_ms_drafter": 1.0 + i, "step_ms_target": 3.0}
-            for i, m in enumerate(["blockwise-overlap", "meta", "deepseek D=3"])]
+    rows = [{"method": m, "checkpoint": c, "k": 4, "step_ms_drafter": 1.0 + i, "step_ms_target": 3.0}  # flat rows
+            for i, (m, c) in enumerate([("blockwise-overlap", "stern-k4"), ("meta", "meta-k4"),
+                                        ("deepseek", "deepseek-d3")])]
     (tmp_path / "d.json").write_text(json.dumps({"rows": rows}))
     got = meta.head_families(tmp_path / "d.json")
     assert [r["family"] for r in got] == ["stern", "meta", "deepseek"]

@@ -26,6 +26,7 @@ import torch
 from mtplab.device import machine
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write_text
+from mtplab.hf.real import REAL_MODELS
 from mtplab.hf.workfiles import data_shards, read_data_prompts
 
 BATCH = 64             # answer rows per batch
@@ -296,7 +297,7 @@ def main(argv=None) -> None:
     ap.add_argument("--batches", type=int, default=140, help="question batches of 128")
     ap.add_argument("--worker", default="0/1", help="i/n: this process takes batches b with b %% n == i")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--model", default=next(iter(REAL_MODELS)), help="a real model the lab knows")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     i, n = (int(x) for x in args.worker.split("/"))
