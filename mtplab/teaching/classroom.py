@@ -74,6 +74,9 @@ def check_record(p: Path, rec) -> dict:
                     shown = r.get(field) if isinstance(r, dict) else r
                     raise bad(f"a row of {key}.{model} has {field} {shown!r:.40}: want a dict with a row name and a "
                               f"speedup above 0, at most {MAX_SPEEDUP}")
+                if r.get("measured_there") is not None and not _speedup(r["measured_there"]):
+                    raise bad(f"a row of {key}.{model} has measured_there {r['measured_there']!r:.40}: want none or a "
+                              "speedup above 0")
     return rec
 
 
