@@ -16,7 +16,8 @@ NB05 = ROOT / "notebooks" / "05_acceptance_lab.ipynb"
     (dict(PROMPT=""), "the prompt is empty"),
     (dict(METHOD="meta", K=2.5), "k must be an integer >= 1 (got 2.5)"),
     (dict(CHECKPOINT="/no/such/dir/mine.safetensors"), "not found"),
-], ids=["method", "prompt", "k", "checkpoint"])
+    (dict(REAL_METHOD="deepseek-reuse", REAL_K=0), "skipping the real model: REAL_K = 0"),  # n05-real-k0 (issue 41)
+], ids=["method", "prompt", "k", "checkpoint", "real-k"])
 def test_nb05_bad_settings_give_the_labs_message_and_run_to_the_end(params, words):
     """Issue 15: a bad setting shows the lab's one-line message, and every later cell still runs."""
     import papermill as pm
