@@ -106,6 +106,9 @@ def best_k(alpha, cost_curve, draft_cost, ks):
 
 # the laptop assignment (mtplab.teaching.classroom.ASSIGNMENT), from the student's own preflight record
 def laptop_prediction(record, row):
+    from mtplab.decoding.drafters import METHODS
     r = next(x for x in record["predictions"]["classroom"] if x["row"] == row)
     ratio = {int(q): v for q, v in record["classroom"]["ratio"].items()}
-    return r["tokens_per_step"] / (ratio[r["verify_q"]] + r["draft_t1"] + (1.0 if r["plain"] else 0.0))
+    plain = METHODS[r["method"]].schedule == "plain"  # the plain schedule verifies k - 1 tokens after a predict forward
+    q = r["k"] - 1 if plain else r["k"]
+    return r["tokens_per_step"] / (ratio[q] + r["draft_t1"] + (1.0 if plain else 0.0))

@@ -102,8 +102,10 @@ def test_bad_folders_and_rows_fail_in_one_line(tmp_path):
 
 
 def test_the_class_stands_beside_the_labs_points(tmp_path):
-    _write(tmp_path, "bob.json", {"machine": _machine("bob's laptop"), "predictions": {"classroom": [
-        {"row": "blockwise-overlap", "k": 4, "tokens_per_step": 2.4, "predicted_here": 0.9, "measured_there": 1.5}]}})
+    _write(tmp_path, "bob.json", {"machine": _machine("bob's laptop"), "classroom": {"ratio": {"1": 1.0, "4": 2.0}},
+                                  "predictions": {"classroom": [
+        {"row": "blockwise-overlap", "method": "blockwise-overlap", "k": 4, "tokens_per_step": 1.8,
+         "measured_there": 1.5}]}})  # forecast: 1.8 / t(4)/t(1) = 0.9
     recs = classroom.read_class(tmp_path)
     assert [r["source"] for r in recs][-1] == "bob.json" and len(recs) == len(classroom.read_class()) + 1
     assert "from 0.90x (bob's laptop" in classroom.spread(classroom.points(recs), "blockwise-overlap")

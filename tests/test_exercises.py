@@ -186,8 +186,8 @@ def test_the_loop_ratio_checker_never_states_the_formula():
 
 
 def _record(busy=None, others=0.05):
-    rows = [{"row": "meta k=4", "k": 4, "tokens_per_step": 2.4, "verify_q": 4, "draft_t1": 0.1, "plain": False,
-             "predicted_here": 2.4 / (1.3 + 0.1), "measured_there": 1.6}]
+    rows = [{"row": "meta k=4", "method": "meta", "k": 4, "tokens_per_step": 2.4, "draft_t1": 0.1,
+             "measured_there": 1.6}]  # what preflight stores: the inputs, no forecast
     return {"machine": {"cpu": "x", "threads": 2}, "classroom": {"ratio": {"1": 1.0, "2": 1.1, "4": 1.3}},
             "predictions": {"classroom": rows}, "busy": busy, "others_cores": others}
 
@@ -210,7 +210,6 @@ def test_the_laptop_assignment_is_graded_from_the_students_own_record(tmp_path):
     # a classmate's number does not pass on another laptop's record
     other = _record()
     other["classroom"]["ratio"]["4"] = 2.0
-    other["predictions"]["classroom"][0]["predicted_here"] = 2.4 / 2.1
     (tmp_path / "a.json").write_text(json.dumps(rec))
     (tmp_path / "b.json").write_text(json.dumps(other))
     graded = classroom.grade_class(tmp_path, {"a.json": {"row": "meta k=4", "predicted": mine},
@@ -218,3 +217,4 @@ def test_the_laptop_assignment_is_graded_from_the_students_own_record(tmp_path):
                                               "c.json": {"row": "meta k=4", "predicted": mine}})
     assert [g["ok"] for g in graded] == [True, False, False]
     assert sol.laptop_prediction(other, "meta k=4") == pytest.approx(2.4 / 2.1)
+    assert mine == pytest.approx(2.4 / (1.3 + 0.1))

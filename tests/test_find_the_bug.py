@@ -6,16 +6,34 @@ import torch
 from mtplab.teaching import find_the_bug as bugs
 from mtplab.decoding.accept import accept
 from mtplab.errors import MtplabError
+from instructor import find_the_bug_key as answer_key
 
-BROKEN = [name for name, a in bugs.ANSWERS.items() if a.broken]
-CORRECT = [name for name, a in bugs.ANSWERS.items() if not a.broken]
+ANSWERS = answer_key.ANSWERS  # rule: (what it is, broken, why); the package holds only digests
+BROKEN = [name for name, a in ANSWERS.items() if a[1]]
+CORRECT = [name for name, a in ANSWERS.items() if not a[1]]
+WHAT = {a[0]: bugs.RULES[name] for name, a in ANSWERS.items()}
 
 
 def test_the_lab_plants_six_bugs_and_two_correct_rules():
-    planted = {bugs.ANSWERS[n].rule.__name__ for n in BROKEN}
+    planted = {ANSWERS[n][0] for n in BROKEN}
     assert planted == {"ignores_temperature", "p_in_bf16", "argmax_residual", "first_unverified", "residual_is_p",
                        "top_k_on_p"}
-    assert len(CORRECT) == 2
+    assert len(CORRECT) == 2 and list(ANSWERS) == list(bugs.RULES)
+
+
+def test_the_package_holds_digests_of_the_key_not_the_key():
+    """Issue 39: the answer key lived one attribute away (find_the_bug.ANSWERS) and the module docstring described
+    every bug. The package's digests and sealed explanations are made from instructor/'s key."""
+    assert (bugs._KEY, bugs._SEALED) == answer_key.sealed()
+    assert not hasattr(bugs, "ANSWERS")
+    for what, broken, why in ANSWERS.values():
+        if broken:
+            assert what not in bugs.__doc__ and why.split(":")[0] not in bugs.__doc__
+            assert what not in str(vars(bugs)) and why.split(":")[0] not in str(vars(bugs))
+    assert {f.__name__ for f in bugs.RULES.values()} == set(bugs.RULES)  # the functions carry neutral names
+    assert all(f.__doc__ is None for f in bugs.RULES.values())
+    with pytest.raises(MtplabError, match="do not open"):  # the explanations stay sealed under wrong verdicts
+        bugs._open(dict(answer_key.BROKEN, rule_a=False))
 
 
 @pytest.mark.parametrize("name", BROKEN)
@@ -40,7 +58,7 @@ def test_ratio_free_is_decoding_accept_draw_for_draw():
         p = torch.softmax(2 * torch.randn(n + 1, 8, generator=g), -1)
         q = torch.softmax(2 * torch.randn(n, 8, generator=g), -1)
         drafts = torch.multinomial(q, 1, generator=g)[:, 0].tolist()
-        ours = bugs.ratio_free(drafts, p, q, greedy=False, generator=torch.Generator().manual_seed(trial))
+        ours = WHAT["ratio_free"](drafts, p, q, greedy=False, generator=torch.Generator().manual_seed(trial))
         want = accept(drafts, p, q, greedy=False, generator=torch.Generator().manual_seed(trial))
         assert ours == want
 
@@ -48,8 +66,8 @@ def test_ratio_free_is_decoding_accept_draw_for_draw():
 def test_first_unverified_keeps_a_draft_that_p_never_gives():
     p = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     q = torch.tensor([[0.0, 1.0]])
-    assert bugs.first_unverified([1], p, q, greedy=False, generator=torch.Generator())[0] == 1
-    assert bugs.reference([1], p, q, greedy=False, generator=torch.Generator())[:2] == (0, 0)
+    assert WHAT["first_unverified"]([1], p, q, greedy=False, generator=torch.Generator())[0] == 1
+    assert WHAT["reference"]([1], p, q, greedy=False, generator=torch.Generator())[:2] == (0, 0)
 
 
 def test_bf16_rule_changes_p_only_through_rounding():
@@ -59,7 +77,7 @@ def test_bf16_rule_changes_p_only_through_rounding():
 
 
 def test_check_verdicts_grades_the_answers_without_naming_them():
-    right = {n: a.broken for n, a in bugs.ANSWERS.items()}
+    right = dict(answer_key.BROKEN)
     assert bugs.check_verdicts(right)
     verdict = bugs.check_verdicts(dict(right, rule_e=False))
     assert not verdict and "1 of 8 verdicts is off" in verdict.why and "1 you called correct is broken" in verdict.why
@@ -67,15 +85,15 @@ def test_check_verdicts_grades_the_answers_without_naming_them():
     assert not cried_wolf and "2 of 8 verdicts are off" in cried_wolf.why and "1 you called broken is correct" in \
         cried_wolf.why
     for wrong in (verdict, cried_wolf):  # a wrong answer never names a rule: with two answers a name is the key
-        assert not any(name in wrong.why for name in bugs.ANSWERS)
+        assert not any(name in wrong.why for name in bugs.RULES)
     assert "no verdict yet for rule_h" in bugs.check_verdicts({n: v for n, v in right.items() if n != "rule_h"}).why
     assert not bugs.check_verdicts(["rule_a"])
     assert "unknown rule" in bugs.check_verdicts(dict(right, rule_z=True)).why
 
 
 def test_the_key_is_earned_only_by_a_passing_check():
-    right = {n: a.broken for n, a in bugs.ANSWERS.items()}
-    assert bugs.earned(bugs.check_verdicts({n: None for n in bugs.ANSWERS})) is None
+    right = dict(answer_key.BROKEN)
+    assert bugs.earned(bugs.check_verdicts({n: None for n in bugs.RULES})) is None
     assert bugs.earned(bugs.check_verdicts(dict(right, rule_a=False))) is None
     assert bugs.earned(bugs.check_verdicts(right)) == right
     assert bugs.label("rule_a") == "rule_a"
@@ -84,8 +102,8 @@ def test_the_key_is_earned_only_by_a_passing_check():
 
 def test_nothing_drawn_or_printed_shows_the_key_before_it_is_earned():
     """Review finding: 08's power figure was coloured from ANSWERS two cells after the exercise."""
-    right = {n: a.broken for n, a in bugs.ANSWERS.items()}
-    power = {n: (1.0 if a.broken else 0.5) for n, a in bugs.ANSWERS.items()}
+    right = dict(answer_key.BROKEN)
+    power = {n: (1.0 if a[1] else 0.5) for n, a in ANSWERS.items()}
     before = bugs.power_figure(power, seeds=2)
     assert len({b.get_facecolor() for b in before.axes[0].patches}) == 1
     after = bugs.power_figure(power, seeds=2, key=right)
@@ -101,18 +119,18 @@ def test_nothing_drawn_or_printed_shows_the_key_before_it_is_earned():
 
 def test_bad_input_names_the_fix():
     with pytest.raises(MtplabError, match="n must be an integer >= 50"):
-        bugs.judge(bugs.reference, n=10)
+        bugs.judge(WHAT["reference"], n=10)
     with pytest.raises(MtplabError, match="rule must be a function"):
         bugs.judge("rule_a")
     with pytest.raises(MtplabError, match="seeds must be"):
-        bugs.power(bugs.reference, seeds=0)
+        bugs.power(WHAT["reference"], seeds=0)
 
 
 def test_power_bars_colour_the_answers():
     from mtplab.viz import stats as viz_metrics
 
-    power = {n: (1.0 if a.broken else 0.0) for n, a in bugs.ANSWERS.items()}
-    fig = viz_metrics.power_bars(power, alpha=bugs.ALPHA, broken={n: a.broken for n, a in bugs.ANSWERS.items()})
+    power = {n: (1.0 if a[1] else 0.0) for n, a in ANSWERS.items()}
+    fig = viz_metrics.power_bars(power, alpha=bugs.ALPHA, broken=dict(answer_key.BROKEN))
     bars = fig.axes[0].patches
     assert [b.get_height() for b in bars] == list(power.values())
     assert len({b.get_facecolor() for b in bars}) == 2
@@ -122,10 +140,11 @@ def test_the_power_command_prints_every_rule_and_refuses_bad_input(tmp_path, cap
     out = tmp_path / "power.json"
     assert bugs.main(["--seeds", "1", "--draws", "60", "--json", str(out)]) == 0  # the command, not the statistics
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 8 and lines[0].startswith("rule_a (residual_is_p, broken)")
+    assert len(lines) == 8 and lines[0].startswith("rule_a: rejected on")
+    assert not any(w in "".join(lines) for w in ("broken", "correct", "residual_is_p"))
     import json
     saved = json.loads(out.read_text())
-    assert set(saved["power"]) == set(bugs.ANSWERS) and saved["n_draws"] == 60
+    assert set(saved["power"]) == set(bugs.RULES) and saved["n_draws"] == 60
     assert bugs.main(["--seeds", "0"]) == 2
     assert "seeds must be" in capsys.readouterr().err
     assert bugs.main(["--seeds", "1", "--draws", "10"]) == 2
@@ -136,7 +155,7 @@ def test_each_rule_draws_its_own_random_numbers():
     """Review finding: 08's two correct rules sat at the same power and p-value because they were judged on the same
     random numbers, which gave the pair away; judge_all and power_table give each rule its own stream."""
     runs = bugs.judge_all(0, n=300)
-    assert set(runs) == set(bugs.ANSWERS)
+    assert set(runs) == set(bugs.RULES)
     assert not torch.equal(runs[CORRECT[0]]["counts"], runs[CORRECT[1]]["counts"])
     same = [bugs.judge(bugs.RULES[n], 0, n=300) for n in CORRECT]  # one stream: identical, as documented
     assert torch.equal(same[0]["counts"], same[1]["counts"])
@@ -145,7 +164,7 @@ def test_each_rule_draws_its_own_random_numbers():
 def test_tracker_shapes_are_described_as_the_rules_do_them():
     """Review finding (citations B42, B44): rule_e rounds the target p, rule_h filters p; the trackers' bugs were on
     the draft side. The key says what the rule does and that it is of the tracker bug's shape."""
-    e, h = bugs.ANSWERS["rule_e"].why, bugs.ANSWERS["rule_h"].why
+    e, h = ANSWERS["rule_e"][2], ANSWERS["rule_h"][2]
     assert "target p" in e and "of the shape of DeepSpec#31" in e and "draft side" in e
     assert "target p" in h and "of the shape of vllm PR #10198" in h and "top-p filtered q" in h
-    assert "p in another dtype than q" not in bugs.__doc__ and "where it was the other\nside" in bugs.__doc__
+    assert bugs.check_verdicts(dict(answer_key.BROKEN)).why.count("of the shape of") == 4  # opened after a pass

@@ -4,6 +4,7 @@ import argparse
 import json
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -40,6 +41,26 @@ def test_every_peer_row_equals_hf_greedy(models):
         by["HF prompt lookup, 3 drafts"]["tokens_per_forward"], rel=0.15)
     assert by["mtplab draft-model, k=4"]["tokens_per_forward"] == pytest.approx(
         by["HF assisted, 3 drafts"]["tokens_per_forward"], rel=0.15)
+
+
+def test_forwards_are_counted_on_the_lab_forward_of_a_llama(tmp_path):
+    """For a Llama-family model the target runs the lab's own forward, never transformers': the mtplab rows still
+    count one forward a verify (issue 39: a hook on transformers' forward counted none, 192 tokens a forward)."""
+    from transformers import LlamaForCausalLM
+    from tests.test_hf import _llama_config
+    torch.manual_seed(1)
+    LlamaForCausalLM(_llama_config()).save_pretrained(tmp_path / "llama")
+    _tokenizer().save_pretrained(tmp_path / "llama")
+    target = load_hf(tmp_path / "llama")
+    assert target.lab_forward is not None, target.forward_path  # the case under test: the lab's forward
+    prompts = [target.encode("def main(x):\n    return x + x + x")]
+    rows = peer_rows(target, None, prompts, m=12, k=4, repeats=1)
+    for r in rows:
+        assert 1.0 - 1e-9 <= r["tokens_per_forward"] <= 4, r
+    by = {r["method"]: r for r in rows}
+    assert by["mtplab AR"]["tokens_per_forward"] == pytest.approx(1.0, rel=0.1)
+    assert by["mtplab n-gram, HF's rule, k=4"]["tokens_per_forward"] == pytest.approx(
+        by["HF prompt lookup, 3 drafts"]["tokens_per_forward"], rel=0.15)
 
 
 def test_heads_row_equals_hf_greedy(models, tmp_path):

@@ -14,14 +14,22 @@ from mtplab.errors import MtplabError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_predictions_follow_the_cost_curve():
-    rows = [{"row": "blockwise-overlap", "method": "blockwise-overlap", "k": 4, "tps": 2.0, "draft_t1": 0.1},
-            {"row": "blockwise", "method": "blockwise", "k": 4, "tps": 2.0, "draft_t1": 0.1}]
-    flat = preflight._predict(rows, {"ratio": {"1": 1.0, "2": 1.0, "4": 1.0, "8": 1.0}})
-    steep = preflight._predict(rows, {"ratio": {"1": 1.0, "2": 2.0, "4": 4.0, "8": 8.0}})
-    assert flat[0]["predicted_here"] == pytest.approx(2.0 / 1.1)
-    assert flat[1]["predicted_here"] == pytest.approx(2.0 / 2.1)  # plain pays the predict forward too
-    assert steep[0]["predicted_here"] < 1 < flat[0]["predicted_here"]  # the machine decides
+def test_the_record_holds_the_inputs_but_no_prediction():
+    """The laptop assignment's answer is neither stored nor printed (issue 39); the grader recomputes it from the
+    inputs, and the forecast follows the machine's cost curve."""
+    from mtplab.teaching.classroom import forecast
+    rows = preflight._to_predict([
+        {"row": "blockwise-overlap", "method": "blockwise-overlap", "k": 4, "tps": 2.0, "draft_t1": 0.1},
+        {"row": "blockwise", "method": "blockwise", "k": 4, "tps": 2.0, "draft_t1": 0.1, "measured": 1.4}])
+    assert not any("predict" in key or key in ("plain", "verify_q") for r in rows for key in r)
+    flat, steep = {"1": 1.0, "2": 1.0, "4": 1.0, "8": 1.0}, {"1": 1.0, "2": 2.0, "4": 4.0, "8": 8.0}
+    assert forecast(rows[0], flat) == pytest.approx(2.0 / 1.1)
+    assert forecast(rows[1], flat) == pytest.approx(2.0 / 2.1)  # plain pays the predict forward too
+    assert forecast(rows[0], steep) < 1 < forecast(rows[0], flat)  # the machine decides
+    text = preflight.report({"machine": {"cpu": "x", "threads": 1}, "install": {}, "predictions": {"classroom": rows},
+                             "classroom": {"t1_ms": 1.0, "ratio": flat}})
+    assert "to predict: classroom, blockwise, k=4: 2.00 tokens per step" in text
+    assert f"{2.0 / 1.1:.2f}" not in text and f"{2.0 / 2.1:.2f}" not in text and "predicted here" not in text
 
 
 def test_install_checks_name_the_fix(monkeypatch):

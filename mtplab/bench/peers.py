@@ -8,7 +8,9 @@ Rows (greedy, m new tokens, the held-out prompts, every pair interleaved per pro
 * `generate(assistant_model=draft)` with k-1 drafts a round (the same drafts as mtplab's draft-model method)
   and with transformers' defaults, against mtplab's draft-model method (with --draft-hf);
 * mtplab's heads on the model (`train --hf`, then --heads-checkpoint), which HF has no counterpart for.
-Each reports tokens per target forward (counted by a hook on the model's forward), wall clock against HF's
+Each reports tokens per target forward (counted by a hook on the forward that row calls: transformers' model
+for HF's rows, the lab's target for mtplab's, whose Llama-family forward is the lab's own, not transformers'),
+wall clock against HF's
 plain greedy, and whether its tokens equal HF's plain greedy output. End-of-text never stops a decode here
 (every run makes exactly m tokens), so the rows compare the same work. Run alone.
 """
@@ -35,7 +37,7 @@ BASE = "HF generate, greedy"
 
 
 class _Counter:
-    """Counts forward calls of a torch module (one target forward = one call of the HF model)."""
+    """Counts forward calls of a torch module."""
 
     def __init__(self, module):
         self.n = 0
@@ -43,6 +45,13 @@ class _Counter:
 
     def _hit(self, *_):
         self.n += 1
+
+
+def _forward_of(who: str, model):
+    """The module whose forward is one target (or draft) forward for a row by `who`: transformers' model for HF's
+    rows; the lab's `HFTarget` for mtplab's, whose forward is the lab's own for Llama-family models (transformers'
+    forward is then never called) and calls transformers' model once otherwise."""
+    return model.hf if who == "hf" else model
 
 
 
@@ -116,21 +125,22 @@ def peer_rows(target, draft, prompts: list[list[int]], *, m: int = 64, k: int = 
                 raise MtplabError(f"no {'single ' if hits else ''}peer row named {n!r}; choose among {', '.join(table)}")
             named += hits
         table = {n: v for n, v in table.items() if n == BASE or n in named}
-    counter = _Counter(target.hf)
+    counters = {who: _Counter(_forward_of(who, target)) for who in ("hf", "mtplab")}
     forwards = {label: 0 for label in table}
 
-    def contender(label, fn):
+    def contender(label, who, fn):
         def run(p):
-            counter.n = 0
+            counters[who].n = 0
             toks = fn(p, m)
-            forwards[label] += counter.n
+            forwards[label] += counters[who].n
             return toks
         return run
     try:
-        res = race({label: contender(label, fn) for label, (_, fn) in table.items()}, prompts, baseline=BASE,
+        res = race({label: contender(label, who, fn) for label, (who, fn) in table.items()}, prompts, baseline=BASE,
                    rounds=repeats, device=dev, warmup=lambda label, _r: table[label][1](prompts[0], 4))
     finally:
-        counter.handle.remove()
+        for c in counters.values():
+            c.handle.remove()
     n = len(prompts)
     rows = []
     for label, (who, _) in table.items():
@@ -213,13 +223,14 @@ def profile_rows(target, draft, prompt: list[int], *, m: int, k: int = 4, heads=
     dev = target.wte.weight.device
     table = variants(target, draft, k, heads)
     out = {}
-    for label, (_, fn) in table.items():
+    for label, (who, fn) in table.items():
         if only is not None and label not in only:
             continue
         fn(prompt, 4)
         runs = []
         for _ in range(repeats):  # the median run by wall clock, with its own split
-            watches = [_Stopwatch(target.hf, dev)] + ([_Stopwatch(draft.hf, dev)] if draft is not None else [])
+            watches = [_Stopwatch(_forward_of(who, target), dev)] + (
+                [_Stopwatch(_forward_of(who, draft), dev)] if draft is not None else [])
             try:
                 t0 = now(dev)
                 fn(prompt, m)

@@ -1,13 +1,15 @@
 """`python -m mtplab preflight`: is this laptop ready for the lab, and what will it measure?
 
 It checks the install (torch, the notebook stack, transformers, the real model), times a forward of the classroom
-model (`ntp`, 12 x 256) and of SmolLM2-135M-Instruct over 1, 2 and 4 new tokens on this machine, and predicts
-each shipped head family's speedup here from this machine's cost curve and the acceptance the shipped records
-measured (tokens per step, and the drafter's cost in units of t(1)): speedup = tokens per step / (t(q)/t(1) +
-drafter cost). It reads the machine's load while it measures and says plainly when the machine was too busy for
-the numbers to mean anything. It writes a small JSON record (default `build/preflight.json`): a class pools
-those records in one folder (each student: `python -m mtplab preflight --out FOLDER/NAME.json`), and notebook 01's
-going-further section plots them with `mtplab.teaching.classroom`: a speedup is a property of the machine.
+model (`ntp`, 12 x 256) and of SmolLM2-135M-Instruct over 1, 2 and 4 new tokens on this machine, and lists each
+shipped head family's row with what the shipped records measured (tokens per step, and the drafter's cost in units
+of t(1)): the inputs from which a student predicts that row's speedup here with this machine's cost curve (the
+laptop assignment, `mtplab.teaching.classroom.ASSIGNMENT`). It neither prints nor stores that prediction: the
+grader (`classroom.check_laptop_prediction`) recomputes it from the record's inputs. It reads the machine's load
+while it measures and says plainly when the machine was too busy for the numbers to mean anything. It writes a
+small JSON record (default `build/preflight.json`): a class pools those records in one folder (each student:
+`python -m mtplab preflight --out FOLDER/NAME.json`), and notebook 01's going-further section plots them with
+`mtplab.teaching.classroom`: a speedup is a property of the machine.
 """
 from __future__ import annotations
 
@@ -22,11 +24,9 @@ from pathlib import Path
 import torch
 
 from mtplab import paths
-from mtplab.decoding.drafters import METHODS
 from mtplab.device import machine, machine_words, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, gguf_path
-from mtplab.measuring import theory
 from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
@@ -58,21 +58,16 @@ def _curve(model, qs, repeats, *, name: str) -> dict:
     return {"model": name, "t1_ms": 1e3 * c.seconds[1], "ratio": {str(q): r for q, r in c.ratio.items()}}
 
 
-def _predict(rows: list[dict], curve: dict) -> list[dict]:
-    """Each shipped row's speedup predicted on this machine's cost curve."""
-    ratio = {int(q): r for q, r in curve["ratio"].items()}
+def _to_predict(rows: list[dict]) -> list[dict]:
+    """Each shipped row's inputs for a prediction on this machine (its method, k, tokens per step, the drafter's cost
+    in units of t(1), the speedup raced on the record's machine); the prediction itself is the student's to make."""
     out = []
     for r in rows:
         tps, k = r.get("tps"), r.get("k")
         if tps is None or not k:
             continue
-        m = METHODS.get(r["method"])
-        plain = m is not None and m.schedule == "plain"
-        q = k - 1 if plain else k  # the verify's width: plain feeds the k-1 drafts, overlap the last token and them
-        pred = theory.predicted_speedup(tps, ratio, min(q, max(ratio)), draft_cost=r.get("draft_t1", 0.0), plain=plain)
-        out.append({"row": r["row"], "k": k, "tokens_per_step": tps, "verify_q": min(q, max(ratio)),
-                    "draft_t1": r.get("draft_t1", 0.0), "plain": plain, "predicted_here": pred,
-                    "measured_there": r.get("measured")})
+        out.append({"row": r["row"], "method": r["method"], "k": k, "tokens_per_step": tps,
+                    "draft_t1": r.get("draft_t1", 0.0), "measured_there": r.get("measured")})
     return out
 
 
@@ -161,9 +156,9 @@ def run_preflight(*, out: str | None = None, quick: bool = False, device: str = 
     others = meter.stop()
     rec["others_cores"] = others
     rec["busy"] = busy_reason(others, None)
-    rec["predictions"] = {"classroom": _predict(shipped_rows["classroom"], rec["classroom"])}
+    rec["predictions"] = {"classroom": _to_predict(shipped_rows["classroom"])}
     if REAL in rec:
-        rec["predictions"][REAL] = _predict(shipped_rows[REAL], rec[REAL])
+        rec["predictions"][REAL] = _to_predict(shipped_rows[REAL])
     try:
         atomic_write_text(path, json.dumps(rec, indent=1) + "\n")
     except OSError as e:
@@ -197,8 +192,9 @@ def report(rec: dict) -> str:
                 f"t({q})/t(1) = {r:.2f}" for q, r in c["ratio"].items() if q != "1"))
     for name, rows in rec["predictions"].items():
         for r in rows:
-            there = f" (measured on the record's machine: {r['measured_there']:.2f}x)" if r["measured_there"] else ""
-            lines.append(f"{name}, {r['row']}, k={r['k']}: predicted here {r['predicted_here']:.2f}x{there}")
+            there = f"; raced on the record's machine: {r['measured_there']:.2f}x" if r["measured_there"] else ""
+            lines.append(f"to predict: {name}, {r['row']}, k={r['k']}: {r['tokens_per_step']:.2f} tokens per step, "
+                         f"drafter {r['draft_t1']:.2f} t(1){there}")
     lines.append(load_line(rec))
     lines.append(f"record: {rec.get('path', '-')}")
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 Each student runs `python -m mtplab preflight --out NAME.json`; the teacher collects the files in one folder.
 `read_records` reads such a folder (`read_class`: the lab's own points, then the class's): preflight records, which
-*predict* each shipped row's speedup on that laptop from its own cost curve (speedup = tokens per step / (t(q)/t(1)
-+ drafter cost)), and the lab's own points in data/classroom/, which hold the same fields plus `measured`: the
+hold that laptop's cost curve and each shipped row's inputs (tokens per step, drafter cost), from which `points`
+forecasts the row's speedup there (the record itself holds no forecast: predicting it is the students' assignment),
+and the lab's own points in data/classroom/, which hold the same fields plus `measured`: the
 speedups the lab *raced* on that machine, with the commit and file they were copied from (`provenance`; `python -m
 tools.classroom_points`). `points` flattens the records into one row per (record, model, row); `figure` draws a
 speedup against cores, last-level cache and threads, raced filled and predicted hollow; `spread` says in words how
@@ -14,8 +15,10 @@ import math
 import statistics
 from pathlib import Path
 
+from mtplab.decoding.drafters import METHODS
 from mtplab.errors import MtplabError
 from mtplab.files import read_json
+from mtplab.measuring import theory
 from mtplab.paths import DATA_DIR
 from mtplab.teaching.check import Check, _number
 
@@ -60,7 +63,7 @@ def check_record(p: Path, rec) -> dict:
     if not isinstance(m["cpu"], str) or not _count(m["threads"]) or not (m.get("cores") is None or _count(m["cores"])):
         raise bad(f"machine cpu {m['cpu']!r:.40}, threads {m['threads']!r:.40}, cores {m.get('cores')!r:.40}: want a "
                   f"name and counts from 1 to {MAX_COUNT}")
-    for key, field in (("measured", "speedup"), ("predictions", "predicted_here")):
+    for key, field in (("measured", "speedup"), ("predictions", "tokens_per_step")):
         models = rec.get(key)
         if not models:
             continue
@@ -73,11 +76,28 @@ def check_record(p: Path, rec) -> dict:
                 if not isinstance(r, dict) or not isinstance(r.get("row"), str) or not _speedup(r.get(field)):
                     shown = r.get(field) if isinstance(r, dict) else r
                     raise bad(f"a row of {key}.{model} has {field} {shown!r:.40}: want a dict with a row name and a "
-                              f"speedup above 0, at most {MAX_SPEEDUP}")
+                              f"number above 0, at most {MAX_SPEEDUP}")
                 if r.get("measured_there") is not None and not _speedup(r["measured_there"]):
                     raise bad(f"a row of {key}.{model} has measured_there {r['measured_there']!r:.40}: want none or a "
                               "speedup above 0")
+        if key == "predictions":
+            for model in models:
+                ratio = (rec.get(model) or {}).get("ratio")
+                if not isinstance(ratio, dict) or "1" not in ratio or not all(
+                        isinstance(q, str) and q.isdigit() and _speedup(v) for q, v in ratio.items()):
+                    raise bad(f"{model}.ratio {ratio!r:.40} is not this machine's cost curve "
+                              "(t(q)/t(1) by q, with q = 1)")
     return rec
+
+
+def forecast(row: dict, ratio: dict) -> float:
+    """A preflight row's speedup forecast on the machine whose cost curve `ratio` ({q: t(q)/t(1)}) is given: the
+    record's tokens per step over a step's cost in one-token forwards (`theory.predicted_speedup`)."""
+    curve = {int(q): float(v) for q, v in ratio.items()}
+    m = METHODS.get(row.get("method"))
+    plain = bool(row["plain"]) if "plain" in row else (m is not None and m.schedule == "plain")
+    q = min(row["k"] - 1 if plain else row["k"], max(curve))
+    return theory.predicted_speedup(row["tokens_per_step"], curve, q, draft_cost=row.get("draft_t1", 0.0), plain=plain)
 
 
 def read_class(folder=None) -> list[dict]:
@@ -98,10 +118,11 @@ def points(records: list[dict]) -> list[dict]:
         m = rec["machine"]
         base = {"source": rec["source"], "cpu": m["cpu"], "cores": m.get("cores"), "threads": m["threads"],
                 "llc_mib": _llc_mib(m), "busy": bool(rec.get("busy"))}
-        for key, kind, field in (("measured", "raced", "speedup"), ("predictions", "predicted", "predicted_here")):
+        for key, kind in (("measured", "raced"), ("predictions", "predicted")):
             for model, rows in (rec.get(key) or {}).items():
                 variant = (rec.get(model) or {}).get("model")  # which weights: the lab's models changed over time
-                out += [{**base, "model": model, "variant": variant, "row": r["row"], "speedup": r[field], "kind": kind}
+                out += [{**base, "model": model, "variant": variant, "row": r["row"], "kind": kind,
+                         "speedup": r["speedup"] if kind == "raced" else forecast(r, rec[model]["ratio"])}
                         for r in rows]
     return out
 
@@ -181,16 +202,17 @@ def figure(pts: list[dict], row: str, model: str = "classroom"):
 # ---------------------------------------------------------------------------------- the laptop assignment
 ASSIGNMENT = """Predict your own laptop's speedup (graded from your preflight record):
 1. Run `python -m mtplab preflight --out preflight/NAME.json` with nothing else open.
-2. Pick one classroom row the record predicts (its `predictions.classroom`). From the record's own numbers (the
-   row's tokens per step, your t(q)/t(1) in `classroom.ratio`, the drafter's cost) predict its speedup on your
-   laptop by hand, and write down how you got it.
+2. Pick one classroom row the record lists (its `predictions.classroom`: the rows to predict). From the record's
+   own numbers (the row's tokens per step and method, your t(q)/t(1) in `classroom.ratio`, the drafter's cost)
+   predict its speedup on your laptop by hand, and write down how you got it.
 3. Race the same row (`python -m mtplab bench decode --quick`, or notebook 05's race) and explain the gap between
    your prediction and your race with the time split (target, drafter, rest)."""
 
 
 def check_laptop_prediction(record: dict, row: str, predicted, measured=None, *, tolerance: float = 0.03):
-    """Grade step 2 of ASSIGNMENT against the student's own preflight record: the prediction must match the
-    record's forecast for that row within `tolerance` (relative). A record taken on a busy machine, or whose load
+    """Grade step 2 of ASSIGNMENT against the student's own preflight record: the prediction must match what the
+    record's inputs give for that row (`forecast`, recomputed here: the record holds no forecast) within `tolerance`
+    (relative). A record taken on a busy machine, or whose load
     was not measured, is said so; the record machine's number (measured_there) copied instead of this laptop's
     is caught. `measured` (step 3) is only checked for being a speedup; the gap's explanation is read by a person."""
     name = f"your laptop's speedup, {row}"
@@ -204,7 +226,10 @@ def check_laptop_prediction(record: dict, row: str, predicted, measured=None, *,
     p = _number(predicted)
     if p is None or p <= 0:
         return Check(name, False, f"give your prediction as a positive number (got {predicted!r})")
-    want = rows[row]["predicted_here"]
+    ratio = (record.get("classroom") or {}).get("ratio")
+    if not isinstance(ratio, dict) or "1" not in ratio:
+        return Check(name, False, "the record holds no cost curve (classroom.ratio): rerun preflight")
+    want = forecast(rows[row], ratio)
     there = rows[row].get("measured_there")
     if abs(p - want) > tolerance * want:
         if there and abs(p - there) <= 1e-3 * there:

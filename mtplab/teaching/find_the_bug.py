@@ -6,17 +6,13 @@ or (n, V) target distributions and q (n, V) the distributions the drafts were dr
 
 Speculative sampling (Leviathan et al. 2023, sec. 2.3; Chen et al. 2023, alg. 2) keeps a draft d ~ q
 with probability min(1, p(d)/q(d)) and replaces a rejected one by a draw from norm(max(0, p - q)); the
-emitted token then follows p exactly. Four planted bugs are of the shape of public reports, not copies of them: the
-draft sampled at a temperature the rule ignores (z-lab/dflash#74); the target p rounded through bf16 while q stays
-in float32, one side in another dtype than the other (deepseek-ai/DeepSpec#31, where it was the draft side: drafts
-sampled through native-dtype logits, the ratio in float32); a rejected draft replaced by the residual's argmax where
-a sample was due (jaymody/speculative-sampling#3, where the draft itself was an argmax); top-k applied to the
-target p and not to q, a sampling setting on one side only (vllm-project/vllm PR #10198, where it was the other
-side: top-p filtered the draft's q and not the target's p). Two are the lab's own: the first draft never verified,
-the residual taken as p.
+emitted token then follows p exactly. Some rules below carry a planted bug, some are correct; which is which, and
+why, is the exercise. The broken ones are of the shape of public reports (the key, with its sources, is in
+instructor/find_the_bug_key.py, which the student copy leaves out).
 
-The students see the rules under neutral names (`RULES`: rule_a, rule_b, ...); `ANSWERS` says which
-are broken and why; `check_verdicts` grades a student's verdicts without naming which are off. `power` runs the
+The students see the rules under neutral names (`RULES`: rule_a, rule_b, ...). The package holds no answer key:
+`check_verdicts` compares each verdict with a salted per-rule digest and grades without naming which are off, and
+the explanations are sealed under the right verdicts, opened only by a passing check. `power` runs the
 chi-square test of `mtplab.teaching.sampling` over many seeds and returns how often it rejects: high for a bug,
 about alpha for a correct rule. Nothing a notebook draws or prints shows the key before the student's verdicts
 pass: `earned(check)` is the key only after a passing check, and `power_figure`, `power_text` and `label` are
@@ -27,8 +23,10 @@ V vocabulary of the toy, N draws per test.
 from __future__ import annotations
 
 import ast
+import base64
+import hashlib
 import inspect
-from dataclasses import dataclass
+import json
 import torch
 from mtplab.decoding.accept import accept, sample
 from mtplab.errors import MtplabError
@@ -40,8 +38,8 @@ V = 8
 N_DRAWS = 3000          # draws per chi-square test: every planted bug is caught at this size (tests/test_bugs.py)
 ALPHA = 0.05            # the lab's one test level (as notebook 06): a correct rule fails at rate ALPHA
 DRAFT_TEMPERATURE = 0.5  # the drafter samples at this temperature
-TOP_K = 3               # a top-k left over from another request, applied to p only
-LOGIT_LEVEL = 200.0     # raw target logits sit near here (logits of 40 at T = 0.2): bf16 steps by 1.0 there
+TOP_K = 3               # a top-k setting, as a sampler may carry one
+LOGIT_LEVEL = 200.0     # raw target logits sit near here (logits of 40 at T = 0.2)
 
 
 def toy(seed: int, *, vocab: int = V, spread: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,14 +70,32 @@ def _standard(drafts, p, q, generator, *, start: int = 0, resample=_resample) ->
     return n, -1, "none"
 
 
-# ---------------------------------------------------------------------------------- correct rules
-def reference(drafts, p, q, *, greedy=False, generator=None):
-    """mtplab's own rule, `decoding.accept`."""
+# ---------------------------------------------------------------------------------- the rules
+def rule_a(drafts, p, q, *, greedy=False, generator=None):
+    return _standard(drafts, p, q, generator, resample=lambda pr, qr, g: sample(pr, g))
+
+
+def rule_b(drafts, p, q, *, greedy=False, generator=None):
     return accept(drafts, p, q, greedy=greedy, generator=generator)
 
 
-def ratio_free(drafts, p, q, *, greedy=False, generator=None):
-    """Correct, written differently: keep d when u * q(d) < p(d) (no division), resample from the residual."""
+def rule_c(drafts, p, q, *, greedy=False, generator=None):
+    q1 = q.double() ** DRAFT_TEMPERATURE
+    q1 = (q1 / q1.sum(-1, keepdim=True)).float()
+    return _standard(drafts, p, q1, generator)
+
+
+def rule_d(drafts, p, q, *, greedy=False, generator=None):
+    return _standard(drafts, p, q, generator, start=1)
+
+
+def rule_e(drafts, p, q, *, greedy=False, generator=None):
+    logits = (torch.log(p.double()) + LOGIT_LEVEL).to(torch.bfloat16)
+    pb = torch.softmax(logits.float(), -1)
+    return _standard(drafts, pb, q, generator)
+
+
+def rule_f(drafts, p, q, *, greedy=False, generator=None):
     n = len(drafts)
     for i, d in enumerate(drafts):
         u = float(torch.rand(1, generator=generator))
@@ -89,80 +105,87 @@ def ratio_free(drafts, p, q, *, greedy=False, generator=None):
     return (n, sample(p[n], generator), "target") if p.shape[0] > n else (n, -1, "none")
 
 
-# ---------------------------------------------------------------------------------- planted bugs
-def ignores_temperature(drafts, p, q, *, greedy=False, generator=None):
-    """Bug: the drafts were sampled at DRAFT_TEMPERATURE, but the rule divides by the drafter's
-    distribution at temperature 1 (q^T renormalised), as a drafter that stored its untempered softmax would."""
-    q1 = q.double() ** DRAFT_TEMPERATURE
-    q1 = (q1 / q1.sum(-1, keepdim=True)).float()
-    return _standard(drafts, p, q1, generator)
-
-
-def p_in_bf16(drafts, p, q, *, greedy=False, generator=None):
-    """Bug: p is computed in bf16 from raw logits near LOGIT_LEVEL (bf16 steps by 1 there), q stays fp32."""
-    logits = (torch.log(p.double()) + LOGIT_LEVEL).to(torch.bfloat16)
-    pb = torch.softmax(logits.float(), -1)
-    return _standard(drafts, pb, q, generator)
-
-
-def argmax_residual(drafts, p, q, *, greedy=False, generator=None):
-    """Bug: a rejected draft is replaced by the argmax of the residual, not by a draw from it."""
+def rule_g(drafts, p, q, *, greedy=False, generator=None):
     return _standard(drafts, p, q, generator,
                      resample=lambda pr, qr, g: int(torch.clamp(pr - qr, min=0).argmax()))
 
 
-def first_unverified(drafts, p, q, *, greedy=False, generator=None):
-    """Bug: the loop starts at 1 (the first draft is taken as the target's own token and never tested)."""
-    return _standard(drafts, p, q, generator, start=1)
-
-
-def residual_is_p(drafts, p, q, *, greedy=False, generator=None):
-    """Bug: a rejected draft is replaced by a draw from p instead of norm(max(0, p - q))."""
-    return _standard(drafts, p, q, generator, resample=lambda pr, qr, g: sample(pr, g))
-
-
-def top_k_on_p(drafts, p, q, *, greedy=False, generator=None):
-    """Bug: top-k (TOP_K) applied to p but not to q, so the rule reproduces top-k(p), not p."""
+def rule_h(drafts, p, q, *, greedy=False, generator=None):
     kth = torch.topk(p, TOP_K, dim=-1).values[..., -1:]
     pk = torch.where(p >= kth, p, torch.zeros_like(p))
     pk = pk / pk.sum(-1, keepdim=True)
     return _standard(drafts, pk, q, generator)
 
 
-@dataclass(frozen=True)
-class Answer:
-    rule: object
-    broken: bool
-    why: str
+RULES = {name: rule for name, rule in ((f.__name__, f) for f in (rule_a, rule_b, rule_c, rule_d, rule_e, rule_f,
+                                                                  rule_g, rule_h))}
+
+# ---------------------------------------------------------------------------------- the sealed key
+_SALT = b"mtplab find-the-bug, notebook 08"
 
 
-# the neutral names students see; the order is fixed, so that notebooks and tests agree
-ANSWERS: dict[str, Answer] = {
-    "rule_a": Answer(residual_is_p, True, "the residual is taken as p instead of norm(max(0, p - q)): tokens that "
-                                          "q over-proposes come out too often"),
-    "rule_b": Answer(reference, False, "decoding.accept: min(1, p/q), then norm(max(0, p - q))"),
-    "rule_c": Answer(ignores_temperature, True, f"the drafts were sampled at T = {DRAFT_TEMPERATURE}, but the "
-                                                 "ratio uses the drafter's distribution at T = 1 (of the shape of "
-                                                 "z-lab/dflash#74)"),
-    "rule_d": Answer(first_unverified, True, "the loop starts at the second draft: the first one is never "
-                                             "verified, so it follows q"),
-    "rule_e": Answer(p_in_bf16, True, f"the target p comes from bf16 logits near {LOGIT_LEVEL:g}, where bf16 steps "
-                                      "by 1, while q stays float32: the rule is exact for a rounded p, not for p (of "
-                                      "the shape of DeepSpec#31, where the draft side was in the other dtype)"),
-    "rule_f": Answer(ratio_free, False, "u * q(d) < p(d) is u < p(d)/q(d) without the division"),
-    "rule_g": Answer(argmax_residual, True, "a rejected draft becomes the residual's argmax; a sample was due (of "
-                                           "the shape of jaymody/speculative-sampling#3, where the draft was an argmax)"),
-    "rule_h": Answer(top_k_on_p, True, f"top-{TOP_K} applied to the target p but not to q: the output follows "
-                                        "top-k(p) (of the shape of vllm PR #10198, where top-p filtered q, not p)"),
+def _digest(name: str, broken: bool) -> str:
+    """A salted digest of one verdict: the package keeps the right verdict's digest, not the verdict."""
+    return hashlib.sha256(_SALT + f":{name}:{int(bool(broken))}".encode()).hexdigest()[:24]
+
+
+def _stream(verdicts: dict, n: int) -> bytes:
+    """n key-stream bytes derived from a full set of verdicts (in RULES order)."""
+    seed = hashlib.sha256(_SALT + bytes(int(bool(verdicts[r])) for r in RULES)).digest()
+    out = b""
+    i = 0
+    while len(out) < n:
+        out += hashlib.sha256(seed + i.to_bytes(4, "big")).digest()
+        i += 1
+    return out[:n]
+
+
+_KEY = {  # per rule: the salted digest of the right verdict (instructor/find_the_bug_key.py makes it)
+    "rule_a": "4e2bb438274f16758f78ef9d",
+    "rule_b": "ddc978227e704a7062f10959",
+    "rule_c": "46512ae784fb48a2bcd29b39",
+    "rule_d": "e062c09583f687854d0c0b6b",
+    "rule_e": "f3fa584231dff95dabfe42de",
+    "rule_f": "a28a66109fde3a1a221b5fad",
+    "rule_g": "f687a5bbf8a8e7cb87bcb96a",
+    "rule_h": "88832d23cab4dec9f1491549",
 }
-RULES = {name: a.rule for name, a in ANSWERS.items()}
+_SEALED = (  # the explanations, sealed under the right verdicts
+    "kzet+EOqLLgKeeEwjaPBVUs2cyYavpJS+EMh3/gp0QUsy7KB+B9fOeHcOkVDgJW5y0U16PRZc6VNOJTANsZa37iXt1APzFQ7HSsa"
+    "1vKVkYxp0RBZhFVaFILPEcLk8Is5Yh6lLS5kPe8Qv9+tkLMKXO7q8IeZ9Awlm+AMSosc0mn3LH3rovp04G7q2fXiXFwpnFmh2ntV"
+    "P6KCTDf6sfLu1QgX217wm5T0dekKWvw2IsiaTFp0Mk14tofLV7oCBAZwMCDN9PPhjS1mRVreAXSMNVwXNfWsP3rORvzw7iWnWf0g"
+    "qz09dO13raUTo1vz0+3+QqxEkVgxSjiOZvxW+Bfc+C4ByncsizKlH18Z7KDD4rcviEIkRet0j7b8bqdkM4gPJg6CxbYB3dM55RS6"
+    "h0wfShcsSOzxuOenShSdmPqwOj8ROKq7NDOGbPV2fRMvpNDfKp4ApkWH5IPKKKaiS9LXYvJ26lnyO9Agvj/nU2fH1iWp07enupWY"
+    "N83bhpZb/55+rLCN2Cg602DhBJwceGnWXPPzQAF7MA5Ic54f6lhWa0DvYVIMBvYLr7qaVSuMlm9CcteVcO01Bj103BZ2uc6+lAT0"
+    "1bh4Kewe6b2o4nf3jSi6/bAPwE0Cbqvn9k1K+hAhSPpiC0itmd+wBXJwxrSO/dBxd4763K2PIBrTidyxpq2sJYHi7yKXp21/L3ee"
+    "B++pbnAps7NQBDp3SJi5Ea5uMyU/zrJMU4bE1iUWm1XA0ots1RQtuGl3AiSKfp0l1OqN2mgP+4M5PPcTHKu8MVatV6KSTq+eq5Xw"
+    "SSoLMWfiyJWnTy0mhxxaNwRRVeOv/4IO4/isKzdzm12RGU2BzHOlqhWBaIMyu0UL3+LtSeIczOPN50Cdv7rEK77efaWUxHQdZM+7"
+    "Yn6j3H+m0bIwDxxXFhN7LzLk60LBHx/1ufInHQLqkx/puJkKmKJ5PUiTPzSHVgoGz/cVL8Ri1H4qNSSv5HQmvFMtqEEiKrlSYNpm"
+    "5DHJ+1/GFiL3uPKXBjfjWECloF93rZZpWzyxkehE9wpDpVhTgogJEstryYMTvr6hKTYYdMcnavCMEO/Jml3C+dk4+hzlaXrRdjsk"
+    "6x3+vq66hB4NzKiq2zF6T/9NEYiuaG+tM0OBN9tPv63vtYsWfQ/xhU9Qu4VnD1l+9EtlwdKPuDu8BIs8S2G1cQl9f0D2B7ZfVzcA"
+    "X7AQX7srHAwJEfcJdorDr75ofA6Y2+UHr+o+o2baktGzafJZNCEXEM3KkJRaufaygZefSILmxowZ2657gCFLulJZ4HiB5iK4mXWV"
+    "6SdK8IdhTYmnk7d+t84x02I42r9T6MJ0n3RTHJUw+r0ud/RD7hZKFj/0SvSsF2nr"
+)
+
+
+def _right(name: str, verdict) -> bool:
+    return _digest(name, bool(verdict)) == _KEY[name]
+
+
+def _open(verdicts: dict) -> dict[str, str]:
+    """The explanations, readable only with the right verdicts."""
+    box = base64.b64decode(_SEALED)
+    try:
+        return json.loads(bytes(a ^ b for a, b in zip(box, _stream(verdicts, len(box)))).decode())
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError both are
+        raise MtplabError("these verdicts do not open the explanations; pass bugs.check_verdicts first") from None
 
 
 def listing(name: str) -> str:
     """The source of rule `name` as a student sees it: under its neutral name, without its docstring."""
-    if name not in ANSWERS:
-        raise MtplabError(f"unknown rule {name!r}; the rules are {', '.join(ANSWERS)}")
-    tree = ast.parse(inspect.getsource(ANSWERS[name].rule))
+    if name not in RULES:
+        raise MtplabError(f"unknown rule {name!r}; the rules are {', '.join(RULES)}")
+    tree = ast.parse(inspect.getsource(RULES[name]))
     fn = tree.body[0]
     fn.name = name
     if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant):
@@ -218,15 +241,15 @@ def check_verdicts(verdicts: dict) -> Check:
     name = "find the bug"
     if not isinstance(verdicts, dict):
         return Check(name, False, "give a dict such as {'rule_a': True, 'rule_b': False, ...} (True = broken)")
-    unknown = [r for r in verdicts if r not in ANSWERS]
+    unknown = [r for r in verdicts if r not in RULES]
     if unknown:
-        return Check(name, False, f"unknown rule {', '.join(map(str, unknown))}; the rules are {', '.join(ANSWERS)}")
-    missing = [r for r in ANSWERS if verdicts.get(r) is None]
+        return Check(name, False, f"unknown rule {', '.join(map(str, unknown))}; the rules are {', '.join(RULES)}")
+    missing = [r for r in RULES if verdicts.get(r) is None]
     if missing:
         return Check(name, False, f"no verdict yet for {', '.join(missing)}")
-    wrong = [r for r, a in ANSWERS.items() if bool(verdicts[r]) != a.broken]
+    wrong = [r for r in RULES if not _right(r, verdicts[r])]
     if wrong:
-        passed = sum(ANSWERS[r].broken for r in wrong)  # broken rules you called correct
+        passed = sum(not verdicts[r] for r in wrong)  # broken rules you called correct
         hints = []
         if passed:
             hints.append(f"{passed} you called correct {'is' if passed == 1 else 'are'} broken: a bug can hide on "
@@ -236,24 +259,31 @@ def check_verdicts(verdicts: dict) -> Check:
             hints.append(f"{len(wrong) - passed} you called broken {'is' if len(wrong) - passed == 1 else 'are'} "
                          f"correct: one small p-value on one seed happens at rate {ALPHA}")
         verb = "is" if len(wrong) == 1 else "are"
-        return Check(name, False, f"{len(wrong)} of {len(ANSWERS)} verdicts {verb} off. " + "; ".join(hints))
-    return Check(name, True, "; ".join(f"{r}: {a.why}" for r, a in ANSWERS.items() if a.broken))
+        return Check(name, False, f"{len(wrong)} of {len(RULES)} verdicts {verb} off. " + "; ".join(hints))
+    key = {r: bool(verdicts[r]) for r in RULES}
+    _EARNED.clear()
+    _EARNED.update(key)
+    why = _open(key)
+    return Check(name, True, "; ".join(f"{r}: {why[r]}" for r in RULES if key[r]))
+
+
+_EARNED: dict[str, bool] = {}  # the right verdicts, once a check has passed
 
 
 def earned(check) -> dict[str, bool] | None:
     """The answer key {rule: broken} once `check` is a passing `check_verdicts`; None before (nothing to reveal)."""
     if isinstance(check, Check) and check.ok and check.name == "find the bug":
-        return {n: a.broken for n, a in ANSWERS.items()}
+        return dict(_EARNED) if _EARNED else None
     return None
 
 
 def label(name: str, key: dict[str, bool] | None = None) -> str:
     """A rule's name for a legend: neutral before the key is earned, with its verdict and why after."""
-    if name not in ANSWERS:
-        raise MtplabError(f"unknown rule {name!r}; the rules are {', '.join(ANSWERS)}")
+    if name not in RULES:
+        raise MtplabError(f"unknown rule {name!r}; the rules are {', '.join(RULES)}")
     if key is None:
         return name
-    return f"{name} ({'broken' if key[name] else 'correct'}: {ANSWERS[name].why.split(':')[0]})"
+    return f"{name} ({'broken' if key[name] else 'correct'}: {_open(key)[name].split(':')[0]})"
 
 
 def power_figure(power: dict[str, float], *, seeds: int, key: dict[str, bool] | None = None):
@@ -272,8 +302,8 @@ def power_text(power: dict[str, float], *, seeds: int, n: int = N_DRAWS, key: di
     """What the power table says, in words computed from it. Before the key: the spread of the rates only.
     After: the broken rules' lowest power and the correct rules' rejections, counted once per seed when the
     correct rules emitted the same tokens on the same draws (`runs`: judge() per rule on one seed)."""
-    if set(power) != set(ANSWERS):
-        raise MtplabError(f"power must hold every rule ({', '.join(ANSWERS)}); got {', '.join(power)}")
+    if set(power) != set(RULES):
+        raise MtplabError(f"power must hold every rule ({', '.join(RULES)}); got {', '.join(power)}")
     chance = 1 - (1 - ALPHA) ** seeds
     if key is None:
         high = sorted(r for r, v in power.items() if v == 1.0)
@@ -320,13 +350,11 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for name, rate in table.items():
-        a = ANSWERS[name]
-        print(f"{name} ({a.rule.__name__}, {'broken' if a.broken else 'correct'}): rejected on {rate:.3f} of {seeds} "
-              f"seeds at alpha {ALPHA}, {args.draws} draws each")
+        print(f"{name}: rejected on {rate:.3f} of {seeds} seeds at alpha {ALPHA}, {args.draws} draws each")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"seeds": seeds, "n_draws": args.draws, "alpha": ALPHA, "vocab": V,
-                       "power": table, "broken": {n: a.broken for n, a in ANSWERS.items()}}, f, indent=1)
+                       "power": table}, f, indent=1)
     return 0
 
 

@@ -122,14 +122,14 @@ def _drop(key):
 
 
 RECORDS = {  # review case: (how the crafted record differs from a good one, what the line says; None: read)
-    "c-no-predicted": (_drop("predicted_here"), "predicted_here None"),
-    "c-speedup-str": (_row(predicted_here="fast"), "predicted_here 'fast'"),
-    "c-speedup-zero": (_row(predicted_here=0), "a speedup above 0"),
-    "c-speedup-null": (_row(predicted_here=None), "predicted_here None"),
-    "c-speedup-nan": (_row(predicted_here=float("nan")), "predicted_here nan"),
-    "c-speedup-neg": (_row(predicted_here=-3), "predicted_here -3"),
-    "c-speedup-huge": (_row(predicted_here=1e300), "at most 1000"),
-    "c-speedup-bool": (_row(predicted_here=True), "predicted_here True"),
+    "c-no-predicted": (_drop("tokens_per_step"), "tokens_per_step None"),
+    "c-speedup-str": (_row(tokens_per_step="fast"), "tokens_per_step 'fast'"),
+    "c-speedup-zero": (_row(tokens_per_step=0), "a number above 0"),
+    "c-speedup-null": (_row(tokens_per_step=None), "tokens_per_step None"),
+    "c-speedup-nan": (_row(tokens_per_step=float("nan")), "tokens_per_step nan"),
+    "c-speedup-neg": (_row(tokens_per_step=-3), "tokens_per_step -3"),
+    "c-speedup-huge": (_row(tokens_per_step=1e300), "at most 1000"),
+    "c-speedup-bool": (_row(tokens_per_step=True), "tokens_per_step True"),
     "c-rows-not-dicts": (lambda r: r.update(predictions={"classroom": ["blockwise-overlap"]}), "want a dict"),
     "c-rows-not-list": (lambda r: r.update(predictions={"classroom": 5}), "not a list of rows"),
     "c-predictions-str": (lambda r: r.update(predictions="all"), "predictions is a str"),
@@ -149,8 +149,9 @@ RECORDS = {  # review case: (how the crafted record differs from a good one, wha
 
 def _good() -> dict:
     return {"machine": {"cpu": "Student CPU", "cores": 4, "threads": 2, "llc_bytes": 8 << 20},
-            "classroom": {"model": "ntp, 12 x 256"}, "busy": None, "others_cores": 0.1,
-            "predictions": {"classroom": [{"row": "blockwise", "k": 4, "predicted_here": 1.3, "measured_there": 1.27}]}}
+            "classroom": {"model": "ntp, 12 x 256", "ratio": {"1": 1.0, "4": 1.3}}, "busy": None, "others_cores": 0.1,
+            "predictions": {"classroom": [{"row": "blockwise", "method": "blockwise", "k": 4, "tokens_per_step": 2.6,
+                                           "measured_there": 1.27}]}}
 
 
 @pytest.mark.parametrize("case", list(RECORDS))
