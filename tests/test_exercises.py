@@ -185,6 +185,19 @@ def test_the_loop_ratio_checker_never_states_the_formula():
     assert "divide" not in upside.why and "speedup_vs_hf_greedy" not in upside.why
 
 
+def test_notebook_10_shows_no_answer_before_its_exercise():
+    """Issue 39: cells 13 and 22 called the answer function peers.loop_ratios before exercise 1, and the checker's
+    body spelled the formula; the checker now compares with answers precomputed as numbers."""
+    import inspect
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "10_beside_hugging_face.ipynb").read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert not any("loop_ratios(" in c for c in code)
+    body = inspect.getsource(peers.check_loop_ratios)
+    assert "/ by[" not in body and "speedup_vs_hf_greedy\"] /" not in body
+
+
 def _record(busy=None, others=0.05):
     rows = [{"row": "meta k=4", "method": "meta", "k": 4, "tokens_per_step": 2.4, "draft_t1": 0.1,
              "measured_there": 1.6}]  # what preflight stores: the inputs, no forecast

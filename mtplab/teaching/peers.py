@@ -47,6 +47,13 @@ def loop_ratios(record: dict) -> dict[str, float]:
             for hf, mine in PAIRS if hf in by and mine in by}
 
 
+def pair_speedups(record: dict) -> dict[str, tuple[float, float]]:
+    """Per pair on the same drafts: (HF's row, mtplab's row), each one's wall clock against HF's plain greedy."""
+    by = {r["method"]: r for r in record["rows"]}
+    return {mine: (by[hf]["speedup_vs_hf_greedy"], by[mine]["speedup_vs_hf_greedy"])
+            for hf, mine in PAIRS if hf in by and mine in by}
+
+
 def peer_sentences(record: dict) -> list[str]:
     """One sentence per pair on the same drafts, and one for the row with no HF peer, from the record's numbers."""
     by = {r["method"]: r for r in record["rows"]}
@@ -128,9 +135,10 @@ def check_loop_ratios(fn) -> Check:
     if "loop_ratios" in getattr(getattr(fn, "__code__", None), "co_names", ()):
         return Check(name, False, "write it yourself from the record's rows instead of calling peers.loop_ratios")
     (hf0, mine0), (hf1, mine1) = PAIRS[0], PAIRS[1]
-    cases = [{hf0: 1.0, mine0: 1.25, hf1: 2.0, mine1: 1.0}, {hf0: 1.0, mine0: 0.8, hf1: 1.6, mine1: 2.4},
-             {hf0: 1.0, mine0: 1.1, mine1: 1.7}]  # the last lacks the second pair's HF row: that pair has no ratio
-    for i, speeds in enumerate(cases, 1):
+    cases = [({hf0: 1.0, mine0: 1.25, hf1: 2.0, mine1: 1.0}, {mine0: 1.25, mine1: 0.5}),  # (speedups, the answers)
+             ({hf0: 1.0, mine0: 0.8, hf1: 1.6, mine1: 2.4}, {mine0: 0.8, mine1: 1.5}),
+             ({hf0: 1.0, mine0: 1.1, mine1: 1.7}, {mine0: 1.1})]  # lacks the second pair's HF row: no ratio there
+    for i, (speeds, answers) in enumerate(cases, 1):
         record = {"rows": [{"method": m, "speedup_vs_hf_greedy": v} for m, v in speeds.items()]}
         by = {m: v for m, v in speeds.items()}
         pairs = [(hf, mine) for hf, mine in PAIRS if hf in by and mine in by]
@@ -146,7 +154,7 @@ def check_loop_ratios(fn) -> Check:
             v = got[mine]
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 return Check(name, False, f"return numbers (got {v!r} for {mine} on a case like {case})")
-            right = by[mine] / by[hf]
+            right = answers[mine]
             if abs(v - right) <= 1e-9 * max(1.0, abs(right)):
                 continue
             if by[hf] != 1.0 and abs(v - by[mine]) <= 1e-9:
