@@ -47,7 +47,7 @@ def decode_rows(rec: dict) -> list[dict]:
 
 
 def real_rows(rec: dict, threads: str) -> list[dict]:
-    """The float32 rows of `bench real` at one thread count (bf16 trades exactness; left out)."""
+    """The float32 rows of `bench real` at one thread count (bf16 rows, lossy, left out)."""
     return [{"row": r["label"], "k": r.get("k"), "speedup": r["speedup"],
              "tokens_per_forward": r.get("tokens_per_forward")}
             for r in _rows_at(rec, threads) if r.get("dtype", "fp32") == "fp32" and r["label"] != "AR"]

@@ -143,11 +143,11 @@ def k_record() -> tuple[Record | None, str]:
 
 def race_row(race: dict, **head) -> dict:
     """One live race (`timing.interleaved_race`) as a row of 09's tables: `head` (k=..., policy=...), then drafts
-    per step, tokens per forward, speedup, lo, range, identical, verdict and valid."""
+    per step, tokens per forward, speedup, lo, hi, range, identical, verdict and valid."""
     drafted = [len(s.drafted) for t in race["traces"] for s in t.decoding_steps]
     return {**head, "drafts per step": sum(drafted) / max(1, len(drafted)),
             "tokens per forward": race["tokens_per_forward"], "speedup": race["speedup"], "lo": race["speedup_min"],
-            "range": f"{race['speedup_min']:.2f}-{race['speedup_max']:.2f}",
+            "hi": race["speedup_max"], "range": f"{race['speedup_min']:.2f}-{race['speedup_max']:.2f}",
             "identical": f"{race['identical']}/{race['prompts']}", "verdict": race["verdict"], "valid": race["valid"]}
 
 
@@ -158,22 +158,26 @@ def busy_lines(rows: list[dict], key: str) -> list[str]:
 
 
 def best_k_line(live: list[dict], record, *, checkpoint: str, rounds: int, prompts: int, ks) -> str:
-    """Section 1's verdict: the best k here, and why (busy, within noise of the next best, the largest k swept, or
-    a draft beyond it costs more than it is kept). `record`: docs/bench/k.json (`Record`) or None."""
+    """Section 1's verdict: the best k here, and why (busy, tied with every k whose range overlaps its range, the
+    largest k swept, or a draft beyond it costs more than it is kept). `record`: docs/bench/k.json (`Record`) or
+    None."""
     best = max(live, key=lambda r: r["speedup"])
-    runner_up = max((r for r in live if r is not best), key=lambda r: r["speedup"], default=None)
+    hi = best.get("hi", best["speedup"])
+    ties = [r for r in live if r is not best and best["lo"] <= r.get("hi", r["speedup"]) and r["lo"] <= hi]
+    head = (f"live, {checkpoint}: the highest median is k = {best['k']} ({best['speedup']:.2f}x, range {best['lo']:.2f}-"
+            f"{hi:.2f}, {rounds} rounds of {prompts} prompt{'s' * (prompts != 1)})")
     if any(not r["valid"] for r in live):
-        why = ", but these races were not valid here (above): read the record's best k below"
-    elif runner_up is not None and best["lo"] <= runner_up["speedup"]:
-        why = (f", but its range reaches below the next best (k = {runner_up['k']}, {runner_up['speedup']:.2f}x): "
-               "within noise here" + (f"; the record's {record['repeats']} rounds of {record['prompts']} prompts are "
-                                      "the number to trust" if record is not None else ""))
-    elif best["k"] == max(ks):
-        why = ": the largest k swept, so the verify is still cheap enough to pay for one more draft"
-    else:
-        why = ": beyond it a draft costs more than it is kept"
-    return (f"live, {checkpoint}: the best k here is {best['k']} ({best['speedup']:.2f}x, {rounds} rounds of "
-            f"{prompts} prompt{'s' * (prompts != 1)})" + why)
+        return head + ", but these races were not valid here (above): read the record's best k below"
+    if ties:
+        return (head + ", a tie within the ranges with " + ", ".join(f"k = {r['k']} ({r['speedup']:.2f}x, range "
+                                                                      f"{r['range']})" for r in ties)
+                + ": no single best k measured here" + (f"; the record's {record['repeats']} rounds of "
+                                                        f"{record['prompts']} prompts are the number to trust"
+                                                        if record is not None else ""))
+    if best["k"] == max(ks):
+        return head + ", its range apart from every other k's: the largest k swept, so the verify is still cheap " \
+                      "enough to pay for one more draft"
+    return head + ", its range apart from every other k's: beyond it a draft costs more than it is kept"
 
 
 def adaptive_lines(adaptive: list[dict], live: list[dict], k: int) -> list[str]:
@@ -207,16 +211,17 @@ def race_summary(what: str, rows: list[dict], key: str, *, record_line: str | No
     return line + (f"; {record_line}" if record_line else "")
 
 
-def live_against_record(live: dict, valid: bool, row: dict | None) -> str:
+def live_against_record(live: dict, valid: bool, row: dict | None, apart: str = "") -> str:
     """A live speedup {speedup, speedup_min, speedup_max} against the shipped record's row: the verdict word only when
-    the race was valid, and whether the record's median lies inside the live range."""
+    the race was valid, and whether the record's median lies inside the live range; outside it, `apart`
+    (`words.apart_words`: what differs between the two measurements) follows."""
     r, lo, hi = live["speedup"], live["speedup_min"], live["speedup_max"]
     text = range_words(r, lo, hi) if valid else f"not valid here, no verdict ({r:.2f}x, range {lo:.2f}-{hi:.2f})"
     if row:
         inside = lo <= row["speedup"] <= hi
         text += (f"; the record's row: {row['speedup']:.2f}x ({row['speedup_min']:.2f}-{row['speedup_max']:.2f}), "
                  + ("inside the live range" if inside else "outside the live range"
-                    + (": the busy machine is the first suspect" if not valid else "")))
+                    + (": the busy machine is the first suspect" if not valid else f"; {apart}" if apart else "")))
     return text
 
 

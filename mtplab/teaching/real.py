@@ -180,8 +180,8 @@ def record_table(rec: dict) -> tuple[str, list[dict]]:
 
 
 def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
-    """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary, by k (bf16 trades
-    exactness for speed, so its rows are left out), and the table the notebook shows of them."""
+    """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary, by k (the bf16 rows
+    are lossy, their tokens may differ from fp32 AR's, so they are left out), and the table the notebook shows of them."""
     ks = [r for r in _rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"
           and r.get("dtype", "fp32") == "fp32"]
     table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],

@@ -99,16 +99,35 @@ def live_text(live: dict) -> str:
             f"x {live['max_new_tokens']} tokens, range {live['speedup_min']:.2f}-{live['speedup_max']:.2f}{busy})")
 
 
-def agree(live: dict, row: dict | None) -> str:
-    """Whether the live range holds the benchmark's figure, in words a notebook can print beside both."""
+def agree(live: dict, row: dict | None, apart: str = "") -> str:
+    """Whether the live range holds the benchmark's figure, in words a notebook can print beside both; `apart`
+    (`apart_words`) says what differs between the two measurements when the figure lies outside."""
     if row is None:
         return "no benchmark figure for this pair"
     b = row["speedup_wall"]
     if live["speedup_min"] <= b <= live["speedup_max"]:
         return "the benchmark's figure lies inside the live range"
     side = "below" if b < live["speedup_min"] else "above"
-    return (f"the benchmark's figure lies {side} the live range: the live run is shorter (fewer prompts and tokens) "
-            f"and ran under another load, so quote the benchmark")
+    return (f"the benchmark's figure lies {side} the live range; "
+            + (apart or "the live run is shorter (fewer prompts and tokens)"))
+
+
+def apart_words(rec, *, live: str, recorded: str, device="cpu") -> str:
+    """What differs between a live race here and a record's figure, from the record's fields: the decodes (`live`
+    and `recorded`, e.g. '2 prompts x 24 tokens'), the machine (CPU and last-level cache against this one's) and the
+    kernel (the record's `kernel` field, 'stock' for records older than the exact kernel, against the one active
+    here, `mtplab.model.kernels`). `rec`: a record dict or `Record`."""
+    from mtplab.device import machine  # torch
+    from mtplab.model import kernels
+    out = [f"the decodes ({live} here, {recorded} in the record)"]
+    m, here = rec.get("machine"), machine(device)
+    if isinstance(m, dict) and (m.get("cpu"), m.get("llc")) != (here["cpu"], here["llc"]):
+        out.append(f"the machine ({here['cpu']}, cache {here['llc']} here; {m.get('cpu')}, cache {m.get('llc')} in "
+                   "the record)")
+    k_rec, k_here = rec.get("kernel", "stock"), "exact" if kernels.active() else "stock"
+    if k_rec != k_here:
+        out.append(f"the kernel ({k_here} here, {k_rec} in the record)")
+    return "what differs: " + "; ".join(out)
 
 
 def bench_speedup_text(row: dict | None) -> str:

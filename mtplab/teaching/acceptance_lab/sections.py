@@ -13,7 +13,7 @@ from mtplab.errors import MtplabError
 from mtplab.measuring import speedup, timing
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.record import Record
-from mtplab.teaching import engines
+from mtplab.teaching import bottleneck, engines
 from mtplab.teaching.acceptance_lab.session import decoded
 from mtplab.teaching.acceptance_lab.state import LabState, run_all
 from mtplab.teaching.words import bench_speedup_text
@@ -64,23 +64,70 @@ def acceptance_lines(runs: dict, per_prompt: dict) -> list[str]:
 # ---------------------------------------------------------------------------------- §3 live, and the benchmark beside
 def live_row(models, name: str, method: str, k: int, checkpoint: str, prompt, *, device, seed: int, tokens: int,
              repeats: int) -> tuple[dict, dict, dict | None]:
-    """One method on one prompt: the lab's decode (its AR baseline's split), the method raced against AR
-    (`timing.interleaved_race`), the split read against the cost curve of this model (`speedup.speedup_row`), and the
-    shipped decode benchmark's row for the same pair. Returns (the table's row, the race, the benchmark row)."""
+    """One method on one prompt, everything from ONE race (`timing.interleaved_race`) against AR: the split, AR's
+    step and the verify's cost t(q)/t(1) all come from the race's first round (the method's decode and AR's decode
+    timed beside it), so the prediction reads the same decodes the race timed. `predicted` counts the prefill as the
+    race does and leaves out only the loop's overhead; `round0` is what that round itself measured. The lab's decode
+    (`session.decoded`) only loads and warms the method up. Returns (the table's row, the race, the benchmark row)."""
     st = run_all(decoded(LabState(method=method, k=k, checkpoint=checkpoint, prompt=prompt, device=device,
                                   max_new_tokens=tokens, seed=seed), models))
     model = models.get(st.checkpoint_name, pick(device))
     draft = models.get("draft", pick(device)) if method == "draft-model" else None
     live = timing.interleaved_race(method, model, [st.trace.prompt], max_new_tokens=tokens, k=k, repeats=repeats,
                                    draft_model=draft)
-    curve = timing.measure_cost_curve(model, qs=range(1, k + 1), context=64, repeats=3).ratio
-    row = speedup.speedup_row(name, live["traces"][0], st.baseline, curve)
+    trace, ar = live["traces"][0], live["ar_traces"][0]  # the race's first round: one method decode, one AR decode
+    split, t1 = trace.time_split(), ar.time_split()["target_s"]
+    q, plain = speedup.verify_width(trace), trace.schedule == "plain"
+    verify = split["target_s"] / t1 - (1.0 if plain else 0.0) if t1 > 0 else 0.0  # t(q)/t(1) in this round
+    row = speedup.speedup_row(name, trace, ar, {1: 1.0, q: verify} if q != 1 else {1: verify})
+    ms = {n: [1e3 * s.wall_s for s in t.steps] for n, t in (("m", trace), ("ar", ar))}
+    n_prefill = {n: len(t.steps) - len(t.decoding_steps) for n, t in (("m", trace), ("ar", ar))}
+    pre = {n: sum(ms[n][:n_prefill[n]]) for n in ms}
+    # the whole decode predicted from round 0's pieces, overhead left out; and what round 0 measured
+    whole = ((pre["ar"] + len(ar.decoding_steps) * 1e3 * t1)
+             / max(1e-9, pre["m"] + split["steps"] * 1e3 * (split["target_s"] + split["draft_s"])))
     bench = Record.load("decode").row(method=method, checkpoint=st.checkpoint_name)
-    row.update(measured=live["speedup"], live_range=f"{live['speedup_min']:.2f}-{live['speedup_max']:.2f}", tokens=tokens,
-               prefill_ms=1e3 * live["traces"][0].steps[0].wall_s, ar_prefill_ms=1e3 * st.baseline.steps[0].wall_s,
-               benchmark=bench_speedup_text(bench).split(" ")[0])
+    row.update(predicted_step=row["predicted"], predicted=whole, round0=sum(ms["ar"]) / max(1e-9, sum(ms["m"])),
+               q=q, verify_cost=verify, measured=live["speedup"],
+               live_range=f"{live['speedup_min']:.2f}-{live['speedup_max']:.2f}", tokens=tokens,
+               prefill_ms=pre["m"], ar_prefill_ms=pre["ar"], benchmark=bench_speedup_text(bench).split(" ")[0])
     return row, live, bench
 
+
+def prediction_lines(rows: list[dict], lives: dict) -> list[str]:
+    """§3's rows read against their race: the prediction (round 0's pieces, prefill counted, overhead left out)
+    inside, below or above the live range; for a row outside it, whether the prediction matched its own round (the
+    gap is then round 0 against the other rounds) or not (the overhead it leaves out, and how large that was); and
+    t(q)/t(1) of each verify as that round measured it."""
+    if any(not lv["valid"] for lv, _ in lives.values()):
+        return [bottleneck.prediction_line(lives, {r["method"]: r["predicted"] for r in rows})]
+    lo = {r["method"]: lives[r["method"]][0]["speedup_min"] for r in rows}
+    hi = {r["method"]: lives[r["method"]][0]["speedup_max"] for r in rows}
+    inside = [r for r in rows if lo[r["method"]] <= r["predicted"] <= hi[r["method"]]]
+    out = [f"prediction inside the live range of {len(inside)} of {len(rows)} rows"
+           + (f" ({', '.join(r['method'] for r in inside)})" if inside else "")]
+    for r in rows:
+        if r in inside:
+            continue
+        side = "above" if r["predicted"] > hi[r["method"]] else "below"
+        share = r["overhead_ms"] / max(1e-9, r["target_ms"] + r["draft_ms"] + r["overhead_ms"])
+        gap = abs(r["predicted"] - r["round0"]) / max(1e-9, r["round0"])
+        r0 = r["round0"]
+        where = ("faster than" if r0 > hi[r["method"]] else "slower than" if r0 < lo[r["method"]] else
+                 "within the range of")
+        why = (f"its own round measured {r0:.2f}x, within {gap:.0%} of it (the overhead left out is {share:.0%} of a "
+               f"step), so the round the pieces come from ran {where} the race's other rounds"
+               if gap <= max(share, 0.02) + 0.02 else
+               f"its own round measured {r0:.2f}x, {gap:.0%} apart, more than the {share:.0%} overhead it leaves "
+               "out: a cost in that round the split does not time")
+        out.append(f"{r['method']}: predicted {r['predicted']:.2f}x {side} the live range {r['live_range']}; {why}")
+    out.append("the verify forward against AR's one-token forward, t(q)/t(1), both from the race's first round: "
+               + ", ".join(f"{r['method']} q={r['q']} {r['verify_cost']:.2f}" for r in rows)
+               + "; " + (f"at or below 1 for {', '.join(r['method'] for r in rows if r['verify_cost'] <= 1.0)}: in "
+                         "that round the wider forward cost no more than one token's (one decode's timings, noise "
+                         "included)" if any(r["verify_cost"] <= 1.0 for r in rows) else "above 1 for every row: "
+                         "a wider verify cost more than one token's forward here"))
+    return out
 
 
 def benchmark(rows: list[dict], *, smoke: bool, path, time_tokens: int) -> tuple[str, list[dict], Record | None]:
