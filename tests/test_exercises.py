@@ -193,7 +193,7 @@ def test_notebook_10_shows_no_answer_before_its_exercise():
     from pathlib import Path
     nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "10_beside_hugging_face.ipynb").read_text())
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    assert not any("loop_ratios(" in c for c in code)
+    assert not any("peers.loop_ratios(" in c for c in code)
     body = inspect.getsource(peers.check_loop_ratios)
     assert "/ by[" not in body and "speedup_vs_hf_greedy\"] /" not in body
 

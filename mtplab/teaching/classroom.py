@@ -77,6 +77,11 @@ def check_record(p: Path, rec) -> dict:
                     shown = r.get(field) if isinstance(r, dict) else r
                     raise bad(f"a row of {key}.{model} has {field} {shown!r:.40}: want a dict with a row name and a "
                               f"number above 0, at most {MAX_SPEEDUP}")
+                d = r.get("draft_t1", 0.0)
+                if key == "predictions" and not (_count(r.get("k"), 1024) and isinstance(d, (int, float)) and
+                                                 not isinstance(d, bool) and math.isfinite(d) and d >= 0):
+                    raise bad(f"a row of {key}.{model} has k {r.get('k')!r:.40}, draft_t1 {d!r:.40}: want a count "
+                              "and a drafter cost of 0 or more")
                 if r.get("measured_there") is not None and not _speedup(r["measured_there"]):
                     raise bad(f"a row of {key}.{model} has measured_there {r['measured_there']!r:.40}: want none or a "
                               "speedup above 0")

@@ -143,6 +143,9 @@ RECORDS = {  # review case: (how the crafted record differs from a good one, wha
     "c-cpu-list": (_machine(cpu=["x"]), "machine cpu ['x']"),
     "c-predictions-list": (lambda r: r.update(predictions=[]), None),  # no rows: no point (review: ok)
     "c-llc-str": (_machine(llc_bytes="8 MiB"), None),                 # no cache point (review: ok)
+    "c-k-str": (_row(k="four"), "k 'four'"),                          # issue 39: the grader recomputes from these
+    "c-draft-neg": (_row(draft_t1=-1), "draft_t1 -1"),
+    "c-no-curve": (lambda r: r["classroom"].pop("ratio"), "classroom.ratio None"),
     "c-good": (lambda r: None, None),
 }
 
