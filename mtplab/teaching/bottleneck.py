@@ -461,7 +461,7 @@ def split_words(rows: list[dict]) -> list[str]:
         cause = "within the overhead: the split and the race agree"
     elif gaps[worst] <= spread:
         cause = ("larger than the overhead could make it, and within how far one decode's timings moved here (the "
-                 "split is one short decode timed apart from the race): read the race's median, and the split for its "
+                 "split is one round's decode, the race's median covers every round): read the race's median, and the split for its "
                  "proportions")
     else:
         cause = ("larger than the overhead and than the spread of AR's step: the split decode and the race's decodes "
