@@ -14,6 +14,8 @@ import statistics
 
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.race import NOT_MEASURED, NOT_VALID
+from mtplab.device import machine
+from mtplab.model import kernels
 
 __all__ = ["NOT_MEASURED", "NOT_VALID", "agree", "bench_speedup_text", "busy_line", "compare_rates", "live_text",
            "overlap", "range_text", "range_words", "rate_text", "side_of_one", "spread"]
@@ -117,8 +119,6 @@ def apart_words(rec, *, live: str, recorded: str, device="cpu") -> str:
     and `recorded`, e.g. '2 prompts x 24 tokens'), the machine (CPU and last-level cache against this one's) and the
     kernel (the record's `kernel` field, 'stock' for records older than the exact kernel, against the one active
     here, `mtplab.model.kernels`). `rec`: a record dict or `Record`."""
-    from mtplab.device import machine  # torch
-    from mtplab.model import kernels
     out = [f"the decodes ({live} here, {recorded} in the record)"]
     m, here = rec.get("machine"), machine(device)
     if isinstance(m, dict) and (m.get("cpu"), m.get("llc")) != (here["cpu"], here["llc"]):
