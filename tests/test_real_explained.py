@@ -53,6 +53,14 @@ def test_speedup_parts_adds_up_from_the_time_split():
 def test_the_words_follow_the_numbers():
     words = real.parts_words(real.speedup_parts(_record()))
     assert "1.30 tokens per step" in words and "acceptance holds it back more" in words
+    assert "the record's race (" in words and " kernel) measured " in words  # its machine and kernel, not a live one
+    import re
+    cost, *parts = map(float, re.search(r"costs ([\d.]+) AR steps \(verify ([\d.]+) \+ drafter ([\d.]+) \+ the rest "
+                                        r"([\d.]+)\)", words).groups())
+    assert round(sum(parts), 2) == cost  # the printed parts add up to the printed step
+    for xs in ([1.137, 0.068, 0.008], [1.1449, 0.0749, 0.0049], [0.333, 0.333, 0.333]):
+        cents = real._cents(xs)  # each part off by less than a cent, and the sum is the rounded total
+        assert sum(cents) == pytest.approx(round(sum(xs), 2)) and all(abs(c - x) < 0.01 for c, x in zip(cents, xs))
     rec = _record()  # a verify that costs 3 AR steps: now the cost holds it back more
     rec["rows"][1]["split"]["target_ms"] = 210.0
     assert "the cost of a step holds it back more" in real.parts_words(real.speedup_parts(rec))

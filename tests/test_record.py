@@ -136,3 +136,22 @@ def test_the_real_models_rows_are_pairs_rows_labelled_from_their_fields():
         assert (p.method, p.checkpoint, p.k, p.draft_vocab, p.dtype, p.model) == (
             r["method"], r["checkpoint"], r["k"], r["draft_vocab"], r["dtype"], r["model"]), r["label"]
         assert rec.row(method=p.method, k=p.k, draft_vocab=p.draft_vocab, dtype=p.dtype, threads=r["threads"]) is r
+
+
+def test_records_name_their_kernel_and_old_ones_read_as_stock(tmp_path):
+    """A record written now says which kernel its linears ran; one written before the exact kernel existed says
+    nothing and reads as 'stock' (notebook 01 names the kernels when a record and a live run differ)."""
+    from mtplab.bench import report
+    from mtplab.model import kernels
+    report._write(tmp_path, "k", {"rows": [{"label": "a"}]}, "| a |", device="cpu")
+    assert Record.load(tmp_path / "k.json").kernel() == ("exact" if kernels.active() else "stock")
+    with kernels.use_stock():
+        report._write(tmp_path, "k", {"rows": [{"label": "a"}]}, "| a |", device="cpu")
+    assert json.loads((tmp_path / "k.json").read_text())["kernel"] == "stock"
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"rows": [{"label": "a"}]}))
+    assert Record.load(old).kernel() == "stock"
+    old.write_text(json.dumps({"rows": [{"label": "a", "kernel": "exact"}, {"label": "b", "kernel": "exact"}]}))
+    assert Record.load(old).kernel() == "exact"  # every row names the same one
+    assert Record.load("real").kernel() == ("exact" if "stock kernels" in Record.load("real").path.with_suffix(
+        ".md").read_text() else "stock")  # bench real raced the stock kernels beside its default, the exact one

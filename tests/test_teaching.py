@@ -144,6 +144,12 @@ def test_quantize_int8_keeps_greedy_output_close():
     qm, note = bottleneck.quantize_int8(model)
     if qm is None:
         pytest.skip(note)
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    quantized = sum(type(m).__module__.startswith("torch.ao.nn.quantized.dynamic") and type(m).__name__ == "Linear"
+                    for m in qm.modules())
+    assert quantized == linears > 0 and note.split(": ")[1].startswith(f"{quantized} nn.Linear")  # the lab's Linear too
+    assert all(not isinstance(m, torch.nn.Linear) for m in qm.modules())  # no float linear left behind
+    assert any(isinstance(m, torch.nn.Linear) for m in model.modules())  # the model itself is untouched
     a = autoregressive(model, [1, 2, 3], max_new_tokens=10).tokens
     b = autoregressive(qm, [1, 2, 3], max_new_tokens=10).tokens
     assert len(b) == 10 and "int8" in note

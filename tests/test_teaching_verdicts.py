@@ -2,6 +2,7 @@
 ranges or intervals say the run cannot tell, and only separated ones get a word like faster, rises or cheaper."""
 from mtplab.decoding.trace import Step, Trace
 from mtplab.measuring.timing import CostCurve
+from mtplab.measuring.record import Record
 from mtplab.teaching import blockwise, bottleneck, deepseek, real
 
 BUSY = "other processes used 1.50 cores on average while it ran"
@@ -60,11 +61,14 @@ def test_regime_lines_compare_every_row_and_flag_noise():
     live = [_size(4, 256, 13, 3.51), _size(12, 256, 38, 1.19), _size(12, 768, 341, 1.90, fits=False)]
     shipped = [_size(4, 256, 13, 1.32), _size(12, 256, 38, 1.30), _size(12, 768, 341, 1.77, fits=False),
                _size(24, 768, 680, 1.49, fits=False)]
-    lines = bottleneck.regime_lines(live, shipped, None)
+    lines = bottleneck.regime_lines(live, shipped, None, shipped_kernel="stock", live="stock")
     assert lines[0].startswith("the race's guard passed") and "is not monotonic in the weights" in lines[1]
     assert any("13 MB row (3.51)" in ln and "noisy" in ln for ln in lines)
     assert not any("38 MB row" in ln for ln in lines)  # 1.19 against 1.30: within a quarter
-    assert "the models that fit were cheaper to verify" in lines[-1]
+    assert "the models that fit were cheaper to verify" in lines[-1] and "stock kernel" in lines[-1]
+    other = bottleneck.regime_lines(live, shipped, None, shipped_kernel="stock", live="exact")
+    row = next(ln for ln in other if "13 MB row (3.51)" in ln)  # another kernel is named, not called noise
+    assert "noisy" not in row and "the record ran the stock kernel, this run the exact one" in row
     busy = bottleneck.regime_lines(live, shipped, BUSY)
     assert busy[0].startswith("not valid here") and "monotonic" not in busy[1]
 
@@ -136,6 +140,8 @@ def test_real_live_words_invalidation_first():
 def test_why_shipped_differs_reads_the_record():
     line = bottleneck.why_shipped_differs(prompts=3, tokens=32, rounds=5)
     assert "this run 3 x 32" in line
+    gap = bottleneck.kernel_gap(Record.load("decode").kernel())  # decode.json predates the exact kernel: 'stock'
+    assert (gap in line) and (gap == "") == (bottleneck.live_kernel() == Record.load("decode").kernel())
 
 
 def test_the_shared_words_live_in_one_module():

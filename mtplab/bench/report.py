@@ -13,6 +13,7 @@ from mtplab.device import machine, machine_line
 from mtplab import files
 from mtplab.files import atomic_write_text, os_reason
 from mtplab.measuring.record import flat
+from mtplab.model import kernels
 
 
 def held_out_count(a) -> int:
@@ -26,9 +27,11 @@ def held_out_count(a) -> int:
 
 def _write(out: Path, name: str, data: dict, table: str, fig=None, *, device="cpu") -> None:
     """Each file is written atomically (a failed write leaves the old one intact), and every record names the
-    machine it was measured on: CPU model, cores and threads, last-level cache, torch. A write that fails (a full
-    disk) keeps the results elsewhere and raises one line naming where."""
-    data = flat({**data, "machine": data.get("machine") or machine(device)})  # every row carries its fields
+    machine it was measured on: CPU model, cores and threads, last-level cache, torch, and the kernel the linears
+    ran through (`kernel`: 'exact' or 'stock', `mtplab.model.kernels`; a record that raced both says so per row).
+    A write that fails (a full disk) keeps the results elsewhere and raises one line naming where."""
+    kernel = data.get("kernel") or ("exact" if kernels.active() else "stock")  # the linears' kernel while it ran
+    data = flat({**data, "machine": data.get("machine") or machine(device), "kernel": kernel})  # rows carry fields
     md = table + "\n\n" + machine_line(device) + "\n"
     try:
         _files(Path(out), name, data, md, fig)

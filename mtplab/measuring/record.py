@@ -137,6 +137,18 @@ class Record:
         return machine_text(self.data.get("machine"), device=self.data.get("device"),
                             threads=self.data.get("threads"))
 
+    def kernel(self) -> str:
+        """The kernel the record's linears ran through, 'exact' or 'stock' (`mtplab.model.kernels`): its `kernel`
+        field, else the one its rows all name, else 'exact' for a record whose cost curves raced 'stock kernels' beside
+        the default ones (bench real since the exact kernel), else 'stock': such records predate the exact kernel."""
+        named = {r.get("kernel") for r in self.data.get("rows") or [] if isinstance(r, dict)}
+        if self.data.get("kernel") or (len(named) == 1 and None not in named):
+            return str(self.data.get("kernel") or named.pop())
+        curves = self.data.get("cost_curves")
+        both = isinstance(curves, dict) and any("stock kernels" in str(name) for per in curves.values()
+                                                if isinstance(per, dict) for name in per)
+        return "exact" if both else "stock"
+
     def device(self) -> str:
         """The device the record was measured on ('cpu', 'cuda (NVIDIA H200)'), '' when it does not say."""
         m = self.data.get("machine")

@@ -17,7 +17,7 @@ from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
 from mtplab.measuring.race import race
-from mtplab.measuring.timing import untimed_output
+from mtplab.measuring.timing import forward_cost, untimed_output
 from mtplab.model import kernels
 from mtplab.teaching.words import busy_line as _busy_line
 from mtplab.teaching.words import NOT_VALID, overlap, side_of_one
@@ -133,10 +133,11 @@ def ms_per_token(trace: Trace) -> float:
 
 
 def quantize_int8(model):
-    """Dynamic INT8 quantization of every nn.Linear (weights stored in int8, activations quantized on the fly).
+    """Dynamic INT8 quantization of every nn.Linear, the lab's `layers.Linear` included (weights stored in int8,
+    activations quantized on the fly).
 
-    Returns (quantized model on CPU, or None, and a one-line note). CPU only: torch's dynamic
-    quantized kernels do not run on CUDA or MPS. The torch.ao API is deprecated in recent torch
+    Returns (quantized model on CPU, or None when no layer was quantized, and a one-line note). CPU only:
+    torch's dynamic quantized kernels do not run on CUDA or MPS. The torch.ao API is deprecated in recent torch
     releases; if it is missing, the note says so and the caller skips the comparison.
     """
     try:
@@ -146,13 +147,19 @@ def quantize_int8(model):
     import copy
 
     cpu_model = copy.deepcopy(model).to("cpu").float().eval()
+    for mod in cpu_model.modules():  # quantize_dynamic swaps the exact type nn.Linear only, not a subclass
+        if isinstance(mod, torch.nn.Linear) and type(mod) is not torch.nn.Linear:
+            mod.__class__ = torch.nn.Linear  # the lab's layers.Linear holds nn.Linear's fields: F.linear from here on
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the API announces its own deprecation on every call
             qm = quantize_dynamic(cpu_model, {torch.nn.Linear}, dtype=torch.qint8)
     except (RuntimeError, AssertionError, NotImplementedError) as e:
         return None, f"dynamic INT8 quantization failed on torch {torch.__version__}: {e}"
-    n = sum(1 for mod in qm.modules() if type(mod).__module__.startswith("torch.ao.nn.quantized"))
+    n = sum(1 for mod in qm.modules() if type(mod).__module__.startswith("torch.ao.nn.quantized.dynamic")
+            and type(mod).__name__ == "Linear")  # not their packed-parameter children
+    if n == 0:
+        return None, f"torch {torch.__version__}: quantize_dynamic changed no linear layer, so there is no int8 model to race"
     return qm, f"torch {torch.__version__}: {n} nn.Linear layers now hold int8 weights (deprecated torch.ao API)"
 
 
@@ -219,10 +226,46 @@ def cheaper_to_verify(curves: dict, q: int) -> str:
     return f"valid here; t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
 
 
-def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4") -> list[str]:
+def live_kernel(device="cpu") -> str:
+    """'exact' or 'stock': the kernel the lab's linears run through now on `device` (`mtplab.model.kernels`: the
+    exact kernel runs on the CPU only)."""
+    return "exact" if kernels.active() and torch.device(device).type == "cpu" else "stock"
+
+
+def exact_curve_words(ratio: dict, *, attention: bool = True) -> str:
+    """Why an exact-kernel t(q)/t(1) ({q: value}) is not flat, from its numbers: the kernel reads each weight once per
+    block of `kernels.ROWS` rows (q up to ROWS share one read; q = 2 ROWS is two blocks, two reads), and with a cache
+    the exact path runs attention one query row at a time (`attention`), so each row adds its own attention."""
+    b = kernels.ROWS
+    inside = [q for q in sorted(ratio) if 1 < q <= b]
+    two = [q for q in sorted(ratio) if b < q <= 2 * b]
+    parts = []
+    if inside:
+        q = inside[-1]
+        parts.append(f"q = 2..{q} share one block of {b} rows (one read of each weight): t({q})/t(1) = {ratio[q]:.2f}"
+                     + (", the rise being per-row work, above all attention, which the exact path runs one query row "
+                        "at a time" if attention else ""))
+    if two:
+        q = two[-1]
+        parts.append(f"q = {q} is {-(-q // b)} blocks, so the weights are read {-(-q // b)} times: t({q})/t(1) = "
+                     f"{ratio[q]:.2f}")
+    return "; ".join(parts)
+
+
+def kernel_gap(record_kernel: str, live: str | None = None) -> str:
+    """'' when a record and this run used the same kernel, else a clause naming both (records written before the
+    exact kernel existed ran the stock one: `Record.kernel`)."""
+    live = live or live_kernel()
+    return "" if record_kernel == live else f"the record ran the {record_kernel} kernel, this run the {live} one"
+
+
+def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None, *, q: str = "4",
+                 shipped_kernel: str = "stock", live: str | None = None) -> list[str]:
     """Notebook 01 §5 in words from its numbers: the live rows' t(q)/t(1) in order of weight size (is it monotonic,
-    which rows disagree with the shipped record's value for the same shape by more than a quarter), and the shipped
-    record's models that fit in the cache against those that do not (do the two ranges separate)."""
+    which rows disagree with the shipped record's value for the same shape by more than a quarter, and whether the
+    record ran another kernel than this run, `shipped_kernel` against `live`), and the shipped record's models that
+    fit in the cache against those that do not (do the two ranges separate), with the record's kernel named."""
+    gap = kernel_gap(shipped_kernel, live)
     out = []
     out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
                else RACED_OK)
@@ -239,16 +282,18 @@ def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None
     for r in noisy:
         was = ref[(r["n_layer"], r["n_embd"])]
         out.append(f"  the {r['weight_mb']:.0f} MB row ({r['ratio'][q]:.2f}) is {r['ratio'][q] / was:.1f}x "
-                   f"the shipped record's {was:.2f} for the same shape: a noisy row")
+                   f"the shipped record's {was:.2f} for the same shape: "
+                   + (f"{gap}, so the two measure different kernels, not only noise" if gap else "a noisy row"))
     if shipped:
         fit = [r["ratio"][q] for r in shipped if r["fits_in_llc"]]
         big = [r["ratio"][q] for r in shipped if not r["fits_in_llc"]]
         if fit and big:
             verdict = ("the models that fit were cheaper to verify" if max(fit) < min(big) else
                        "the models that do not fit were cheaper to verify" if max(big) < min(fit) else
-                       "the two ranges overlap, so on that machine fitting in the cache did not decide the cost of a "
-                       "verify")
-            out.append(f"shipped record (run alone): {len(fit)} models that fit in the cache verify {q} tokens for "
+                       f"the two ranges overlap, so on that machine, with the {shipped_kernel} kernel, fitting in the "
+                       "cache did not decide the cost of a verify")
+            out.append(f"shipped record (run alone, {shipped_kernel} kernel): {len(fit)} models that fit in the cache "
+                       f"verify {q} tokens for "
                        f"{min(fit):.2f}-{max(fit):.2f} one-token forwards, the {len(big)} that do not for "
                        f"{min(big):.2f}-{max(big):.2f}; {verdict}")
     return out
@@ -256,15 +301,18 @@ def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None
 
 def why_shipped_differs(*, prompts: int, tokens: int, rounds: int, path=paths.DECODE_JSON) -> str:
     """Why the live race and the shipped decode benchmark may give different speedups for the same pair, from the
-    record's own fields (prompts, max_new_tokens, repeats) against this run's."""
-    d = Record.load(path).data
+    record's own fields (prompts, max_new_tokens, repeats, kernel) against this run's."""
+    rec = Record.load(path)
+    d = rec.data
     diff = []
     if (d.get("prompts"), d.get("max_new_tokens")) != (prompts, tokens):
         diff.append(f"the record decoded {d.get('prompts')} prompts x {d.get('max_new_tokens')} new tokens, this run "
                     f"{prompts} x {tokens}: the prefill and each decode's fixed costs weigh more in short decodes")
     if d.get("repeats") != rounds:
         diff.append(f"it kept the median of {d.get('repeats')} rounds, this run of {rounds}")
-    return "; ".join(diff) or "same prompts, tokens and rounds: the difference is the machine or its load"
+    if gap := kernel_gap(rec.kernel()):
+        diff.append(gap)
+    return "; ".join(diff) or "same prompts, tokens, rounds and kernel: the difference is the machine or its load"
 
 
 def claim_words(cuts: dict, predicted: float, race: dict) -> str:
@@ -410,11 +458,23 @@ def kernel_curves(layers: int = 4, qs=(1, 2, 4, 8), *, rounds: int = 5, threads:
 
 
 def kernel_lines(kc: dict) -> list[str]:
-    """What `kernel_curves` measured, in words: the guard's line first, one line per kernel, then row 0."""
+    """What `kernel_curves` measured, in words: the guard's line first, one line per kernel (and, where t(q)/t(1)
+    dips as q grows, whether the ranges call it noise), why the exact curve has its shape, then row 0 and the
+    status line."""
     lines = [_busy_line(kc["busy"], "these kernel timings")]
     for k, curve in kc["ratio"].items():
         cells = ", ".join(f"t({q})/t(1) = {m:.2f} ({lo:.2f}-{hi:.2f})" for q, (m, lo, hi) in curve.items() if q > 1)
         lines.append(f"{k:>5} kernel: t(1) = {kc['t1_ms'][k]:.1f} ms; {cells}")
+        qs = sorted(curve)
+        for a, b in zip(qs, qs[1:]):  # a dip as q grows: noise where the ranges overlap
+            if curve[b][0] < curve[a][0]:
+                apart = curve[b][2] < curve[a][1]
+                lines.append(f"{'':>5}        t({b})/t(1) below t({a})/t(1): " + (
+                    "the ranges lie apart, so the kernel really ran the larger call faster here (its blocking "
+                    "depends on the number of rows)" if apart else "the ranges overlap, so the dip is noise"))
+    if "exact" in kc["ratio"] and kc["status"].startswith("exact"):
+        lines.append("exact kernel, the linears alone (no attention): " + exact_curve_words(
+            {q: m for q, (m, _, _) in kc["ratio"]["exact"].items()}, attention=False))
     for k, (equal, diff) in kc["row0"].items():
         lines.append(f"{k:>5} kernel: row 0 of a four-row call {'equals' if equal else 'differs from'} the one-row "
                      f"call, bit for bit (largest difference {diff:.1e})")
@@ -469,3 +529,17 @@ def split_words(rows: list[dict]) -> list[str]:
     lines.append(f"the largest gap between the split{' (prefill counted)' if whole else ''} and the race, {worst} "
                  f"{gaps[worst]:.0%}, is {cause}")
     return lines
+
+
+def t1_words(cfg, t1_ms: float, context: int, step_ms: float, step_context: int) -> str:
+    """Notebook 01 §3: the cost curve's t(1) (one token over `context` cached ones) against a step of §2's decode race
+    (contexts up to `step_context`), and how much of the gap the longer context explains by the roofline's bytes
+    (`timing.forward_cost`: weights plus the cached keys and values read)."""
+    want = forward_cost(cfg, 1, context=context)["bytes"] / forward_cost(cfg, 1, context=step_context)["bytes"]
+    got = t1_ms / step_ms
+    head = (f"t(1) = {t1_ms:.2f} ms over {context} cached tokens, against {step_ms:.2f} ms a step in section 2's race "
+            f"(contexts up to {step_context}): {got:.2f}x; the longer context adds bytes for {want:.2f}x")
+    if abs(got / want - 1) <= 0.25:
+        return head + ": the context explains it"
+    return (head + ": the context does not explain the gap; the same forward timed in two runs here moved that much "
+            "(load, what the cache held), so read t(q)/t(1) within this curve, where every q shared the run")

@@ -298,7 +298,19 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
     return {"label": row["label"], "k": row["k"], "measured": row["speedup"], "measured_range":
             (row["speedup_min"], row["speedup_max"]), "tokens_per_step": tps, "verify": verify, "draft": draft,
             "rest": rest, "step_cost": cost, "predicted": tps / cost, "what_if": what_if,
-            "ar_step_ms": ar_ms, "other_acceptance": other_acceptance}
+            "ar_step_ms": ar_ms, "other_acceptance": other_acceptance,
+            "where": Record("real", REAL_JSON, rec).machine_text().removeprefix("measured on "),
+            "kernel": row.get("kernel") or Record("real", REAL_JSON, rec).kernel()}
+
+
+def _cents(parts: list[float]) -> list[float]:
+    """Parts rounded to 2 decimals so that they sum to their total rounded to 2 decimals (largest remainders)."""
+    want = round(100 * sum(parts))
+    low = [int(100 * p // 1) for p in parts]
+    order = sorted(range(len(parts)), key=lambda i: 100 * parts[i] - low[i], reverse=True)
+    for i in order[:max(0, want - sum(low))]:
+        low[i] += 1
+    return [c / 100 for c in low]
 
 
 def parts_words(parts: dict) -> str:
@@ -309,9 +321,13 @@ def parts_words(parts: dict) -> str:
     acc_gain = other / p["predicted"]
     side = ("acceptance holds it back more than the cost" if acc_gain > cost_gain else
             "the cost of a step holds it back more than acceptance")
+    verify, draft, rest = _cents([p["verify"], p["draft"], p["rest"]])  # the printed parts add up to the total
+    rec_race = "the record's race"
+    if p.get("where"):
+        rec_race += f" ({p['where']}, {p.get('kernel', 'stock')} kernel)"
     return (f"{p['label']}: {p['tokens_per_step']:.2f} tokens per step over a step that costs {p['step_cost']:.2f} "
-            f"AR steps (verify {p['verify']:.2f}, drafter {p['draft']:.2f}, the rest {p['rest']:.2f}) predicts "
-            f"{p['predicted']:.2f}x; the race measured {p['measured']:.2f}x (range {p['measured_range'][0]:.2f}-"
+            f"AR steps (verify {verify:.2f} + drafter {draft:.2f} + the rest {rest:.2f}) predicts "
+            f"{p['predicted']:.2f}x; {rec_race} measured {p['measured']:.2f}x (range {p['measured_range'][0]:.2f}-"
             f"{p['measured_range'][1]:.2f}). A flat verify would give {flat:.2f}x, and even a free drafter "
             f"{ceiling:.2f}x: that is all this acceptance allows. Acceptance {p['other_acceptance']:.2f} per draft on "
             f"this cost would give {other:.2f}x. So {side}.")
