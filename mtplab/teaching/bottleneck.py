@@ -521,8 +521,8 @@ def split_words(rows: list[dict]) -> list[str]:
         cause = "within the overhead: the split and the race agree"
     elif gaps[worst] <= spread:
         cause = ("larger than the overhead could make it, and within how far one decode's timings moved here (the "
-                 "split is one round's decode, the race's median covers every round): read the race's median, and the split for its "
-                 "proportions")
+                 "split is one round's decode, the race's median covers every round): read the race's median, and "
+                 "the split for its proportions")
     else:
         cause = ("larger than the overhead and than the spread of AR's step: the split decode and the race's decodes "
                  "differ by more than this table explains (load during one of them, or a cost the split does not time)")
