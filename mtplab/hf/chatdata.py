@@ -23,7 +23,7 @@ import re
 import time
 from pathlib import Path
 import torch
-from mtplab.device import machine
+from mtplab.device import machine, now
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write_text
 from mtplab.hf.real import REAL_MODELS
@@ -147,7 +147,7 @@ class DataWork:
 
 def _timed_write(path: Path, rows: list[dict], tokens: int, cpu0: float, wall0: float, extra: dict) -> None:
     atomic_write_text(path, json.dumps({"rows": rows, "tokens": tokens, "cpu_s": time.process_time() - cpu0,
-                                        "wall_s": time.perf_counter() - wall0, "threads": torch.get_num_threads(),
+                                        "wall_s": now() - wall0, "threads": torch.get_num_threads(),
                                         "cpu": machine("cpu").get("cpu", ""), **extra}) + "\n")
 
 
@@ -162,7 +162,7 @@ def stage_questions(hf, tok, work: DataWork, *, batches: int, worker: tuple[int,
         path = work.shard("questions", b)
         if b % n != i or path.exists():
             continue
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0 = time.process_time(), now()
         rng = random.Random(seed * 1_000_003 + b)
         temp = rng.choice(TEMPERATURES)
         rows, prompts = [], []
@@ -180,7 +180,7 @@ def stage_questions(hf, tok, work: DataWork, *, batches: int, worker: tuple[int,
             r["prompt"] = (r["steer"] + tok.decode(t[:-1] if r["finished"] else t)).strip() if r["steer"] else \
                 tok.decode(t[:-1] if r["finished"] else t).strip()
         _timed_write(path, rows, sum(map(len, new)), cpu0, wall0, {"temperature": temp})
-        log(f"questions: batch {b + 1}/{batches} done at T={temp} ({time.perf_counter() - wall0:.0f} s, "
+        log(f"questions: batch {b + 1}/{batches} done at T={temp} ({now() - wall0:.0f} s, "
             f"{sum(1 for r in rows if r['finished'])} finished)")
 
 
@@ -279,14 +279,14 @@ def stage_answers(hf, tok, work: DataWork, prompts: list[dict], *, worker: tuple
             continue
         if max_batches is not None and done >= max_batches:
             break
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0 = time.process_time(), now()
         chunk = [enc[j] for j in order[b * BATCH:(b + 1) * BATCH]]
         new = decode_rows(hf, [c[0] for c in chunk], max_new=ANSWER_TOKENS, stop=end, pad=pad)
         rows = [{"category": p["category"], "source": p.get("source", ""), "prompt": p["prompt"], "prompt_len": len(ids),
                  "answer_ids": a} for (ids, p), a in zip(chunk, new)]
         _timed_write(path, rows, sum(map(len, new)), cpu0, wall0, {})
         done += 1
-        log(f"answers: batch {b + 1}/{n_b} ({time.perf_counter() - wall0:.0f} s, {sum(map(len, new))} tokens)")
+        log(f"answers: batch {b + 1}/{n_b} ({now() - wall0:.0f} s, {sum(map(len, new))} tokens)")
 
 
 def main(argv=None) -> None:
