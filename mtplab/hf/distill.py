@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write, atomic_write_text, read_json
-from mtplab.device import machine, pick
+from mtplab.device import machine, now, pick
 from mtplab.hf import workfiles as wf
 from mtplab.hf.prompts import heldout_prompts, template_prompts  # also what hf/chatdata, bench/real, teaching/real read
 from mtplab.hf.real import REAL_MODELS, real_model
@@ -130,13 +130,13 @@ class Work:
     @contextmanager
     def timed(self, stage: str):
         """Add this stage's CPU seconds (all threads of this process) and wall seconds to times.json."""
-        cpu, wall = time.process_time(), time.perf_counter()
+        cpu, wall = time.process_time(), now()
         try:
             yield
         finally:
             t = wf.read_times(self.dir / "times.json") if os.path.lexists(self.dir / "times.json") else {}
             c, w = t.get(stage, [0.0, 0.0])
-            t[stage] = [c + time.process_time() - cpu, w + time.perf_counter() - wall]
+            t[stage] = [c + time.process_time() - cpu, w + now() - wall]
             self.write_json("times.json", t)
 
     def shards(self, sub: str) -> list[Path]:
@@ -159,7 +159,7 @@ def stage_answers(target, work: Work, prompts: list[dict], *, max_new_tokens: in
     """Greedy answers, a shard per batch ({"prompt_ids": [...], "answer_ids": [...]} per row); returns rows done."""
     tok = target.tokenizer
     end = tok.convert_tokens_to_ids("<|im_end|>")
-    t0 = time.perf_counter()
+    t0 = now()
     n_batches = math.ceil(len(prompts) / batch_size)
     for b in range(n_batches):
         shard = work.dir / "answers" / f"{b:05d}.json"
@@ -169,14 +169,14 @@ def stage_answers(target, work: Work, prompts: list[dict], *, max_new_tokens: in
                 raise MtplabError(f"{shard} answers other prompts than batch {b} of prompts.json (was prompts.json "
                                   "replaced?); delete answers/ and cache/ and rerun the answers stage")
             continue
-        if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+        if max_seconds is not None and now() - t0 > max_seconds:
             break
         ids = [_chat(tok, p["prompt"]) for p in chunk]
         answers = batch_generate(target, ids, max_new_tokens=max_new_tokens, stop=end)
         rows = [{"category": p["category"], "prompt_ids": i, "answer_ids": a} for p, i, a in zip(chunk, ids, answers)]
         atomic_write_text(shard, json.dumps(rows) + "\n")
         if log:
-            log(f"answers: batch {b + 1}/{n_batches} ({time.perf_counter() - t0:.0f} s)")
+            log(f"answers: batch {b + 1}/{n_batches} ({now() - t0:.0f} s)")
     return sum(1 for _ in work.shards("answers")) * batch_size
 
 
@@ -222,7 +222,7 @@ def cache_tensors(target, rows: list[dict]) -> dict:
 def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = None) -> int:
     """One trunk forward per answer shard: hidden (bf16), the target's top-k ids and probabilities, the tokens."""
     from safetensors.torch import save_file
-    t0 = time.perf_counter()
+    t0 = now()
     done = 0
     for shard in work.shards("answers"):  # every shard checked before the first forward, not an hour into the stage
         wf.read_answer_shard(shard, vocab_size=target.config.vocab_size, context=target.config.block_size)
@@ -231,14 +231,14 @@ def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = Non
         if out.exists():
             done += 1
             continue
-        if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+        if max_seconds is not None and now() - t0 > max_seconds:
             break
         tensors = cache_tensors(target, wf.read_answer_shard(shard, vocab_size=target.config.vocab_size,
                                                              context=target.config.block_size))
         atomic_write(out, lambda tmp, t=tensors: save_file({k: v.contiguous() for k, v in t.items()}, tmp))
         done += 1
         if log:
-            log(f"cache: shard {shard.stem} ({time.perf_counter() - t0:.0f} s)")
+            log(f"cache: shard {shard.stem} ({now() - t0:.0f} s)")
     return done
 
 
@@ -342,7 +342,7 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     target = load_hf(model, device=dev)
     work.limits(target)
     R = GPU_RECIPE if dev.type == "cuda" else RECIPE
-    t0, cpu0 = time.perf_counter(), time.process_time()
+    t0, cpu0 = now(), time.process_time()
     prompts = None
     if data is not None and "answers" in stages:  # the answers of mtplab.hf.chatdata's work folder
         with work.timed("answers"):
@@ -375,7 +375,7 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
                                        **opts)
     if "ship" in stages:
         ship(target, work, rm, log=log)
-    return {"work": str(work.dir), "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
+    return {"work": str(work.dir), "seconds": now() - t0, "cpu_seconds": time.process_time() - cpu0,
             "histories": histories}
 
 

@@ -15,7 +15,6 @@ import hashlib
 import inspect
 import math
 import os
-import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
@@ -139,7 +138,7 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
         return train_step(target, x, freeze_trunk=True, lam=lam, labels=labels)
 
     def record(done: int, loss: float) -> dict:
-        rec = {"elapsed_s": time.perf_counter() - t0, **evaluate(target, windows, batch_size=batch_size)}
+        rec = {"elapsed_s": now() - t0, **evaluate(target, windows, batch_size=batch_size)}
         if log is not None:
             log(f"step {done}: loss {loss:.3f}, agreement with the target by depth "
                 + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
@@ -150,7 +149,7 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
         runs.save(out, name, model=target.mtp, opt=opt, gen=gen, step=done, history=hist, settings=settings,
                   live=target.mtp.state_dict(), write_weights=lambda path: save_heads(target, path, meta=m))
 
-    t0 = time.perf_counter()
+    t0 = now()
     history = fit.run(step_fn, opt, params, steps=steps, lr=lr, warmup=warmup, start=start, history=history,
                       record=record, eval_every=max(1, steps // 10) if log is not None else steps,
                       save=save if out is not None else None, save_every=save_every or max(1, steps // 10),
