@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mtplab.errors import MtplabError
 from mtplab.model import kernels
 from mtplab.model.gpt import TrunkOutput
 from mtplab.model.layers import KVCache, causal_mask
@@ -56,10 +57,11 @@ def unsupported(hf) -> str | None:
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """RoPE in the Llama layout (Su et al. 2021; the two halves of each head are a channel pair):
-    x * cos + rotate_half(x) * sin, with rotate_half([x1, x2]) = [-x2, x1]. x: (B, T, heads, D); cos, sin: (T, D)."""
+    x * cos + rotate_half(x) * sin, with rotate_half([x1, x2]) = [-x2, x1]. x: (B, T, heads, D); cos, sin: (T, D),
+    or (B, T, D) when each row has its own positions (a token tree, a ragged batch)."""
     half = x.shape[-1] // 2
     turned = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos[:, None] + turned * sin[:, None]
+    return x * cos[..., None, :] + turned * sin[..., None, :]
 
 
 def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -71,6 +73,34 @@ def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale:
     # the G query heads of one key/value head, read as G queries of that head: no mask, each sees every key
     y = F.scaled_dot_product_attention(q.view(B, Hkv, H // Hkv, D), keys, values, scale=scale)  # (B, Hkv, G, D)
     return y.reshape(B, H * D)
+
+
+def check_mask(mask: torch.Tensor | None, B: int, T: int, P: int) -> torch.Tensor | None:
+    """mask (B or 1, 1, T, P+T) bool -> (B or 1, T, P+T); None stays None (causal). Every query must see a key."""
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[0] not in (1, B) or tuple(mask.shape[1:]) != (1, T, P + T):
+        raise MtplabError(f"mask must be bool (B or 1, 1, T, P+T) = ({B} or 1, 1, {T}, {P + T}): which of the P cached and "
+                          f"T new keys each new token sees (got {mask.dtype} {tuple(mask.shape)})")
+    seen = mask[:, 0]
+    if not bool(seen.any(-1).all()):
+        raise MtplabError("every query must see at least one key (its own, at least); fix the mask")
+    return seen
+
+
+def visible(seen: torch.Tensor | None, B: int, T: int, P: int) -> list[list]:
+    """For each new row t and sequence b, the keys it attends to, in order: a slice 0..n-1 when they are a prefix
+    (causal: n = P+t+1), else their indices. A tree's node sees the prefix, then its ancestors and itself."""
+    if seen is None:
+        return [[slice(0, P + t + 1)] * B for t in range(T)]
+    rows = []
+    for t in range(T):
+        row = []
+        for b in range(B):
+            keys = seen[min(b, seen.shape[0] - 1), t].nonzero()[:, 0]
+            row.append(slice(0, len(keys)) if int(keys[-1]) == len(keys) - 1 else keys)
+        rows.append(row)
+    return rows
 
 
 class LlamaLayer:
@@ -130,24 +160,27 @@ class LlamaForward:
         """Final norm, then the output projection (over `rows` of it when given: a draft vocabulary, (N, C))."""
         return kernels.linear(kernels.rms_norm(h, self.norm, self.eps), self.out if rows is None else rows)
 
-    def attention(self, lay: LlamaLayer, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
-        """x: (B, T, C) normed input at positions P..P+T-1 (P = cache length, 0 without a cache) -> (B, T, C)."""
+    def attention(self, lay: LlamaLayer, x: torch.Tensor, cache: KVCache | None, layer: int, rope, seen,
+                  keys) -> torch.Tensor:
+        """x: (B, T, C) normed input, written to the cache at P..P+T-1 (P = cache length, 0 without a cache); rope:
+        (cos, sin) of its positions; seen: (B or 1, T, P+T) bool, the keys each query may see (None: causal); keys:
+        `visible(seen)` for a verify of up to EXACT_ROWS rows, else None -> (B, T, C)."""
         B, T, _ = x.shape
         H, Hkv, D = self.H, self.Hkv, self.D
         P = cache.length if cache is not None else 0
         qkv = kernels.linear(x, lay.qkv, lay.qkv_b)  # (B, T, (H + 2 Hkv) D)
         qk = qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D)  # (B, T, H + Hkv, D) q and k rotated together
-        qk = rotate(qk, self.cos[P:P + T], self.sin[P:P + T])
+        qk = rotate(qk, *rope)
         q, k = qk[:, :, :H], qk[:, :, H:].transpose(1, 2)  # (B, T, H, D), (B, Hkv, T, D)
         v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, Hkv, P+T, D)
-        if T <= EXACT_ROWS:  # row i sees keys 0..P+i, one row at a time, as the one-token decode at P+i does
-            y = torch.stack([attend_row(q[:, i], k[:, :, :P + i + 1], v[:, :, :P + i + 1], self.scale)
-                             for i in range(T)], dim=1)  # (B, T, H*D)
-        else:  # a prefill: one batched causal call
-            mask = causal_mask(P, T, x.device) if P else None
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask, is_causal=not P,
+        if keys is not None:  # each row alone over the keys it sees, as the one-token decode of its sequence does
+            y = torch.stack([torch.cat([attend_row(q[b:b + 1, t], k[b:b + 1, :, ks], v[b:b + 1, :, ks], self.scale)
+                                        for b, ks in enumerate(row)]) for t, row in enumerate(keys)], dim=1)  # (B, T, H*D)
+        else:  # a prefill: one batched call
+            mask = seen[:, None] if seen is not None else causal_mask(P, T, x.device) if P else None
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask, is_causal=mask is None,
                                                scale=self.scale, enable_gqa=True)  # (B, H, T, D)
             y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, T, H*D)
         return kernels.linear(y, lay.o, lay.o_b)
@@ -157,15 +190,40 @@ class LlamaForward:
         gate, up = kernels.linear(x, lay.gate_up, lay.gate_up_b).chunk(2, dim=-1)  # (B, T, F) each
         return kernels.linear(F.silu(gate) * up, lay.down, lay.down_b)
 
-    def __call__(self, idx: torch.Tensor, cache: KVCache | None = None) -> TrunkOutput:
-        """idx: (B, T) token ids; with a cache they sit at positions cache.length.. and the cache advances by T."""
-        T = idx.shape[1]
+    def rope_at(self, P: int, T: int, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) of positions P..P+T-1, (T, D) each; or of explicit `positions` (B, T), (B, T, D) each."""
+        ctx = self.cos.shape[0]
+        if positions is None:
+            if P + T > ctx:
+                raise MtplabError(f"positions {P}..{P + T - 1} exceed the context window of {ctx}; shorten the prompt "
+                                  "or ask for fewer new tokens")
+            return self.cos[P:P + T], self.sin[P:P + T]
+        if int(positions.min()) < 0 or int(positions.max()) >= ctx:
+            raise MtplabError(f"positions must lie in 0..{ctx - 1} (the context window); got "
+                              f"{int(positions.min())}..{int(positions.max())}")
+        return self.cos[positions], self.sin[positions]
+
+    def __call__(self, idx: torch.Tensor, cache: KVCache | None = None, *, positions: torch.Tensor | None = None,
+                 mask: torch.Tensor | None = None) -> TrunkOutput:
+        """idx: (B, T) token ids; with a cache they are written at cache.length.. and the cache advances by T.
+
+        `positions` (B, T) and `mask` (B or 1, 1, T, P+T) bool, both optional, override the positions P..P+T-1 and the
+        causal mask, as `mtplab.model.gpt.GPT.forward` takes them: each token's rotary position and the keys each
+        query may see (a token tree's nodes sit at L + depth and see the prefix and their ancestors,
+        `mtplab.decoding.tree`). Every row is then the one-token forward of its own sequence (its branch), bit for bit."""
+        B, T = idx.shape
+        P = cache.length if cache is not None else 0
+        if positions is not None and tuple(positions.shape) != (B, T):
+            raise MtplabError(f"positions must be (B, T) = {(B, T)}, one per token of idx (got {tuple(positions.shape)})")
+        rope = self.rope_at(P, T, positions)
+        seen = check_mask(mask, B, T, P)
+        keys = visible(seen, B, T, P) if T <= EXACT_ROWS else None
         x = F.embedding(idx, self.embed)  # (B, T, C)
         pre_last = x
         for i, lay in enumerate(self.layers):
             if i == len(self.layers) - 1:
                 pre_last = x  # the last layer's input: Meta heads branch off here
-            x = x + self.attention(lay, kernels.rms_norm(x, lay.norm1, lay.eps), cache, i)
+            x = x + self.attention(lay, kernels.rms_norm(x, lay.norm1, lay.eps), cache, i, rope, seen, keys)
             x = x + self.mlp(lay, kernels.rms_norm(x, lay.norm2, lay.eps))
         if cache is not None:
             cache.advance(T)

@@ -219,17 +219,22 @@ class HFTarget(nn.Module):
         lab = self.lab_forward
         return HFCache(self.hf.config) if lab is None else lab.new_cache(batch, max_len or self.config.block_size)
 
-    def forward(self, idx, cache: HFCache | KVCache | None = None) -> TrunkOutput:
-        """idx: (B, T) token ids. With a cache, they sit at positions cache.length..cache.length+T-1."""
+    def forward(self, idx, cache: HFCache | KVCache | None = None, *, positions=None, mask=None) -> TrunkOutput:
+        """idx: (B, T) token ids. With a cache, they sit at positions cache.length..cache.length+T-1.
+
+        `positions` (B, T) and `mask` (B or 1, 1, T, P+T) bool override that, as `GPT.forward` takes them (token
+        trees): the lab's forward only."""
         start = cache.length if cache is not None else 0
-        if start + idx.shape[1] > self.config.block_size:
+        if positions is None and start + idx.shape[1] > self.config.block_size:
             self.rope(start, idx.shape[1])  # raises the context-window error
         lab = self.lab_forward
         if cache is not None and isinstance(cache, KVCache) != (lab is not None):
             raise MtplabError("this cache was made for the other forward (before use_kernel); make a new one with "
                               "target.new_cache()")
         if lab is not None:
-            return lab(idx, cache)
+            return lab(idx, cache, positions=positions, mask=mask)
+        if positions is not None or mask is not None:
+            raise MtplabError(f"positions and mask (token trees) need the lab's forward; {self.forward_path}")
         kw = {self._cache_kw: cache.kv, "use_cache": True} if cache is not None else {"use_cache": False}
         self._seen.clear()
         res = self.hf(input_ids=idx, **kw)
