@@ -1,7 +1,7 @@
 """The answer key of notebook 08's find-the-bug exercise (`mtplab.teaching.find_the_bug`). Instructors only: the
 student copy (`make student-copy`) leaves instructor/ out (.gitattributes export-ignore). The package holds only
-per-rule salted digests and the explanations sealed under the right verdicts; `sealed()` makes both from this key,
-and tests/test_find_the_bug.py checks that the package's copies equal them."""
+one salted digest of the whole right set of verdicts and the explanations sealed under it; `sealed()` makes both from
+this key, and tests/test_find_the_bug.py checks that the package's copies equal them."""
 from __future__ import annotations
 
 import base64
@@ -31,15 +31,15 @@ ANSWERS: dict[str, tuple[str, bool, str]] = {
 BROKEN = {name: a[1] for name, a in ANSWERS.items()}
 
 
-def sealed() -> tuple[dict[str, str], str]:
-    """(the per-rule digests, the explanations sealed under the right verdicts): what the package holds."""
-    digests = {name: bugs._digest(name, broken) for name, broken in BROKEN.items()}
+def sealed() -> tuple[str, str]:
+    """(the digest of the right set of verdicts, the explanations sealed under it): what the package holds."""
+    digest = bugs._digest(BROKEN)
     plain = json.dumps({name: a[2] for name, a in ANSWERS.items()}).encode()
     box = bytes(a ^ b for a, b in zip(plain, bugs._stream(BROKEN, len(plain))))
-    return digests, base64.b64encode(box).decode()
+    return digest, base64.b64encode(box).decode()
 
 
 if __name__ == "__main__":  # python -m instructor.find_the_bug_key: the constants to paste into the package
     d, s = sealed()
-    print("_KEY =", json.dumps(d, indent=1))
+    print("_KEY =", repr(d))
     print("_SEALED =", repr(s))

@@ -10,6 +10,9 @@ from mtplab.teaching import meta
 from mtplab.teaching import bottleneck
 from mtplab.teaching import deepseek
 from mtplab.teaching import sampling
+from mtplab.teaching import batches
+from mtplab.teaching import check as props
+from mtplab.teaching.acceptance_lab import exercises as ex5
 from mtplab.measuring import theory
 
 # the reference solutions live outside the student copy (instructor/, export-ignore): there these tests skip
@@ -58,7 +61,7 @@ CASES = [
     (deepseek.check_deepseek_forwards, deepseek_forwards, lambda m, D: theory.overlap_forwards(m, D), "D+1"),
     (sampling.check_acceptance_rate, acceptance_rate, lambda p, q: float((p * q).sum()), "independent samples"),
     (sampling.check_accept_rule, sampling_rule, keep_always, "follow the draft"),
-    (sampling.check_accept_rule, mtplab_rule, replace_from_p, "norm(max(0, p - q))"),
+    (sampling.check_accept_rule, mtplab_rule, replace_from_p, "the replacement is off"),
     (sampling.check_accept_rule, sampling_rule, never_keep, "wastes drafts"),
 ]
 
@@ -82,17 +85,140 @@ def test_checker_reports_exceptions_and_stubs(checker):
     assert not stub.ok and stub.why
 
 
-def test_the_reference_implementations_pass_their_own_checkers():
+def test_the_package_agrees_with_the_checkers_fixed_cases():
+    """The checkers hold fixed cases, not the package's functions; here the package's own functions pass them, so
+    the hard-coded answers and the lab's code cannot drift apart."""
+    from mtplab.decoding.trace import Step, Trace
+    from mtplab.decoding.tree import nodes_per_depth
+    from mtplab.training.losses import label_layout, multi_token_loss
     assert blockwise.check_plain_steps(theory.plain_forwards)
     assert blockwise.check_overlap_steps(theory.overlap_forwards)
     assert meta.check_expected_tokens(theory.expected_tokens_per_step)
     assert bottleneck.check_speedup(theory.predicted_speedup)
+    assert bottleneck.check_latency_cut(lambda s: theory.sources_claim_latency_cut(s) if s >= 1 else None)
     assert deepseek.check_deepseek_forwards(theory.deepseek_forwards)
     assert sampling.check_accept_rule(mtplab_rule)
+    assert meta.check_shift(lambda lg, x, K: multi_token_loss(lg.reshape(*lg.shape[:2], -1), x[:, 1:], K))
+
+    def layout_of(T, k):
+        row = label_layout(T, max(k, 1))[k]
+        return [row["reads"][i] for i in sorted(row["reads"])], [row["labels"][i] for i in sorted(row["labels"])]
+    assert deepseek.check_deepseek_labels(layout_of)
+
+    def conditional_of(pairs):
+        steps = [Step(drafted=[0] * n, accepted=a, emitted=[0] * (a + 1), bonus=0,
+                      bonus_source="target" if a == n else "correction", forwards=1) for n, a in pairs]
+        return Trace(method="exercise", prompt=[0], steps=steps, k=4).conditional_acceptance
+    assert ex5.check_conditional_acceptance(conditional_of)
+    assert batches.check_tree_width(lambda w: 1 + sum(nodes_per_depth(w)))
+
+
+# ---------------------------------------------------------------------------------- plausible wrong answers
+# Each wrong answer below gets the easy cases right (limits, the cases where k divides m, alpha in {0, 1}, ...):
+# a checker that tested only those would pass it.
+PLAUSIBLE_WRONG = [
+    (blockwise.check_plain_steps, lambda m, k: 2 * math.ceil(m / k) - (m % k == 1)),  # right but for k = 1
+    (blockwise.check_overlap_steps, lambda m, k: 1 + (m - 1) // k),                    # right when k divides m - 1
+    (blockwise.check_accepted_prefix, lambda d, t: next((i for i, (a, b) in enumerate(zip(d, t)) if a != b), 0)),
+    (meta.check_expected_tokens, lambda a, n: 1.0 if a == 0 else n + 1.0 if a == 1 else 1 + a * (1 - a ** n)),
+    (meta.check_shift, lambda lg, x, K: sum(F.cross_entropy(lg[:, :lg.shape[1] - k, k].reshape(-1, lg.shape[-1]),
+                                                            x[:, k + 1:].reshape(-1), reduction="sum")
+                                            for k in range(K)) / x[:, 1:].numel() / K),  # right sums, wrong counts
+    (bottleneck.check_speedup, lambda t, c, q: t / c[q] ** 0.5),          # right whenever the cost is flat
+    (bottleneck.check_latency_cut, lambda s: 1 - 1 / s if s in (1.0, 2.0, 4.0) else (s - 1) / (s + 1)),
+    (deepseek.check_deepseek_labels, lambda T, k: (list(range(k + 1, T + 1)), list(range(k + 2, T + 2))) if k < 2
+     else (list(range(k, T + 1)), list(range(k + 1, T + 2)))),  # right for the main model and module 1 only
+    (deepseek.check_deepseek_forwards, lambda m, D: 1 + (m - 1) // (D + 1)),
+    (sampling.check_acceptance_rate, lambda p, q: float(torch.minimum(p, q).sum() ** 2) if not torch.equal(p, q)
+     else 1.0),
+    (ex5.check_conditional_acceptance, lambda steps: [
+        (sum(a > i for _, a in steps) / sum(n > i for n, _ in steps)) if sum(n > i for n, _ in steps) else
+        float("nan") for i in range(max(n for n, _ in steps))]),  # divides by the steps that proposed draft i
+    (ex5.check_sampled_verdict, lambda p, q, u: u < min(1.0, q / p) if p > 0 else False),  # the ratio upside down
+    (ex5.check_step_speedup, lambda tps, split, ar: tps * ar / (split["target_s"] + split["draft_s"])),
+    (props.check_context_ratio, lambda w, a, q, c: (w + q * q * c * a) / (w + q * c * a)),  # every limit right
+    (props.check_context_ratio, lambda w, a, q, c: (w + q * math.sqrt(c) * a) / (w + math.sqrt(c) * a)),
+    (batches.check_tree_width, lambda w: 1 + sum(w) + (len(w) > 1) * math.prod(w)),
+    (batches.check_batch_speedup, lambda t, c: t / c if c < 1.6 else t / c ** 2),
+]
+
+
+@pytest.mark.parametrize("checker,wrong", PLAUSIBLE_WRONG,
+                         ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(PLAUSIBLE_WRONG)])
+def test_a_plausible_wrong_answer_is_caught(checker, wrong):
+    verdict = checker(wrong)
+    assert not verdict and verdict.why, verdict
+    assert not any(w in verdict.why for w in GIVEAWAYS), verdict.why
+
+
+def test_the_context_ratio_wrong_formula_passes_every_limit():
+    """Issue 39: the checker of 01's exercise 3 tested limits only; this wrong formula has every limit right, and
+    is now caught by the fixed cases (the reason says so)."""
+    verdict = props.check_context_ratio(lambda w, a, q, c: (w + q * q * c * a) / (w + q * c * a))
+    assert not verdict and "every limit holds" in verdict.why
+
+
+CHECKER_MODULES = ("blockwise", "meta", "bottleneck", "deepseek", "sampling", "batches", "peers", "check")
+# the package's functions that answer an exercise, or compute its answer
+ANSWER_NAMES = {"theory", "accept", "label_layout", "multi_token_loss", "conditional_acceptance", "conditional_counts",
+                "nodes_per_depth", "loop_ratios", "predicted_speedup", "expected_tokens_per_step", "forecast",
+                "plain_forwards", "overlap_forwards", "deepseek_forwards", "sources_claim_latency_cut", "_trace"}
+
+
+def _checker_functions():
+    import ast
+    import importlib
+    import inspect
+    mods = [importlib.import_module(f"mtplab.teaching.{m}") for m in CHECKER_MODULES] + [ex5]
+    for mod in mods:
+        tree = ast.parse(inspect.getsource(mod))
+        defs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+        for name, f in defs.items():
+            if name.startswith("check_") and name not in ("check_record", "check_laptop_prediction"):
+                # the checker and the module's private helpers it calls
+                called = {n.func.id for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+                yield mod.__name__, name, [f] + [defs[c] for c in called if c in defs and c.startswith("_")]
+
+
+def test_no_checker_calls_the_function_that_answers_its_exercise():
+    """Issue 39 B5: checkers compared the student's answer with public functions (theory.*, accept, label_layout,
+    multi_token_loss, Trace.conditional_acceptance), so the answer was one call away; now they hold fixed cases."""
+    import ast
+    found = list(_checker_functions())
+    assert len(found) >= 18, [f[1] for f in found]
+    for mod, name, fns in found:
+        used = {n.id for f in fns for n in ast.walk(f) if isinstance(n, ast.Name)}
+        used |= {n.attr for f in fns for n in ast.walk(f) if isinstance(n, ast.Attribute)}
+        assert not used & ANSWER_NAMES, f"{mod}.{name} uses {sorted(used & ANSWER_NAMES)}"
+
+
+# notebook -> what answers its exercises; none of it may be imported or named before the first exercise cell
+NOTEBOOK_ANSWERS = {
+    "02": ("plain_forwards", "overlap_forwards", "decoding.accept import"),
+    "03": ("multi_token_loss", "expected_tokens_per_step"),
+    "04": ("theory.deepseek_forwards", "import theory"),
+    "05": ("conditional_counts", ".conditional_acceptance", "theory.predicted_speedup"),
+    "06": ("import accept", "getsource(accept"),
+    "10": ("loop_ratios(",),
+}
+
+
+@pytest.mark.parametrize("key", sorted(NOTEBOOK_ANSWERS))
+def test_no_notebook_shows_an_answer_before_its_exercise(key):
+    import json
+    import re
+    from pathlib import Path
+    path = next((Path(__file__).resolve().parent.parent / "notebooks").glob(f"{key}_*.ipynb"))
+    cells = json.loads(path.read_text())["cells"]
+    first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code"
+                 and re.search(r"check_\w+\((my_|best_k\b|loop_ratio\b)", "".join(c["source"])))
+    for i, c in enumerate(cells[:first]):
+        text = "".join(c["source"])
+        for name in NOTEBOOK_ANSWERS[key]:
+            assert name not in text, f"{path.name} cell {i} shows {name!r} before the exercises (cell {first})"
 
 
 # ---------------------------------------------------------------------------------- notebook 05
-from mtplab.teaching.acceptance_lab import exercises as ex5  # noqa: E402
 
 
 def test_nb05_checkers_accept_right_answers():
@@ -147,7 +273,6 @@ def test_a_wrong_answer_is_told_its_case_never_the_expected_value(checker, wrong
 
 
 # ---------------------------------------------------------------------------------- checked by properties alone
-from mtplab.teaching import check as props  # noqa: E402
 from mtplab.teaching import classroom, peers  # noqa: E402
 
 PROPERTY_CASES = [

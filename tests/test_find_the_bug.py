@@ -21,9 +21,9 @@ def test_the_lab_plants_six_bugs_and_two_correct_rules():
     assert len(CORRECT) == 2 and list(ANSWERS) == list(bugs.RULES)
 
 
-def test_the_package_holds_digests_of_the_key_not_the_key():
+def test_the_package_holds_a_digest_of_the_key_not_the_key():
     """Issue 39: the answer key lived one attribute away (find_the_bug.ANSWERS) and the module docstring described
-    every bug. The package's digests and sealed explanations are made from instructor/'s key."""
+    every bug. The package's one digest and sealed explanations are made from instructor/'s key."""
     assert (bugs._KEY, bugs._SEALED) == answer_key.sealed()
     assert not hasattr(bugs, "ANSWERS")
     for what, broken, why in ANSWERS.values():
@@ -76,16 +76,23 @@ def test_bf16_rule_changes_p_only_through_rounding():
     assert (logits - logits.round()).abs().max() == 0  # bf16 steps by 1 between 128 and 256
 
 
-def test_check_verdicts_grades_the_answers_without_naming_them():
+def test_check_verdicts_grades_the_set_and_says_nothing_about_one_rule():
+    """Issue 39 B5: the package kept one digest per rule, and a wrong set was told how many verdicts were off, so
+    one guess at one rule (or flipping one verdict) revealed that rule. Now one digest covers the whole set, and
+    every wrong set, whichever and however many verdicts are off, gets the same words."""
+    import itertools
     right = dict(answer_key.BROKEN)
     assert bugs.check_verdicts(right)
-    verdict = bugs.check_verdicts(dict(right, rule_e=False))
-    assert not verdict and "1 of 8 verdicts is off" in verdict.why and "1 you called correct is broken" in verdict.why
-    cried_wolf = bugs.check_verdicts(dict(right, rule_b=True, rule_c=False))
-    assert not cried_wolf and "2 of 8 verdicts are off" in cried_wolf.why and "1 you called broken is correct" in \
-        cried_wolf.why
-    for wrong in (verdict, cried_wolf):  # a wrong answer never names a rule: with two answers a name is the key
-        assert not any(name in wrong.why for name in bugs.RULES)
+    wrongs = [bugs.check_verdicts(dict(right, **{name: not right[name]})) for name in bugs.RULES]  # one flipped
+    wrongs += [bugs.check_verdicts(dict(right, **{a: not right[a], b: not right[b]}))  # two flipped
+               for a, b in itertools.islice(itertools.combinations(bugs.RULES, 2), 3)]
+    wrongs.append(bugs.check_verdicts({name: not v for name, v in right.items()}))  # every one flipped
+    assert not any(wrongs)
+    assert len({w.why for w in wrongs}) == 1, {w.why for w in wrongs}  # the same words for every wrong set
+    assert not any(name in wrongs[0].why for name in bugs.RULES) and "the set" in wrongs[0].why
+    assert not any(ch.isdigit() for ch in wrongs[0].why.replace(str(len(bugs.RULES)), "").replace("20", "")
+                   .replace(str(bugs.ALPHA), ""))  # no count of what is off
+    assert isinstance(bugs._KEY, str) and not hasattr(bugs, "_right")  # one digest, no per-rule test to call
     assert "no verdict yet for rule_h" in bugs.check_verdicts({n: v for n, v in right.items() if n != "rule_h"}).why
     assert not bugs.check_verdicts(["rule_a"])
     assert "unknown rule" in bugs.check_verdicts(dict(right, rule_z=True)).why

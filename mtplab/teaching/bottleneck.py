@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import torch
-from mtplab.measuring import theory
 import statistics
 import warnings
 from mtplab.decoding.loop import autoregressive
@@ -25,16 +24,20 @@ from mtplab.measuring.record import Record
 
 
 # ---------------------------------------------------------------------------------- notebook 01
+# (tokens per step, cost curve, q) -> the predicted speedup, computed once: fixed cases, not the package's formula
+_CURVES = [{1: 1.0, 2: 1.05, 4: 1.2, 8: 1.7}, {1: 1.0, 2: 1.6, 4: 2.9, 8: 5.5}, {1: 1.0, 4: 1.0, 8: 1.0}]
+_SPEEDUP_CASES = [((3.2, 0, 4), 2.666666666666667), ((1.8, 0, 2), 1.7142857142857142), ((3.2, 1, 4), 1.103448275862069),
+                  ((4.0, 2, 4), 4.0), ((6.5, 0, 8), 3.823529411764706)]
+
+
 def check_speedup(fn) -> Check:
     """fn(tokens_per_step, cost_curve, q) -> predicted wall-clock speedup over autoregressive decoding.
 
     cost_curve is {q: t(q)/t(1)}; a step feeds q tokens to one forward and commits tokens_per_step tokens.
     """
     name = "predicted speedup"
-    curves = [{1: 1.0, 2: 1.05, 4: 1.2, 8: 1.7}, {1: 1.0, 2: 1.6, 4: 2.9, 8: 5.5}, {1: 1.0, 4: 1.0, 8: 1.0}]
-    cases = [(3.2, curves[0], 4), (1.8, curves[0], 2), (3.2, curves[1], 4), (4.0, curves[2], 4), (6.5, curves[0], 8)]
-    for tps, curve, q in cases:
-        want = theory.predicted_speedup(tps, curve, q)
+    for (tps, c, q), want in _SPEEDUP_CASES:
+        curve = _CURVES[c]
         got, err = _call(fn, tps, dict(curve), q)
         if err:
             return Check(name, False, f"fn({tps}, {curve}, {q}) raised {err}")
@@ -49,19 +52,21 @@ def check_speedup(fn) -> Check:
             elif math.isclose(g, tps * curve[q], rel_tol=1e-6):
                 hint = " You multiplied by the cost of the step; divide: tokens per unit of time."
             return Check(name, False, f"wrong on a case like fn({tps}, {curve}, q={q}), which gave {g:.4g}.{hint}")
-    return Check(name, True, "tokens per step divided by the step's cost in units of t(1), as "
-                             "theory.predicted_speedup computes it")
+    return Check(name, True, "tokens per step against what a step costs in forwards of one token")
+
+
+# speedup -> the fraction of the latency it removes, computed once
+_CUT_CASES = {4.0: 0.75, 2.0: 0.5, 1.25: 0.2, 1.0: 0.0, 10.0: 0.9, 1.6: 0.375}
 
 
 def check_latency_cut(fn) -> Check:
     """fn(speedup) -> the fraction of decoding latency removed by that speedup (0.75 for 4x)."""
     name = "latency cut from a speedup"
-    for s in (4.0, 2.0, 1.25, 1.0, 10.0):
+    for s, want in _CUT_CASES.items():
         got, err = _call(fn, s)
         if err:
             return Check(name, False, f"fn({s}) raised {err}")
         g = _number(got)
-        want = 1 - 1 / s
         if g is None:
             return Check(name, False, f"fn({s}) returned {got!r}; return a fraction between 0 and 1")
         if not math.isclose(g, want, abs_tol=1e-9):
@@ -71,8 +76,7 @@ def check_latency_cut(fn) -> Check:
             elif math.isclose(g, 1 / s, abs_tol=1e-9):
                 hint = " That is the latency that remains, not the part removed."
             return Check(name, False, f"wrong on a case like fn({s}), which gave {g:.4g}.{hint}")
-    k4 = theory.sources_claim_latency_cut(4)
-    return Check(name, True, f"a speedup s removes 1 - 1/s of the latency; the sources' 4x gives {k4:.0%}")
+    return Check(name, True, "a speedup s leaves 1/s of the latency; the sources' 4x removes 75%")
 
 
 def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: int = 5,

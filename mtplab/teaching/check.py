@@ -51,9 +51,11 @@ def number_from(fn, *args, case: str) -> tuple[float | None, str | None]:
     return v, None
 
 
-# ---------------------------------------------------------------------------------- checked by properties alone
-# These checkers hold no formula of their own: each tests properties that only a right answer has on every case
-# (limits, monotonicity, invariances), so the package carries no reference solution for them.
+# ---------------------------------------------------------------------------------- checked by properties and cases
+# These checkers hold no formula of their own: each tests properties that a right answer has on every case
+# (limits, monotonicity, invariances) and a few fixed cases whose answers were computed once, so the package carries
+# no reference solution for them. Every checker of the lab works so: it compares with fixed cases or properties,
+# never with a function of the package that answers the exercise (tests/test_exercises.py checks it).
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
 
@@ -61,8 +63,8 @@ def _close(a: float, b: float) -> bool:
 def check_context_ratio(fn) -> Check:
     """Notebook 01, exercise 3: fn(weights_ms, attn_ms, q, context) -> t(q)/t(1) for a forward that reads the
     weights once (weights_ms, whatever q is) and spends attn_ms for every (new token, context token) pair. Checked
-    by its limits: q = 1 gives 1; no attention gives 1; weights for free give q; it lies in [1, q]; and with both
-    parts it grows with the context."""
+    by its limits: q = 1 gives 1; no attention gives 1; weights for free give q; it lies in [1, q]; with both
+    parts it grows with the context; and by fixed cases (a wrong formula can have every limit right)."""
     name = "t(q)/t(1) against the context"
     grid = [(w, a, q, c) for w in (0.5, 3.0, 20.0) for a in (0.0, 0.001, 0.02) for q in (1, 2, 4, 8)
             for c in (16, 128, 1024)]
@@ -95,8 +97,22 @@ def check_context_ratio(fn) -> Check:
                     return Check(name, False, f"on a case like weights_ms={w}, attn_ms={a}, q={q}: the longer the "
                                               "context, the larger attention's share of a forward, and only that "
                                               "share grows with q")
+    for (w, a, q, c), want in _CONTEXT_CASES.items():
+        case = f"on a case like weights_ms={w}, attn_ms={a}, q={q}, context={c}"
+        v, why = number_from(fn, w, a, q, c, case=case)
+        if why:
+            return Check(name, False, why)
+        if not abs(v - want) <= 1e-6 * want:
+            return Check(name, False, f"{case}: every limit holds, but not the sizes in between: the weights are read "
+                                      "once per forward, and attention costs attn_ms for each (new token, context "
+                                      "token) pair")
     return Check(name, True, "the weights are read once per forward and attention grows with q x context, so a "
                              "longer context moves t(q)/t(1) towards q")
+
+
+# (weights_ms, attn_ms, q, context) -> t(q)/t(1), computed once
+_CONTEXT_CASES = {(3.0, 0.001, 4, 256): 1.2358722358722358, (0.5, 0.02, 8, 64): 6.033707865168539,
+                  (20.0, 0.003, 2, 1000): 1.1304347826086956, (1.0, 0.0005, 16, 512): 4.057324840764331}
 
 
 def check_best_k(fn) -> Check:

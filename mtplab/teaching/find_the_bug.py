@@ -11,8 +11,9 @@ why, is the exercise. The broken ones are of the shape of public reports (the ke
 instructor/find_the_bug_key.py, which the student copy leaves out).
 
 The students see the rules under neutral names (`RULES`: rule_a, rule_b, ...). The package holds no answer key:
-`check_verdicts` compares each verdict with a salted per-rule digest and grades without naming which are off, and
-the explanations are sealed under the right verdicts, opened only by a passing check. `power` runs the
+`check_verdicts` compares the whole set of verdicts with one salted, slow digest and answers for the set alone
+(never how many or which verdicts are off, so one guess reveals no rule), and the explanations are sealed under the
+right set, opened only by a passing check. `power` runs the
 chi-square test of `mtplab.teaching.sampling` over many seeds and returns how often it rejects: high for a bug,
 about alpha for a correct rule. Nothing a notebook draws or prints shows the key before the student's verdicts
 pass: `earned(check)` is the key only after a passing check, and `power_figure`, `power_text` and `label` are
@@ -124,14 +125,22 @@ RULES = {name: rule for name, rule in ((f.__name__, f) for f in (rule_a, rule_b,
 _SALT = b"mtplab find-the-bug, notebook 08"
 
 
-def _digest(name: str, broken: bool) -> str:
-    """A salted digest of one verdict: the package keeps the right verdict's digest, not the verdict."""
-    return hashlib.sha256(_SALT + f":{name}:{int(bool(broken))}".encode()).hexdigest()[:24]
+_ROUNDS = 200_000  # PBKDF2 rounds: a tenth of a second a try, so a script that tries every set pays for it
+
+
+def _bits(verdicts: dict) -> bytes:
+    return bytes(int(bool(verdicts[r])) for r in RULES)
+
+
+def _digest(verdicts: dict) -> str:
+    """A salted, slow digest of a whole set of verdicts (in RULES order): the package keeps the right set's digest,
+    never one per rule, so a check answers for the set alone and a guess at one rule learns nothing about it."""
+    return hashlib.pbkdf2_hmac("sha256", _bits(verdicts), _SALT, _ROUNDS).hex()[:32]
 
 
 def _stream(verdicts: dict, n: int) -> bytes:
     """n key-stream bytes derived from a full set of verdicts (in RULES order)."""
-    seed = hashlib.sha256(_SALT + bytes(int(bool(verdicts[r])) for r in RULES)).digest()
+    seed = hashlib.sha256(_SALT + _bits(verdicts)).digest()
     out = b""
     i = 0
     while len(out) < n:
@@ -140,16 +149,7 @@ def _stream(verdicts: dict, n: int) -> bytes:
     return out[:n]
 
 
-_KEY = {  # per rule: the salted digest of the right verdict (instructor/find_the_bug_key.py makes it)
-    "rule_a": "4e2bb438274f16758f78ef9d",
-    "rule_b": "ddc978227e704a7062f10959",
-    "rule_c": "46512ae784fb48a2bcd29b39",
-    "rule_d": "e062c09583f687854d0c0b6b",
-    "rule_e": "f3fa584231dff95dabfe42de",
-    "rule_f": "a28a66109fde3a1a221b5fad",
-    "rule_g": "f687a5bbf8a8e7cb87bcb96a",
-    "rule_h": "88832d23cab4dec9f1491549",
-}
+_KEY = "04308701d2f0d9f3c097ea1e50c957a8"  # the salted digest of the right set of verdicts (instructor/find_the_bug_key.py makes it)
 _SEALED = (  # the explanations, sealed under the right verdicts
     "kzet+EOqLLgKeeEwjaPBVUs2cyYavpJS+EMh3/gp0QUsy7KB+B9fOeHcOkVDgJW5y0U16PRZc6VNOJTANsZa37iXt1APzFQ7HSsa"
     "1vKVkYxp0RBZhFVaFILPEcLk8Is5Yh6lLS5kPe8Qv9+tkLMKXO7q8IeZ9Awlm+AMSosc0mn3LH3rovp04G7q2fXiXFwpnFmh2ntV"
@@ -166,10 +166,6 @@ _SEALED = (  # the explanations, sealed under the right verdicts
     "X7AQX7srHAwJEfcJdorDr75ofA6Y2+UHr+o+o2baktGzafJZNCEXEM3KkJRaufaygZefSILmxowZ2657gCFLulJZ4HiB5iK4mXWV"
     "6SdK8IdhTYmnk7d+t84x02I42r9T6MJ0n3RTHJUw+r0ud/RD7hZKFj/0SvSsF2nr"
 )
-
-
-def _right(name: str, verdict) -> bool:
-    return _digest(name, bool(verdict)) == _KEY[name]
 
 
 def _open(verdicts: dict) -> dict[str, str]:
@@ -236,8 +232,8 @@ def power_table(*, seeds: int = 20, n: int = N_DRAWS) -> dict[str, float]:
 def check_verdicts(verdicts: dict) -> Check:
     """verdicts: {rule name: True if you think it is broken}. Right when every rule is judged right.
 
-    A wrong answer says how many verdicts are off and in which direction, never which rule: with two answers
-    per rule, naming the rule would give the key away."""
+    One verdict for the whole set: a wrong set is told that it is wrong, never how many or which rules are off (a
+    count would change by one when one verdict flips, and so name that rule's answer)."""
     name = "find the bug"
     if not isinstance(verdicts, dict):
         return Check(name, False, "give a dict such as {'rule_a': True, 'rule_b': False, ...} (True = broken)")
@@ -247,19 +243,12 @@ def check_verdicts(verdicts: dict) -> Check:
     missing = [r for r in RULES if verdicts.get(r) is None]
     if missing:
         return Check(name, False, f"no verdict yet for {', '.join(missing)}")
-    wrong = [r for r in RULES if not _right(r, verdicts[r])]
-    if wrong:
-        passed = sum(not verdicts[r] for r in wrong)  # broken rules you called correct
-        hints = []
-        if passed:
-            hints.append(f"{passed} you called correct {'is' if passed == 1 else 'are'} broken: a bug can hide on "
-                         "one seed; run bugs.power(bugs.RULES[name], seeds=20) on the rules you passed, and read "
-                         "their listings against the shared helpers")
-        if len(wrong) - passed:
-            hints.append(f"{len(wrong) - passed} you called broken {'is' if len(wrong) - passed == 1 else 'are'} "
-                         f"correct: one small p-value on one seed happens at rate {ALPHA}")
-        verb = "is" if len(wrong) == 1 else "are"
-        return Check(name, False, f"{len(wrong)} of {len(RULES)} verdicts {verb} off. " + "; ".join(hints))
+    if _digest(verdicts) != _KEY:
+        return Check(name, False, f"not every one of the {len(RULES)} verdicts is right (the checker grades the set, "
+                                  "not a rule). A bug can hide on one seed: run bugs.power(bugs.RULES[name], "
+                                  "seeds=20) on the rules you passed, and read their listings against the shared "
+                                  f"helpers; one small p-value on one seed happens at rate {ALPHA}, so a rule you "
+                                  "called broken on one seed may be correct")
     key = {r: bool(verdicts[r]) for r in RULES}
     _EARNED.clear()
     _EARNED.update(key)

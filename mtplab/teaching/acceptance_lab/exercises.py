@@ -1,6 +1,7 @@
 """Checkers for notebook 05 (the acceptance lab). The contract of `mtplab.teaching.check`: a checker runs the
-student's function on several inputs, compares it with mtplab's own answer and returns a `Check`; it never
-raises because of the student's code.
+student's function on several inputs, compares it with fixed cases whose answers were computed once (never with a
+function of the package, so no answer is one call away) and returns a `Check`; it never raises because of the
+student's code.
 
     check_conditional_acceptance(fn)   fn(steps) -> P(draft i accepted | drafts 1..i-1 accepted), per i
     check_sampled_verdict(fn)          fn(p_d, q_d, u) -> was the sampled draft kept?
@@ -9,23 +10,16 @@ raises because of the student's code.
 from __future__ import annotations
 
 import math
-import random
 from mtplab.teaching.check import Check, _call, _number
-from mtplab.decoding.trace import Step, Trace
 
-
-def _trace(pairs: list[tuple[int, int]]) -> Trace:
-    steps = [Step(drafted=[0] * n, accepted=a, emitted=[0] * (a + 1), bonus=0,
-                  bonus_source="target" if a == n else "correction", forwards=1) for n, a in pairs]
-    return Trace(method="exercise", prompt=[0], steps=steps, k=4)
-
-
+NAN = float("nan")
+# steps [(n_drafted, n_accepted), ...] -> the conditional rate per draft position, counted by hand
 _STEP_CASES = [
-    [(3, 3), (3, 1), (3, 0), (3, 2)],
-    [(3, 0), (3, 0)],
-    [(2, 2), (2, 2), (2, 1)],
-    [(3, 3), (1, 1), (3, 0)],  # a short step (the end of the decode) proposes fewer drafts
-    [(0, 0), (3, 1)],          # the prefill proposes nothing
+    ([(3, 3), (3, 1), (3, 0), (3, 2)], [3 / 4, 2 / 3, 1 / 2]),
+    ([(3, 0), (3, 0)], [0.0, NAN, NAN]),
+    ([(2, 2), (2, 2), (2, 1)], [1.0, 2 / 3]),
+    ([(3, 3), (1, 1), (3, 0)], [2 / 3, 1.0, 1.0]),  # a short step (the end of the decode) proposes fewer drafts
+    ([(0, 0), (3, 1)], [1.0, 0.0, NAN]),           # the prefill proposes nothing
 ]
 
 
@@ -34,8 +28,7 @@ def check_conditional_acceptance(fn) -> Check:
     the steps that reached draft i+1 (proposed it, and accepted every draft before it) that accepted it too;
     NaN where no step reached it."""
     name = "conditional acceptance"
-    for pairs in _STEP_CASES:
-        want = _trace(pairs).conditional_acceptance
+    for pairs, want in _STEP_CASES:
         got, err = _call(fn, list(pairs))
         if err:
             return Check(name, False, f"fn({pairs}) raised {err}")
@@ -53,18 +46,28 @@ def check_conditional_acceptance(fn) -> Check:
                 hint = (" You divided by every step: that is the unconditional rate. Divide by the steps that "
                         "reached draft i, whose earlier drafts were all accepted.")
             return Check(name, False, f"wrong on a case like steps {pairs}, where you gave {got}.{hint}")
-    return Check(name, True, "accepted at i / reached i, as Trace.conditional_acceptance counts it")
+    return Check(name, True, "of the steps that reached draft i, the share that kept it")
 
 
-def check_sampled_verdict(fn, n: int = 200, seed: int = 0) -> Check:
+# (p(d), q(d), u) -> kept, decided once by hand from the rule of Leviathan et al. 2023, sec. 2.3
+_VERDICT_CASES = [
+    (0.5, 0.25, 0.9, True), (0.2, 0.8, 0.1, True), (0.2, 0.8, 0.3, False), (0.0, 0.5, 0.0, False),
+    (0.62, 0.75, 0.8, True), (0.94, 0.75, 0.92, True), (0.03, 0.48, 0.94, False), (0.65, 0.9, 0.11, True),
+    (0.47, 0.26, 0.54, True), (0.57, 0.03, 0.22, True), (0.28, 0.92, 0.77, False), (0.16, 0.8, 0.14, True),
+    (0.62, 0.14, 0.0, True), (0.87, 0.23, 0.22, True), (0.98, 0.87, 0.29, True), (0.96, 0.55, 0.68, True),
+    (0.2, 0.94, 0.69, False), (0.97, 0.9, 0.3, True), (0.36, 0.18, 0.15, True), (0.07, 0.32, 0.6, False),
+    (0.0, 0.68, 0.34, False), (0.31, 0.82, 0.48, False), (0.32, 0.49, 0.7, False), (0.06, 0.98, 0.02, True),
+    (0.75, 0.85, 0.02, True), (0.79, 0.38, 0.58, True), (0.01, 0.07, 0.18, False), (0.96, 0.21, 0.76, True),
+    (0.93, 0.94, 0.34, True), (0.35, 0.53, 0.78, False), (0.11, 0.75, 0.8, False), (0.86, 0.06, 0.95, True),
+    (0.3, 0.6, 0.45, True), (0.3, 0.6, 0.55, False), (0.1, 0.4, 0.2, True), (0.1, 0.4, 0.3, False),
+]
+
+
+def check_sampled_verdict(fn) -> Check:
     """fn(p_d, q_d, u) -> True when speculative sampling keeps a draft d with target probability p_d,
     drafter probability q_d and uniform draw u (Leviathan et al. 2023, sec. 2.3)."""
     name = "sampled verdict"
-    rng = random.Random(seed)
-    cases = [(0.5, 0.25, 0.9), (0.2, 0.8, 0.1), (0.2, 0.8, 0.3), (0.0, 0.5, 0.0)]
-    cases += [(rng.random(), rng.random() * 0.99 + 0.01, rng.random()) for _ in range(n)]
-    for p, q, u in cases:
-        want = u < min(1.0, p / q)
+    for p, q, u, want in _VERDICT_CASES:
         got, err = _call(fn, p, q, u)
         if err:
             return Check(name, False, f"fn({p:.3f}, {q:.3f}, {u:.3f}) raised {err}")
@@ -74,20 +77,20 @@ def check_sampled_verdict(fn, n: int = 200, seed: int = 0) -> Check:
             hint = " Compare u with p/q, not with p alone: q is how eager the drafter was." if (u < p) == bool(got) else ""
             return Check(name, False, f"wrong on a case like p(d)={p:.3f}, q(d)={q:.3f}, u={u:.3f}, where you said "
                                       f"{'kept' if got else 'rejected'}.{hint}")
-    return Check(name, True, "keep when u < min(1, p(d)/q(d)): a draft the drafter over-proposes is thinned "
-                             "to exactly the target's probability")
+    return Check(name, True, "a draft the drafter over-proposes is thinned to exactly the target's probability")
+
+
+# (tokens per step, the split in seconds, AR step in seconds) -> the speedup, computed once
+_SPLIT_CASES = [(2.0, dict(target_s=0.010, draft_s=0.002, overhead_s=0.001), 0.008, 1.2307692307692308),
+                (3.1, dict(target_s=0.012, draft_s=0.010, overhead_s=0.004), 0.009, 1.073076923076923),
+                (1.0, dict(target_s=0.008, draft_s=0.0, overhead_s=0.0), 0.008, 1.0)]
 
 
 def check_step_speedup(fn) -> Check:
     """fn(tokens_per_step, split, ar_step_s) -> speedup over AR. split is Trace.time_split() (seconds per step
     in target_s, draft_s, overhead_s); an AR step takes ar_step_s and commits one token."""
     name = "speedup from the time split"
-    cases = [(2.0, dict(target_s=0.010, draft_s=0.002, overhead_s=0.001), 0.008),
-             (3.1, dict(target_s=0.012, draft_s=0.010, overhead_s=0.004), 0.009),
-             (1.0, dict(target_s=0.008, draft_s=0.0, overhead_s=0.0), 0.008)]
-    for tps, split, ar in cases:
-        step = split["target_s"] + split["draft_s"] + split["overhead_s"]
-        want = tps * ar / step
+    for tps, split, ar, want in _SPLIT_CASES:
         got, err = _call(fn, tps, dict(split), ar)
         if err:
             return Check(name, False, f"fn({tps}, {split}, {ar}) raised {err}")
@@ -98,5 +101,5 @@ def check_step_speedup(fn) -> Check:
                 hint = " You left out the drafter and the overhead: the step takes all three."
             return Check(name, False, f"wrong on a case like tokens/step {tps}, split {split}, AR step {ar}, "
                                       f"where you gave {got!r}.{hint}")
-    return Check(name, True, "speedup = tokens per step x AR time per token / time per step (target + drafter + "
-                             "overhead)")
+    return Check(name, True, "a step's tokens against what the step costs in AR steps, drafter and overhead "
+                             "included")
