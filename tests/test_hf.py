@@ -18,7 +18,8 @@ from mtplab.cli import main as cli_main  # noqa: E402
 from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
-from mtplab.hf.target import load_heads, load_hf, load_target, read_heads_info, save_heads  # noqa: E402
+from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
+from mtplab.hf.target import load_hf, load_target  # noqa: E402
 from mtplab.hf.run import reference_generate, train_heads  # noqa: E402
 from mtplab.training.steps import train_step  # noqa: E402
 from mtplab.training.losses import self_distill_cross_entropies  # noqa: E402

@@ -65,7 +65,7 @@ def test_forwards_are_counted_on_the_lab_forward_of_a_llama(tmp_path):
 
 def test_heads_row_equals_hf_greedy(models, tmp_path):
     from mtplab.hf.run import train_heads
-    from mtplab.hf.target import load_heads, save_heads
+    from mtplab.hf.heads_file import load_heads, save_heads
 
     t = load_hf(models / "target")
     train_heads(t, heads="deepseek", n_modules=1, steps=3, batch_size=2, seq_len=32)

@@ -20,7 +20,8 @@ from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
 from mtplab.hf.distill import TrunkCache, cache_tensors, heldout_prompts, template_prompts  # noqa: E402
 from mtplab.hf.run import fit_heads, reference_generate  # noqa: E402
-from mtplab.hf.target import load_heads, load_hf, load_target, read_heads_info, save_heads  # noqa: E402
+from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
+from mtplab.hf.target import load_hf, load_target  # noqa: E402
 from mtplab.training import runs  # noqa: E402
 from mtplab.training.losses import sub_vocab_index  # noqa: E402
 
@@ -150,13 +151,13 @@ def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monk
     data = tmp_path / "data"
     (data / "answers").mkdir(parents=True)
     prompts = ["def f(x):", "import os"]
-    got = [{"category": "code", "source": "magpie", "prompt": q, "prompt_len": len(distill._chat(t.tokenizer, q)),
+    got = [{"category": "code", "source": "magpie", "prompt": q, "prompt_len": len(real.template_ids(t.tokenizer, q)),
             "answer_ids": rows[i]["answer_ids"]} for i, q in enumerate(prompts)]
     (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
     work = distill.Work(tmp_path / "work").limits(t)
     assert distill.stage_import(t, work, data) == 2
     mine = work.read_answers(work.shards("answers")[0])
-    assert [r["prompt_ids"] for r in mine] == [distill._chat(t.tokenizer, q) for q in prompts]
+    assert [r["prompt_ids"] for r in mine] == [real.template_ids(t.tokenizer, q) for q in prompts]
     assert [r["answer_ids"] for r in mine] == [rows[0]["answer_ids"], rows[1]["answer_ids"]]
     distill.stage_cache(t, work)
     assert len(distill.TrunkCache.load(work).rows) == 2
@@ -164,6 +165,43 @@ def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monk
     (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
     with pytest.raises(MtplabError, match="another tokenizer or chat template"):
         distill.stage_import(t, distill.Work(tmp_path / "work2").limits(t), data)
+
+
+def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch):
+    """`distill --work W --data D --stages answers,cache,deepseek,stern`, then `--stages ship`: the answers come from
+    a chatdata folder (the one way in); a tiny chat Llama stands in for the real model, a folder under tmp_path for
+    data/hf, and the shipped heads decode exactly over their draft vocabulary."""
+    from mtplab import paths
+    from mtplab.hf import distill
+    from mtplab.hf import target as hft
+    t, rows = tiny
+    monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
+                                                      "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
+    data = tmp_path / "data"
+    (data / "answers").mkdir(parents=True)
+    got = [{"category": ["code", "qa"][i % 2], "source": "magpie", "prompt": f"question {i}",
+            "prompt_len": len(real.template_ids(t.tokenizer, f"question {i}")), "answer_ids": r["answer_ids"]}
+           for i, r in enumerate(rows)]
+    (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 1, "cpu_s": 1.0, "wall_s": 1.0}))
+    monkeypatch.setattr(hft, "load_hf", lambda model, device=None: t)
+    res = distill.run_distill(next(iter(real.REAL_MODELS)), tmp_path / "w", data=data, steps=2,
+                              stages=("answers", "cache", "deepseek", "stern"))
+    assert set(res["histories"]) == {"deepseek", "stern"} and res["histories"]["stern"][-1]["step"] == 2
+    assert [p.name for p in (tmp_path / "w" / "cache").iterdir()] == ["00000.safetensors"]
+    monkeypatch.setenv("MTPLAB_WRITE_SHIPPED", "1")
+    monkeypatch.setattr(paths, "HF_DIR", tmp_path / "hf")
+    distill.run_distill(next(iter(real.REAL_MODELS)), tmp_path / "w", stages=("ship",))
+    out = tmp_path / "hf" / next(iter(real.REAL_MODELS))
+    assert sorted(p.name for p in out.iterdir()) == ["deepseek-d1.safetensors", "draft-vocab.json", "record.json",
+                                                      "stern-k4.safetensors"]
+    record = json.loads((out / "record.json").read_text())
+    assert record["data"]["prompts"] == len(rows) and record["data"]["by_category"] == {"code": 12, "qa": 12}
+    load_heads(t, out / "stern-k4.safetensors")
+    assert t.draft_vocab.tolist() == sorted({i for r in rows for i in r["answer_ids"]})
+    p = rows[0]["prompt_ids"]
+    assert decode_with("blockwise-overlap", t, p, max_new_tokens=8, k=3).tokens == reference_generate(t, p, max_new_tokens=8)
+    t._use_draft_vocab(None)
+    t.mtp, t.config = None, t.config.with_heads("none", 1)
 
 
 def test_draft_vocab_projection_matches_the_full_one_inside_it(tiny):

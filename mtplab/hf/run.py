@@ -31,7 +31,8 @@ from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
 from mtplab.device import describe, now, pick
 from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads
-from mtplab.hf.target import base_record, load_hf, load_target, save_heads
+from mtplab.hf.heads_file import base_record, save_heads
+from mtplab.hf.target import load_hf, load_target
 from mtplab.files import read_bounded
 from mtplab.model import kernels
 from mtplab.model.config import HEAD_FAMILIES
@@ -170,6 +171,9 @@ def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
     return out
 
 
+TRAINED = "self-distilled on the model's own greedy answers (mtplab distill)"  # what a distilled heads file says
+
+
 def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, steps: int,
               batch_size: int = 8, lr: float = 1e-3, unroll: int = 3, seed: int = 0, val_rows: int = 24,
               weights=(1.0, 0.6, 0.4, 0.3), out=None, resume: bool = False, overwrite: bool = False,
@@ -191,8 +195,6 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
     params = list(target.mtp.parameters())
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)  # saved with the set (the batches themselves are `_rows`)
-    settings = {"heads": heads, "n_depths": n_depths, "batch_size": batch_size, "lr": lr, "unroll": unroll,
-                "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {})}
 
     def step_fn(step: int) -> float:
         with autocast_context(dev, "auto"):
@@ -209,22 +211,32 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
                 + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
         return rec
 
-    def save(done: int, history: list, early: bool) -> None:
-        meta = {"trained": "self-distilled on the model's own greedy answers (mtplab distill)", "steps": done}
-        runs.save(out, heads, model=target.mtp, opt=opt, gen=gen, step=done, history=history, settings=settings,
-                  live=target.mtp.state_dict(), write_weights=lambda p: save_heads(target, p, meta=meta, vocab=vocab))
-
     kw = dict(steps=steps, lr=lr, warmup=max(1, steps // 20), record=record, eval_every=max(1, steps // 20),
               max_seconds=max_seconds)
     if out is None:
         return fit.run(step_fn, opt, params, **kw)
-    out = Path(out)
+    settings = {"heads": heads, "n_depths": n_depths, "batch_size": batch_size, "lr": lr, "unroll": unroll,
+                "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {})}
+    return _fit_saved(target, Path(out), heads, step_fn, opt, params, gen, vocab, settings, resume=resume,
+                      overwrite=overwrite, **kw)
+
+
+def _fit_saved(target, out: Path, heads: str, step_fn, opt, params, gen, vocab, settings: dict, *, resume: bool,
+               overwrite: bool, **kw) -> list[dict]:
+    """`fit_heads`' run as one save set OUT/FAMILY: locked, saved by steps, by time and at SIGINT/SIGTERM, continued
+    with `resume` (after its settings are checked) or replaced with `overwrite`."""
     old = out / f"{heads}.pt"
     if os.path.lexists(old) and not os.path.lexists(runs.paths(out, heads)["manifest"]) and not overwrite:
         raise MtplabError(f"{old} is a save set of an older distill; the head training now saves {heads}.safetensors "
                           f"and {heads}.state.*: delete {old} and rerun the {heads} stage")
     runs.check_out(out, heads, resume=resume, overwrite=overwrite)
     manifest = runs.read_manifest(out, heads) if resume and runs.paths(out, heads)["manifest"].exists() else None
+
+    def save(done: int, history: list, early: bool) -> None:
+        meta = {"trained": TRAINED, "steps": done}
+        runs.save(out, heads, model=target.mtp, opt=opt, gen=gen, step=done, history=history, settings=settings,
+                  live=target.mtp.state_dict(), write_weights=lambda p: save_heads(target, p, meta=meta, vocab=vocab))
+
     with runs.lock(out, heads), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(out, heads)

@@ -62,7 +62,8 @@ class _Evil:
 @pytest.fixture(scope="module")
 def hfheads(hfdirs, tmp_path_factory):
     """A valid stern heads file on gpt2, and copies whose metadata is each of the probe's bad variants."""
-    from mtplab.hf.target import load_hf, save_heads
+    from mtplab.hf.heads_file import save_heads
+    from mtplab.hf.target import load_hf
     root = tmp_path_factory.mktemp("hfheads")
     t = load_hf(hfdirs / "gpt2").attach("stern", 3)
     good = save_heads(t, root / "good")

@@ -66,12 +66,11 @@ def one_line_error(fn, *fragments, seconds: float = 10.0) -> str:
 def shipped_copy(tmp_path: Path, monkeypatch) -> Path:
     """data/hf/smollm2 copied under tmp_path; the copy stands where the lab looks for (and ships) the real model's files."""
     from mtplab import paths
-    from mtplab.hf import real
     hf = tmp_path / "hf"
     (hf / "smollm2").mkdir(parents=True)
-    for p in (real.HF_DIR / "smollm2").iterdir():
+    for p in (paths.HF_DIR / "smollm2").iterdir():
         (hf / "smollm2" / p.name).write_bytes(p.read_bytes())
-    monkeypatch.setattr(real, "HF_DIR", hf)
+    monkeypatch.setattr(paths, "HF_DIR", hf)  # where RealModel.heads_dir looks
     monkeypatch.setattr(paths, "SHIPPED", (paths.CHECKPOINT_DIR, hf))
     return hf / "smollm2"
 

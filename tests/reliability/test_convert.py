@@ -279,3 +279,22 @@ def test_too_little_free_space_is_one_line_before_dequantizing(tmp_path, monkeyp
     one_line_error(lambda: real.convert(RM), "has 50 MB free", f"about {RM.converted_mb} MB", "MTPLAB_CACHE",
                    seconds=10)
     assert _left(tmp_path / "c") == []
+
+
+# ---- the dequantization's progress (issue 41's leftover) -----------------------------------------------------------
+def test_the_dequantization_bar_goes_through_the_labs_log(capsys, tiny_convert):
+    """transformers' GGUF reader draws its own tqdm bar while it dequantizes; convert silences it and reports a
+    quarter at a time through its log, and puts the reader's bar back afterwards."""
+    import inspect
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    assert "tqdm(reader.tensors" in inspect.getsource(gguf_utils)  # the name convert replaces is still the one called
+    bar, logs = gguf_utils.tqdm, []
+    capsys.readouterr()  # the fixture's own load of the tiny model
+    with real._gguf_progress(logs.append):
+        assert list(gguf_utils.tqdm(range(8), desc="Converting and de-quantizing GGUF tensors...")) == list(range(8))
+    assert gguf_utils.tqdm is bar and capsys.readouterr().err == ""
+    assert logs == [f"dequantized {i}/8 tensors" for i in (2, 4, 6, 8)]
+    rm, cache, _ = tiny_convert
+    seen = []
+    real.convert(rm, log=seen.append)
+    assert seen[0].startswith("converting ") and gguf_utils.tqdm is bar and capsys.readouterr().err == ""

@@ -39,9 +39,10 @@ def _cache(rows, **change):
 
 @pytest.fixture
 def work(tmp_path):
-    """A work folder after the cache stage: prompts, two answer shards, one cache shard, a vocabulary, times."""
+    """A work folder after the cache stage: two answer shards, one cache shard, a vocabulary, times; and the data
+    generator's selected prompts beside them (chatdata's prompts.json, read by the same prompt-list checks)."""
     w = distill.Work(tmp_path / "w").limits(FAKE)
-    (w.dir / "prompts.json").write_text(json.dumps([{"category": "qa", "prompt": "What is rain?"}] * 3))
+    (w.dir / "prompts.json").write_text(json.dumps({"prompts": [{"category": "qa", "prompt": "What is rain?"}] * 3}))
     for b in range(2):
         (w.dir / "answers" / f"{b:05d}.json").write_text(json.dumps(_rows(seed=b)))
     save_file(_cache(_rows()), str(w.dir / "cache" / "00000.safetensors"))
@@ -79,7 +80,7 @@ def _no_cache(edit):
     return both
 
 
-PROMPTS = lambda w: distill.stage_prompts(None, w, n_magpie=0, n_template=0)  # noqa: E731
+PROMPTS = lambda w: wf.read_data_prompts(w.dir / "prompts.json")  # noqa: E731
 CACHE_STAGE = lambda w: distill.stage_cache(FAKE, w)  # noqa: E731
 TRAIN_READ = lambda w: distill.TrunkCache.load(w)  # noqa: E731
 VOCAB = lambda w: distill.load_vocab(w, 8192)  # noqa: E731
@@ -92,10 +93,11 @@ def _timed(w):
 
 A0, A1 = "answers/00000.json", "answers/00001.json"
 CASES = {  # review case: (edit of the work folder, the stage that reads it, what the line says)
-    "d-prompts-dict": (_set("prompts.json", {"a": 1}), PROMPTS, "not the distillation's prompts.json"),
-    "d-prompts-nokeys": (_set("prompts.json", [{"x": 1}]), PROMPTS, "prompt 0 is not an object with a category"),
-    "d-prompts-int": (_set("prompts.json", [{"category": "qa", "prompt": 5}]), PROMPTS, "both text"),
-    "d-prompts-long": (_set("prompts.json", [{"category": "qa", "prompt": "word " * 20000}]), PROMPTS,
+    "d-prompts-dict": (_set("prompts.json", {"a": 1}), PROMPTS, "not the selected prompts"),
+    "d-prompts-nokeys": (_set("prompts.json", {"prompts": [{"x": 1}]}), PROMPTS,
+                         "prompt 0 is not an object with a category"),
+    "d-prompts-int": (_set("prompts.json", {"prompts": [{"category": "qa", "prompt": 5}]}), PROMPTS, "both text"),
+    "d-prompts-long": (_set("prompts.json", {"prompts": [{"category": "qa", "prompt": "word " * 20000}]}), PROMPTS,
                        "prompt 0 has 100000 characters"),
     "d-prompts-fifo": (_set("prompts.json", fifo), PROMPTS, "not a regular file"),
     "d-prompts-huge": (_set("prompts.json", lambda p: sparse(p, 1 << 36)), PROMPTS, "more than"),
@@ -150,18 +152,16 @@ def test_a_stray_json_among_the_answers_is_not_a_shard(work):
     assert len(distill.draft_vocabulary(work, 8)) == 8
 
 
-def test_a_replaced_prompts_file_is_refused_not_kept(tmp_path):
-    """d-prompts-changed: a replaced prompts.json kept the old prompts' answers silently."""
-    tok = chat_tokenizer()
-    t = types.SimpleNamespace(tokenizer=tok, config=FAKE.config)
-    w = distill.Work(tmp_path / "w").limits(t)
-    ps = [{"category": "qa", "prompt": f"question {i}"} for i in range(2)]
-    rows = [{"category": "qa", "prompt_ids": distill._chat(tok, p["prompt"]), "answer_ids": [5, 6]} for p in ps]
-    (w.dir / "answers" / "00000.json").write_text(json.dumps(rows))
-    distill.stage_answers(t, w, ps, batch_size=2)  # the same prompts: the shard is done, nothing generated
-    other = [{"category": "qa", "prompt": "another question"}] * 2
-    one_line_error(lambda: distill.stage_answers(t, w, other, batch_size=2), "answers other prompts than batch 0",
-                   "delete answers/ and cache/")
+def test_the_answers_come_from_a_data_folder_only(tmp_path):
+    """The old generation stages are gone: --stages prompts is refused in one line, and the answers stage of a data
+    folder without answers names chatdata, the one generation loop."""
+    one_line_error(lambda: distill.run_distill("smollm2", tmp_path / "w", stages=["prompts", "answers"]),
+                   "an unknown stage 'prompts'; choose among answers, cache, deepseek, stern, ship", seconds=10)
+    assert not (tmp_path / "w").exists()
+    t = types.SimpleNamespace(tokenizer=chat_tokenizer(), config=FAKE.config)
+    (tmp_path / "data" / "answers").mkdir(parents=True)
+    one_line_error(lambda: distill.stage_import(t, distill.Work(tmp_path / "w").limits(t), tmp_path / "data"),
+                   "holds no answers; run python -m mtplab.hf.chatdata")
 
 
 def test_the_good_work_folder_reads(work):

@@ -103,7 +103,7 @@ HEADS = {  # review case: (how the shipped file is made from the fixture's heads
 
 @pytest.mark.parametrize("case", list(HEADS))
 def test_a_broken_heads_file_in_a_shipped_folder_names_git(case, gpt2, hfheads, tmp_path, monkeypatch):
-    from mtplab.hf.target import load_heads
+    from mtplab.hf.heads_file import load_heads
     folder = tmp_path / "ship"
     folder.mkdir()
     monkeypatch.setattr(paths, "SHIPPED", (folder,))
@@ -118,7 +118,8 @@ def test_a_broken_heads_file_in_a_shipped_folder_names_git(case, gpt2, hfheads, 
 
 def test_heads_of_another_base_in_a_shipped_folder_name_git(tiny_llama, hfheads, tmp_path, monkeypatch):
     """t-heads-otherbase: mtplab-llama's heads copied over smollm2's."""
-    from mtplab.hf.target import load_hf, load_heads
+    from mtplab.hf.heads_file import load_heads
+    from mtplab.hf.target import load_hf
     monkeypatch.setattr(paths, "SHIPPED", (tmp_path,))
     (tmp_path / "h.safetensors").write_bytes((hfheads / "good.safetensors").read_bytes())
     one_line_error(lambda: load_heads(load_hf(tiny_llama), tmp_path / "h.safetensors"), "another base model",
@@ -127,12 +128,12 @@ def test_heads_of_another_base_in_a_shipped_folder_name_git(tiny_llama, hfheads,
 
 def test_heads_of_your_own_keep_the_retrain_fix(gpt2, hfheads):
     """Outside a shipped folder the fix stays: retrain (train --hf writes them)."""
-    from mtplab.hf.target import load_heads
+    from mtplab.hf.heads_file import load_heads
     one_line_error(lambda: load_heads(gpt2, hfheads / "nan-tensors.safetensors"), "retrain the heads")
 
 
 def test_a_fifo_given_as_heads_is_refused_unopened(gpt2, tmp_path):
-    from mtplab.hf.target import load_heads
+    from mtplab.hf.heads_file import load_heads
     fifo(tmp_path / "h.safetensors")
     one_line_error(lambda: load_heads(gpt2, tmp_path / "h.safetensors"), "not a regular file", seconds=3)
 

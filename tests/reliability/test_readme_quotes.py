@@ -88,6 +88,8 @@ def readme_cases(tmp: Path, monkeypatch, capsys, hfdirs=None) -> list[str]:
     quotes.append(raises(ckpt.save, model, ck / "i8", dtype=torch.int8))
     cli.main(["bench", "decode", "--quick", "--out", "/proc/x"])
     quotes.append(capsys.readouterr().err.strip().removeprefix("error: "))
+    cli.main(["generate", "--hf", str(tmp / "nothing"), "--method", "ar", "--draft-vocab", "reduced", "--prompt", "x"])
+    quotes.append(capsys.readouterr().err.strip().removeprefix("error: "))  # refused before the model loads
     if hfdirs is not None:
         from mtplab.hf.target import load_hf, load_target
         quotes.append(norm(raises(load_hf, tmp / "m"), tmp))
