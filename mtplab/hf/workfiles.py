@@ -1,8 +1,7 @@
 """Validated, bounded readers for every file the real model's commands read back: the distillation's work folder
-(prompts.json, answers/ and cache/ shards, vocab-N.json, times.json; the heads' save sets are read by
-`mtplab.training.runs`), the data generator's
-work folder (`mtplab.hf.chatdata`: questions/ and answers/ shards, prompts.json) and what ships in data/hf/NAME
-(record.json, draft-vocab.json, the heads files).
+(answers/ and cache/ shards, vocab-N.json, times.json; the heads' save sets are read by `mtplab.training.runs`), the
+data generator's work folder (`mtplab.hf.chatdata`: questions/ and answers/ shards, prompts.json) and what ships in
+data/hf/NAME (record.json, draft-vocab.json, the heads files).
 
 Each reader first checks, from `os.stat` and before anything is opened, that the path is a regular file no larger
 than its kind can be (a FIFO, a device, a directory or a sparse giant is refused, never opened for reading), then
@@ -107,27 +106,6 @@ def shards(folder, *, suffix: str = ".json") -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------- distill's work folder
-def read_prompts(path, *, stage: str = "prompts") -> list[dict]:
-    """distill's prompts.json: a list of {"category": str, "prompt": non-empty str of at most MAX_PROMPT_CHARS}."""
-    what, fix = "the distillation's prompts.json", rerun(stage)
-    d = json_file(path, limit=256 << 20, what=what, fix=fix)
-    return _prompt_list(path, d, what, fix)
-
-
-def _prompt_list(path, d, what: str, fix: str) -> list[dict]:
-    if not isinstance(d, list) or not d:
-        raise _bad(path, what, "a non-empty JSON list of prompts" if not isinstance(d, list) else "no prompts", fix)
-    if len(d) > MAX_PROMPTS:
-        raise _bad(path, what, f"{len(d)} prompts, more than {MAX_PROMPTS}", fix)
-    for j, r in enumerate(d):
-        if not isinstance(r, dict) or not isinstance(r.get("category"), str) or not isinstance(r.get("prompt"), str):
-            raise _bad(path, what, f"prompt {j} is not an object with a category and a prompt, both text", fix)
-        if not r["prompt"].strip() or len(r["prompt"]) > MAX_PROMPT_CHARS:
-            raise _bad(path, what, f"prompt {j} has {len(r['prompt'])} characters; a training prompt has 1.."
-                       f"{MAX_PROMPT_CHARS}", fix)
-    return d
-
-
 def read_answer_shard(path, *, vocab_size: int, context: int) -> list[dict]:
     """distill's answers/NNNNN.json: a non-empty list of {"category": str, "prompt_ids": [id], "answer_ids": [id]},
     every id in 0..vocab_size-1 and each row's prompt plus answer at most `context` tokens."""
@@ -308,12 +286,22 @@ def read_data_shard(path, kind: str, *, vocab_size: int | None = None) -> dict:
 
 
 def read_data_prompts(path) -> list[dict]:
-    """chatdata's prompts.json: {"prompts": [{"category", "prompt", ...}], ...}; returns the prompts."""
+    """chatdata's prompts.json: {"prompts": [{"category": str, "prompt": str of 1..MAX_PROMPT_CHARS}, ...], ...};
+    returns the prompts."""
     what, fix = "the selected prompts", "delete it and rerun the select stage"
     d = json_file(path, limit=256 << 20, what=what, fix=fix)
-    if not isinstance(d, dict):
-        raise _bad(path, what, "a JSON object with a list of prompts", fix)
-    return _prompt_list(path, d.get("prompts"), what, fix)
+    ps = d.get("prompts") if isinstance(d, dict) else None
+    if not isinstance(ps, list) or not ps:
+        raise _bad(path, what, "a JSON object with a non-empty list of prompts", fix)
+    if len(ps) > MAX_PROMPTS:
+        raise _bad(path, what, f"{len(ps)} prompts, more than {MAX_PROMPTS}", fix)
+    for j, r in enumerate(ps):
+        if not isinstance(r, dict) or not isinstance(r.get("category"), str) or not isinstance(r.get("prompt"), str):
+            raise _bad(path, what, f"prompt {j} is not an object with a category and a prompt, both text", fix)
+        if not r["prompt"].strip() or len(r["prompt"]) > MAX_PROMPT_CHARS:
+            raise _bad(path, what, f"prompt {j} has {len(r['prompt'])} characters; a training prompt has 1.."
+                       f"{MAX_PROMPT_CHARS}", fix)
+    return ps
 
 
 def data_shards(folder, kind: str, *, vocab_size: int | None = None) -> list[dict]:
