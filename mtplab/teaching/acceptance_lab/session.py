@@ -179,12 +179,33 @@ def check_k_fits(state: LabState, models: ModelCache, *, clamp: bool = False) ->
     return fit_k(state, generate.k_limit(state.method, model), checkpoint_name(state), clamp=clamp)
 
 
+def record_k(state: LabState, models: ModelCache) -> LabState:
+    """For a real model named bare (smollm2) and a speculative method: k from `bench real`'s record, the fastest exact
+    row of the heads loaded (`hf.study.choose_k`; without such a row, its documented default), and a note that says
+    which. Anything else is left as it is."""
+    if state.checkpoint not in REAL_MODELS or state.method not in METHODS or not METHODS[state.method].speculative:
+        return state
+    try:
+        heads = heads_for(state)
+        model = models.get(state.checkpoint, pick(state.device), heads)
+    except MtplabError:
+        return state  # the decode names the control
+    from mtplab.hf.study import choose_k  # transformers, as the model itself
+    vocab = "reduced" if getattr(model, "draft_vocab", None) is not None else "full"
+    c = choose_k(state.checkpoint, state.method, heads=heads or None, draft_vocab=vocab,
+                 kernel=getattr(model, "kernel", "exact"), limit=generate.k_limit(state.method, model))
+    return replace(state, k=c.k, note=f"{state.method} on {state.checkpoint}: {c.why}")
+
+
 def change(state: LabState, models: ModelCache, **settings) -> LabState:
-    """`configure`, then, when the method or the checkpoint changed, clamp k to what the checkpoint supports for
-    the method (a k the new checkpoint cannot take is a setting, not an error)."""
+    """`configure`, then, when the method or the checkpoint changed: on a real model, k from the record unless k was
+    set in the same call (`record_k`); then clamp k to what the checkpoint supports for the method (a k the new
+    checkpoint cannot take is a setting, not an error)."""
     new = configure(state, **settings)
     if new is state or not ({"method", "checkpoint", "heads"} & set(settings)):
         return new
+    if "k" not in settings:
+        new = record_k(new, models)
     return check_k_fits(new, models, clamp=True)
 
 
