@@ -1,5 +1,6 @@
 """Checkers for the exercises at the end of each notebook: a checker runs the student's function on several inputs,
-compares it with mtplab's own answer and returns a `Check`. It never raises on the student's code.
+compares it with fixed cases whose answers were computed once, or tests properties, and returns a `Check`; it never
+calls the package function that answers the exercise, and never raises on the student's code.
 """
 from __future__ import annotations
 
