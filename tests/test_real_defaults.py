@@ -193,3 +193,4 @@ def test_widget_takes_k_from_the_record_on_smollm2():
                     limit=8)
     assert s.k == want.k and want.why in s.note and not s.error
     assert session.change(LabState(), models, checkpoint="smollm2", method="deepseek-reuse", k=2).k == 2
+    assert real.default_k(real.load("cpu"), "deepseek-reuse") == want  # notebook 05, REAL_METHOD = "best"

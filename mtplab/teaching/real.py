@@ -438,6 +438,17 @@ def chat_answer(smol, method: str, k: int, prompt: str, *, max_new_tokens: int):
     return target, trace
 
 
+def default_k(smol, method: str):
+    """k for `method` on the real model as `generate --hf` takes it with no --k (`hf.study.choose_k`): the record's
+    fastest exact row of the heads that ship now, else the documented default; its `why` says which."""
+    from mtplab.hf.study import choose_k  # transformers
+    family = METHODS[method].family
+    target = smol.use(family, "reduced" if family and smol.vocab is not None else "full")
+    return choose_k(REAL, method, heads=shipped_heads(REAL, family) if family else None,
+                    draft_vocab="reduced" if target.draft_vocab is not None else "full", kernel=target.kernel,
+                    limit=k_limit(method, target))
+
+
 def answer_line(trace, vocab, method: str, k: int, *, from_record: bool) -> str:
     """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
     token outside the draft vocabulary (which no draft could match)."""
