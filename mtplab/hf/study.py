@@ -351,7 +351,7 @@ def generate_defaults(name: str, method: str, *, heads=None, draft_vocab: str | 
     limit = None
     if info is not None and info.get("heads") == m.family and m.max_k is not None:
         limit = m.max_k(ModelConfig().with_heads(info["heads"], info["n_depths"]))
-    choice = choose_k(name, method, k=k, heads=path if m.family else None, draft_vocab=vocab, kernel=kernel,
-                      limit=limit, dtype=dtype)
+    choice = choose_k(name, method, k=k, heads=path if m.family and info is not None else None, draft_vocab=vocab,
+                      kernel=kernel, limit=limit, dtype=dtype)  # unreadable heads: no sha256 to match, the default
     return {"k": choice.k, "draft_vocab": vocab, "k_source": choice.source, "k_why": choice.why,
             "draft_vocab_why": vocab_why}
