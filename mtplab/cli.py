@@ -419,8 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "the decode ends with the model's end of turn (at most "
                                                         "--max-new-tokens)")
     g.add_argument("--draft-vocab", default=None, choices=["full", "reduced"],
-                   help="--hf: draft over the full vocabulary or the draft vocabulary saved with the heads (default: "
-                        "the heads file's, where it carries one)")
+                   help="--hf: draft over the full vocabulary or the one saved with the heads (default: the heads')")
     g.add_argument("--heads-checkpoint", default=None, help="--hf: heads trained with train --hf")
     g.add_argument("--draft-hf", default=None, help="--hf, method draft-model: a smaller model with the same tokenizer")
     g.set_defaults(func=_generate)
@@ -432,9 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "peers", "domain", "real"])
     b.add_argument("--prompts", type=int, default=None, help="decode: held-out prompts (default 20, --quick 4)")
     b.add_argument("--hf", default=None, help=f"peers: a local Hugging Face causal LM folder; real: {', '.join(REAL_MODELS)}")
-    b.add_argument("--rows", default=None, help="real: grids (default, baselines, vocab, k, kernels, tree, bf16, all) "
-                                                 "or rows by label, separated by ';' (AR always); it prints its "
-                                                 "estimated time first")
+    b.add_argument("--rows", default=None, help="real: grids (default, baselines, vocab, k, kernels, tree, bf16, all) or "
+                                                 "row labels, separated by ';' (AR always); the time is estimated first")
     b.add_argument("--draft-hf", default=None, help="peers: a smaller model with the same tokenizer (assisted rows)")
     b.add_argument("--heads-checkpoint", default=None, help="peers: heads trained on --hf with train --hf")
     b.add_argument("--preset", default="classroom")
