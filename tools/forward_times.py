@@ -2,6 +2,7 @@
 
     python -m tools.forward_times                       # SmolLM2, 1 thread, 200 cached tokens, q = 1, 2, 4, 8
     python -m tools.forward_times --threads 2 --rounds 9 --json out.json
+    python -m tools.forward_times --qs 2 4 8 16 --rounds 3 --reps 3  # a quicker look, and q = 16
 
 Three forwards of the same model, timed in interleaved rounds (each round times every forward at every q, in a
 rotated order, so that a slow spell of the machine falls on all of them):
@@ -150,9 +151,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cached", type=int, default=200, help="tokens in the cache before the timed forward")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=5, help="forwards per timing (their median is the timing)")
+    ap.add_argument("--qs", type=int, nargs="+", default=[1, 2, 4, 8], help="new tokens per timed forward (1 is added)")
     ap.add_argument("--json", type=Path, help="also write the result here")
     a = ap.parse_args(argv)
-    res = measure(a.model, threads=a.threads, P=a.cached, rounds=a.rounds, reps=a.reps)
+    qs = tuple(sorted(set(a.qs) | {1}))
+    res = measure(a.model, threads=a.threads, P=a.cached, qs=qs, rounds=a.rounds, reps=a.reps)
     print(report(res))
     if a.json:
         atomic_write_text(a.json, json.dumps(res, indent=1) + "\n")

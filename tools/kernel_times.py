@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
-from mtplab.device import machine_line
+from mtplab.device import machine_line, now
 from mtplab.model import kernels
 
 LAYER = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]  # (out, in)
@@ -34,10 +33,10 @@ def weights(layers: int, seed: int = 0) -> list[torch.Tensor]:
 def one_pass(ws: list[torch.Tensor], xs: dict, q: int, stock: bool) -> float:
     """Seconds for every linear once on q rows."""
     with torch.inference_mode(), kernels.use_stock(stock):
-        t0 = time.perf_counter()
+        t0 = now()
         for w in ws:
             kernels.linear(xs[q, w.shape[1]], w)
-        return time.perf_counter() - t0
+        return now() - t0
 
 
 def measure(layers: int, qs: list[int], threads: list[int], rounds: int) -> dict:

@@ -16,19 +16,21 @@ its position, so a greedy verify accepts exactly what greedy AR would have produ
 * every linear goes through `mtplab.model.kernels.linear` and every RMSNorm through `kernels.rms_norm`, whose rows
   do not depend on one another;
 * RoPE, SiLU, products and residual adds work element by element;
-* attention runs one query row at a time, row i reading the cached keys plus new rows 0..i, through the same ops on
-  tensors of the same shapes as a one-token decode (`attend_row`).
+* attention computes each query row alone, row i reading the cached keys plus new rows 0..i (or, with a mask, the
+  keys it sees), by the same code in the same order as a one-token decode: all rows of a layer in one call of
+  `mtplab.model.attend` (head sizes that are multiples of 16), else one `attend_row` per row.
 Above EXACT_ROWS rows (a prefill, teacher-forced training) attention is one batched causal call: a prefill is shared
 by AR and every speculative method, so its rows need not match anything.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from mtplab.errors import MtplabError
-from mtplab.model import kernels
+from mtplab.model import attend, kernels
 from mtplab.model.gpt import TrunkOutput
 from mtplab.model.layers import KVCache, causal_mask
 
@@ -161,10 +163,11 @@ class LlamaForward:
         return kernels.linear(kernels.rms_norm(h, self.norm, self.eps), self.out if rows is None else rows)
 
     def attention(self, lay: LlamaLayer, x: torch.Tensor, cache: KVCache | None, layer: int, rope, seen,
-                  keys) -> torch.Tensor:
+                  keys, rows: attend.Rows | None) -> torch.Tensor:
         """x: (B, T, C) normed input, written to the cache at P..P+T-1 (P = cache length, 0 without a cache); rope:
         (cos, sin) of its positions; seen: (B or 1, T, P+T) bool, the keys each query may see (None: causal); keys:
-        `visible(seen)` for a verify of up to EXACT_ROWS rows, else None -> (B, T, C)."""
+        `visible(seen)` for a verify of up to EXACT_ROWS rows, else None; rows: the same keys for the exact attention
+        kernel (row b*T + t), None where it does not serve -> (B, T, C)."""
         B, T, _ = x.shape
         H, Hkv, D = self.H, self.Hkv, self.D
         P = cache.length if cache is not None else 0
@@ -175,7 +178,10 @@ class LlamaForward:
         v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, Hkv, P+T, D)
-        if keys is not None:  # each row alone over the keys it sees, as the one-token decode of its sequence does
+        if rows is not None:  # every row in one call, each alone over the keys it sees (`mtplab.model.attend`)
+            kv = (cache.k[layer], cache.v[layer]) if cache is not None else (k, v)  # (B, Hkv, S, D) the slots
+            y = attend.attend(q.reshape(B * T, H, D), *kv, rows, self.scale).view(B, T, H * D)
+        elif keys is not None:  # each row alone over the keys it sees, as the one-token decode of its sequence does
             y = torch.stack([torch.cat([attend_row(q[b:b + 1, t], k[b:b + 1, :, ks], v[b:b + 1, :, ks], self.scale)
                                         for b, ks in enumerate(row)]) for t, row in enumerate(keys)], dim=1)  # (B, T, H*D)
         else:  # a prefill: one batched call
@@ -218,12 +224,16 @@ class LlamaForward:
         rope = self.rope_at(P, T, positions)
         seen = check_mask(mask, B, T, P)
         keys = visible(seen, B, T, P) if T <= EXACT_ROWS else None
+        rows = None
+        if keys is not None and attend.ready(self.D) and self.embed.dtype == torch.float32 and self.embed.is_cpu:
+            rows = attend.Rows.of([np.arange(ks.stop) if isinstance(ks, slice) else ks.numpy()
+                                   for row in zip(*keys) for ks in row], [b for b in range(B) for _ in range(T)])
         x = F.embedding(idx, self.embed)  # (B, T, C)
         pre_last = x
         for i, lay in enumerate(self.layers):
             if i == len(self.layers) - 1:
                 pre_last = x  # the last layer's input: Meta heads branch off here
-            x = x + self.attention(lay, kernels.rms_norm(x, lay.norm1, lay.eps), cache, i, rope, seen, keys)
+            x = x + self.attention(lay, kernels.rms_norm(x, lay.norm1, lay.eps), cache, i, rope, seen, keys, rows)
             x = x + self.mlp(lay, kernels.rms_norm(x, lay.norm2, lay.eps))
         if cache is not None:
             cache.advance(T)

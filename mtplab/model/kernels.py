@@ -7,16 +7,19 @@ only if each verify row computes what a one-token forward computes. Stock float3
 and its summation order by the number of rows, so row 0 of a four-row `F.linear` can differ from the one-row call in
 its last bits; a near-tie between two logits can then flip. Equality is observed, not guaranteed.
 
-How. Every output is one plain sum, y[i, j] = (((0 + x[i,0] W[j,0]) + x[i,1] W[j,1]) + ...), in the order of k,
-whatever q is: no row's sum depends on another row or on the count of rows. Each step is one fused multiply-add
-where the CPU has it (the compiler may fuse, never reorder). The weights are stored once more as panels of JB outputs,
+How. Every output is one plain sum, y[i, j] = fma(x[i,n-1], W[j,n-1], ... fma(x[i,1], W[j,1], fma(x[i,0], W[j,0], 0))),
+in the order of k, whatever q is: no row's sum depends on another row or on the count of rows. Each step is one
+fused multiply-add (IEEE 754 fusedMultiplyAdd, `llvm.fma`: one rounding), asked for explicitly, so no compiler choice
+to fuse or not can make two code paths round differently. The weights are stored once more as panels of JB outputs,
 k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advance side by side: the CPU's vector
-lanes hold JB independent outputs, never parts of one sum, so nothing is reassociated. Rows go ROWS at a time
-through one loop whose ROWS x JB sums stay in registers, and each weight vector loaded is multiplied with all of
-them: a block of four rows reads the weights as one row does. A last, partial block repeats its last row (computed,
-not written), so every output of every call runs the same instructions; a one-row call pays four rows' arithmetic,
-which a forward that streams its weights from memory hides. Two threads split the panels (outputs), so each output
-is still computed by one thread in one order: one and two threads give the same bits.
+lanes hold JB independent outputs, never parts of one sum, so nothing is reassociated. Rows go in blocks through one
+loop whose block x JB sums stay in registers, and each weight vector loaded is multiplied with all of them: a block
+reads the weights as one row does. One to four rows take one block of 4 (8 AVX-512 registers of sums); more take
+blocks of ROWS = 8 (16 registers) while more than four remain, then one of 4. A last, partial block repeats its last
+row (computed, not written); a one-row call pays four rows' arithmetic, which a forward that streams its weights from
+memory hides. Which block computes a row changes no bit of it: every output is the same chain of fused steps. Two
+threads split the panels (outputs), so each output is still computed by one thread in one order: one and two
+threads give the same bits.
 
 The kernel is compiled by numba (cached on disk after the first call). Where numba is missing or fails, `linear` is
 `F.linear`, `EXACT` is False and `status()` says so. Above MAX_ROWS rows (a prefill), under autograd (training), off
@@ -37,9 +40,9 @@ import torch.nn.functional as F
 
 MAX_ROWS = 16  # rows up to which `linear` is exact; above, F.linear (a prefill)
 JB = 32        # outputs per panel: the lanes that advance side by side (two AVX-512 vectors)
-ROWS = 4       # rows that share each weight load (ROWS x JB sums stay in registers)
+ROWS = 8       # rows that share each weight load (ROWS x JB sums stay in registers); 1 to 4 rows: one block of 4
 PARALLEL_MIN = 1 << 18  # weight entries (1 MB in float32) from which torch's thread count splits a call by default
-assert ROWS * JB == 128 and ROWS == 4  # the kernel's scratch and its unrolled rows
+assert JB == 32 and ROWS == 8  # the kernel's scratch and its unrolled rows
 
 _state = {"stock": False}  # use_stock() sets it for the whole process
 _WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # packed as their float32 values
@@ -75,32 +78,66 @@ try:  # pragma: no cover - the branch taken depends on the environment
             return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=size.literal_value)
         return types.CPointer(types.float32)(size), codegen
 
-    @_jit(fastmath={"contract"})  # fused multiply-adds allowed, reassociation not: one instruction stream for all
-    def _panel(x, wp, out, b):
-        """Outputs b*JB..b*JB+JB-1 of every row, ROWS rows at a time: for each k, one weight vector (JB outputs) times
-        each row's x[i, k], added to that row's JB sums. A last block of fewer rows repeats its last row (computed,
-        not written), so every output of every call runs the same instructions."""
+    @intrinsic
+    def _fma(typingctx, a, b, c):
+        """a * b + c rounded once (IEEE 754 fusedMultiplyAdd, llvm.fma) for float32: the one operation every sum of
+        the kernels is built from, the same bits in a vector lane or a scalar, in any block of rows."""
+        if not all(t == types.float32 for t in (a, b, c)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.fma(*args)
+        return types.float32(types.float32, types.float32, types.float32), codegen
+
+    @_jit()
+    def _sums(x, wp, b, i0, a, xr):
+        """a[r, :] = the JB sums of outputs b*JB.. for row min(i0 + r, q - 1), r < a.shape[0] (4 or 8, a literal
+        after inlining): for each k, one weight vector (JB outputs) times each row's x[i, k], fused into that row's JB
+        sums, all in registers. Rows past the last repeat it (computed, never written)."""
         q, n = x.shape
-        a = numba.carray(_registers(128), (ROWS, JB))  # ROWS x JB sums
-        top = min(JB, out.shape[1] - b * JB)
-        for i0 in range(0, q, ROWS):
-            i1, i2, i3 = min(i0 + 1, q - 1), min(i0 + 2, q - 1), min(i0 + 3, q - 1)
+        R = a.shape[0]
+        for jj in range(JB):
+            for r in range(R):
+                a[r, jj] = np.float32(0.0)
+        for k in range(n):
+            for r in range(R):
+                xr[r] = x[min(i0 + r, q - 1), k]
             for jj in range(JB):
-                a[0, jj] = 0.0
-                a[1, jj] = 0.0
-                a[2, jj] = 0.0
-                a[3, jj] = 0.0
-            for k in range(n):
-                x0, x1, x2, x3 = x[i0, k], x[i1, k], x[i2, k], x[i3, k]
-                for jj in range(JB):
-                    w = wp[b, k, jj]
-                    a[0, jj] = a[0, jj] + x0 * w  # in the order of k: fused at most, never reordered
-                    a[1, jj] = a[1, jj] + x1 * w
-                    a[2, jj] = a[2, jj] + x2 * w
-                    a[3, jj] = a[3, jj] + x3 * w
-            for r in range(min(ROWS, q - i0)):
-                for jj in range(top):
-                    out[i0 + r, b * JB + jj] = a[r, jj]
+                w = wp[b, k, jj]
+                for r in range(R):
+                    a[r, jj] = _fma(xr[r], w, a[r, jj])  # in the order of k, one rounding a step
+
+    @_jit()
+    def _write(a, out, b, i0):
+        q = out.shape[0]
+        for r in range(min(a.shape[0], q - i0)):
+            for jj in range(min(JB, out.shape[1] - b * JB)):
+                out[i0 + r, b * JB + jj] = a[r, jj]
+
+    @_jit()
+    def _block4(x, wp, out, b, i0):
+        """Rows i0..i0+3 of outputs b*JB..b*JB+JB-1: 4 x JB sums (8 AVX-512 registers)."""
+        a = numba.carray(_registers(128), (4, JB))
+        _sums(x, wp, b, i0, a, numba.carray(_registers(4), (4,)))
+        _write(a, out, b, i0)
+
+    @_jit()
+    def _block8(x, wp, out, b, i0):
+        """Rows i0..i0+7: 8 x JB sums (16 AVX-512 registers), each weight vector used by 8 rows."""
+        a = numba.carray(_registers(256), (8, JB))
+        _sums(x, wp, b, i0, a, numba.carray(_registers(8), (8,)))
+        _write(a, out, b, i0)
+
+    @_jit()
+    def _panel(x, wp, out, b):
+        """Outputs b*JB..b*JB+JB-1 of every row: blocks of ROWS rows while more than 4 remain, then one block of 4."""
+        q = x.shape[0]
+        i0 = 0
+        while q - i0 > 4:
+            _block8(x, wp, out, b, i0)
+            i0 += ROWS
+        if i0 < q:
+            _block4(x, wp, out, b, i0)
 
     @_jit()
     def _serial(x, wp, out):
