@@ -165,6 +165,11 @@ def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monk
     (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
     with pytest.raises(MtplabError, match="another tokenizer or chat template"):
         distill.stage_import(t, distill.Work(tmp_path / "work2").limits(t), data)
+    assert distill.stage_import(t, work, tmp_path / "data") == 0  # imported already: left as it is
+    got[1]["prompt_len"] -= 1
+    (data / "answers" / "00001.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    with pytest.raises(MtplabError, match=r"holds 2 answers, .*data now 4; delete .*answers and .*cache"):
+        distill.stage_import(t, work, data)  # the data grew since: never trained on half of it silently
 
 
 def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch):

@@ -84,12 +84,17 @@ class Work:
 def stage_import(target, work: Work, data, *, per_shard: int = 64, log=None) -> int:
     """The answers of a data folder written by `mtplab.hf.chatdata` (the model's own questions and greedy answers)
     as this work folder's answer shards: each prompt in the chat template's ids, checked against the length the
-    generator recorded. Returns the rows imported; a folder that already holds answers is left as it is."""
-    if work.shards("answers"):
-        return 0
+    generator recorded. Returns the rows imported; a folder that already holds all of them is left as it is, one that
+    holds another count (the data grew since) is refused."""
     rows = [r for d in wf.data_shards(data, "answers", vocab_size=target.config.vocab_size) for r in d["rows"]]
     if not rows:
         raise MtplabError(f"{data} holds no answers; run python -m mtplab.hf.chatdata {data} --stage answers first")
+    if work.shards("answers"):
+        have = sum(len(work.read_answers(s)) for s in work.shards("answers"))
+        if have != len(rows):
+            raise MtplabError(f"{work.dir / 'answers'} holds {have} answers, {data} now {len(rows)}; delete "
+                              f"{work.dir / 'answers'} and {work.dir / 'cache'} and rerun the answers stage")
+        return 0
     out = []
     for r in rows:
         ids = template_ids(target.tokenizer, r["prompt"])
