@@ -29,7 +29,7 @@ from mtplab.device import machine, machine_words, now
 from mtplab.files import atomic_write_text
 from mtplab.hf import llama
 from mtplab.hf.target import load_hf
-from mtplab.model import kernels
+from mtplab.model import attend, kernels
 
 FORWARDS = ("transformers", "lab, exact", "lab, stock")
 TARGETS = {4: 1.15, 8: 1.3}  # issue 37: whole-forward t(q)/t(1) with the exact kernel at most this
@@ -73,11 +73,12 @@ def split_one_token(target, ids: torch.Tensor, reps: int, P: int) -> dict:
         return wrapped
 
     target.use_kernel("exact")
-    lin, norm, att = kernels.linear, kernels.rms_norm, llama.attend_row
+    lin, norm, att, rows = kernels.linear, kernels.rms_norm, llama.attend_row, attend.attend
     with torch.inference_mode():
         cache = target.new_cache()
         target(ids[:, :P], cache)
-        kernels.linear, kernels.rms_norm, llama.attend_row = timed("linear", lin), timed("norm", norm), timed("attention", att)
+        kernels.linear, kernels.rms_norm = timed("linear", lin), timed("norm", norm)
+        llama.attend_row, attend.attend = timed("attention", att), timed("attention", rows)
         try:
             runs = []
             for _ in range(reps):
@@ -87,7 +88,7 @@ def split_one_token(target, ids: torch.Tensor, reps: int, P: int) -> dict:
                 runs.append((now() - t0, dict(spent)))
                 cache.crop(P)
         finally:
-            kernels.linear, kernels.rms_norm, llama.attend_row = lin, norm, att
+            kernels.linear, kernels.rms_norm, llama.attend_row, attend.attend = lin, norm, att, rows
     t, parts = sorted(runs, key=lambda r: r[0])[len(runs) // 2]  # the median repetition, with its parts
     return {"total_s": t, **{f"{k}_s": v for k, v in parts.items()}, "rest_s": t - sum(parts.values())}
 

@@ -90,42 +90,49 @@ try:  # pragma: no cover - the branch taken depends on the environment
         return types.float32(types.float32, types.float32, types.float32), codegen
 
     @_jit()
-    def _sums(x, wp, b, i0, a, xr):
-        """a[r, :] = the JB sums of outputs b*JB.. for row min(i0 + r, q - 1), r < a.shape[0] (4 or 8, a literal
-        after inlining): for each k, one weight vector (JB outputs) times each row's x[i, k], fused into that row's JB
-        sums, all in registers. Rows past the last repeat it (computed, never written)."""
-        q, n = x.shape
-        R = a.shape[0]
-        for jj in range(JB):
-            for r in range(R):
-                a[r, jj] = np.float32(0.0)
-        for k in range(n):
-            for r in range(R):
-                xr[r] = x[min(i0 + r, q - 1), k]
-            for jj in range(JB):
-                w = wp[b, k, jj]
-                for r in range(R):
-                    a[r, jj] = _fma(xr[r], w, a[r, jj])  # in the order of k, one rounding a step
+    def _rows4(x, i0, k):
+        """x[i, k] of rows i0..i0+3, a row past the last repeating it (computed, never written)."""
+        q = x.shape[0]
+        return x[i0, k], x[min(i0 + 1, q - 1), k], x[min(i0 + 2, q - 1), k], x[min(i0 + 3, q - 1), k]
+
+    @_jit()
+    def _fma4(a, r0, jj, w, x4):
+        """a[r0 + r, jj] = fma(x4[r], w, a[r0 + r, jj]) for r < 4: one weight, four rows' sums, in the order of k."""
+        a[r0, jj] = _fma(x4[0], w, a[r0, jj])
+        a[r0 + 1, jj] = _fma(x4[1], w, a[r0 + 1, jj])
+        a[r0 + 2, jj] = _fma(x4[2], w, a[r0 + 2, jj])
+        a[r0 + 3, jj] = _fma(x4[3], w, a[r0 + 3, jj])
 
     @_jit()
     def _write(a, out, b, i0):
-        q = out.shape[0]
-        for r in range(min(a.shape[0], q - i0)):
+        """Rows i0.. of outputs b*JB..b*JB+JB-1 from the sums a (rows past the last are not written)."""
+        for r in range(min(a.shape[0], out.shape[0] - i0)):
             for jj in range(min(JB, out.shape[1] - b * JB)):
                 out[i0 + r, b * JB + jj] = a[r, jj]
 
     @_jit()
     def _block4(x, wp, out, b, i0):
-        """Rows i0..i0+3 of outputs b*JB..b*JB+JB-1: 4 x JB sums (8 AVX-512 registers)."""
+        """Rows i0..i0+3 of outputs b*JB..b*JB+JB-1: for each k, one weight vector (JB outputs) times each row's
+        x[i, k], fused into that row's JB sums: 4 x JB sums in registers (8 AVX-512 registers)."""
         a = numba.carray(_registers(128), (4, JB))
-        _sums(x, wp, b, i0, a, numba.carray(_registers(4), (4,)))
+        a[:] = 0.0
+        for k in range(x.shape[1]):
+            x4 = _rows4(x, i0, k)
+            for jj in range(JB):
+                _fma4(a, 0, jj, wp[b, k, jj], x4)
         _write(a, out, b, i0)
 
     @_jit()
     def _block8(x, wp, out, b, i0):
-        """Rows i0..i0+7: 8 x JB sums (16 AVX-512 registers), each weight vector used by 8 rows."""
+        """`_block4` for rows i0..i0+7: 8 x JB sums (16 AVX-512 registers), each weight vector used by 8 rows."""
         a = numba.carray(_registers(256), (8, JB))
-        _sums(x, wp, b, i0, a, numba.carray(_registers(8), (8,)))
+        a[:] = 0.0
+        for k in range(x.shape[1]):
+            lo, hi = _rows4(x, i0, k), _rows4(x, min(i0 + 4, x.shape[0] - 1), k)
+            for jj in range(JB):
+                w = wp[b, k, jj]
+                _fma4(a, 0, jj, w, lo)
+                _fma4(a, 4, jj, w, hi)
         _write(a, out, b, i0)
 
     @_jit()
