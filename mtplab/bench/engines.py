@@ -28,8 +28,8 @@ SWEEP = [pair(label) for label in ("blockwise-overlap", "meta", "deepseek D=3", 
 def _row(label, method, name, k, race, curve, adapt=None) -> dict:
     tr = pooled(race["traces"])
     ar = pooled(race["ar_traces"])
-    steps = max(1, len(tr.steps) - len(race["traces"]))  # drafting steps (the prefills left out)
-    tps = sum(len(s.emitted) for t in race["traces"] for s in t.steps[1:]) / steps
+    steps = tr.decoding_steps  # the prefills (`Step.prefill`) draft nothing
+    tps = sum(len(s.emitted) for s in steps) / max(1, len(steps))
     draft_cost = tr.time_split()["draft_s"] / max(1e-12, ar.time_split()["target_s"])
     plain = METHODS[method].schedule == "plain"
     return {"label": label, "method": method, "checkpoint": name, "k": k, "adapt": adapt or "fixed",
@@ -51,11 +51,11 @@ def run_k(a) -> dict:
     models = {p.checkpoint: load_for(p.method, p.checkpoint, device=a.device)[0] for p in sweep}
     curve = measure_cost_curve(models[sweep[0].checkpoint], qs=range(1, 9), context=128, repeats=3 if a.quick else 9)
     plan = []
-    for label, method, name, _ in sweep:
-        top = max_k(method, models[name]) or 8
+    for p in sweep:  # by field: a Pair has more fields than these (`decoding.drafters.Pair`)
+        top = max_k(p.method, models[p.checkpoint]) or 8
         top = min(top, 4 if a.quick else 8)
-        plan += [(label, method, name, k, None) for k in range(2, top + 1)]
-        plan += [(label, method, name, top, ad) for ad in ("schedule", "confidence")]
+        plan += [(p.label, p.method, p.checkpoint, k, None) for k in range(2, top + 1)]
+        plan += [(p.label, p.method, p.checkpoint, top, ad) for ad in ("schedule", "confidence")]
     rows = []
     for label, method, name, k, ad in tqdm(plan, desc="bench k", unit="setting"):
         race = interleaved_race(method, models[name], prompts, max_new_tokens=m, k=k, repeats=reps, adapt=ad)
