@@ -195,6 +195,9 @@ def test_bench_decode_races_each_pair_against_ar_of_its_own_checkpoint(tmp_path,
     for r in data["rows"]:
         assert r["greedy_mismatches"] == 0 and len(r["speedup_wall_reps"]) == 2
         assert min(r["speedup_wall_reps"]) <= r["speedup_wall"] <= max(r["speedup_wall_reps"])
+        assert r["ar_step_ms_target"] > 0 and 0 < r["drafts_per_step"] <= r["k"] - 1
+        assert r["target_over_ar_step"] == pytest.approx(r["step_ms_target"] / r["ar_step_ms_target"])
+    assert data["cost_curve_context"] == 48 + 64 // 2  # the decode's mean cache length: prompt + m/2
     assert data["verdict"].startswith(("valid", "not valid here"))
     rec = Record.load(tmp_path / f"{decode.record_name(a)}.json")
     assert rec.row(method="oracle", checkpoint="ntp")["label"] == "oracle alpha=0.8"

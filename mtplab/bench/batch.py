@@ -42,13 +42,14 @@ def run_batch(a) -> dict:
         make = METHODS[meth].make
         for r in measure_batch(model, make, prompts, batch_sizes=sizes, max_new_tokens=m, k=k,
                                repeats=reps):
-            r.update(method="ar" if r["kind"] == "ar" else meth, checkpoint=name, k=1 if r["kind"] == "ar" else k,
+            r.update(method="ar" if r["kind"] == "ar" else meth, checkpoint=name, n_layer=model.config.n_layer,
+                     k=1 if r["kind"] == "ar" else k,
                      t_q_over_t1=batch_cost_ratio(model, r["batch_size"], k, repeats=3 if a.quick else 7)["ratio"])
             rows.append(r)
     data = {"device": describe(dev), "dtype": a.dtype, "threads": torch.get_num_threads(), "max_new_tokens": m,
             "repeats": reps, "rows": rows}
-    cols = ["method", "checkpoint", "k", "batch_size", "tokens_per_s", "latency_ms_per_token", "tokens_per_forward",
-            "speedup", "t_q_over_t1"]
+    cols = ["method", "checkpoint", "n_layer", "k", "batch_size", "tokens_per_s", "latency_ms_per_token",
+            "tokens_per_forward", "speedup", "t_q_over_t1"]
     table = (f"batch benchmark: {m} new tokens per row, held-out code prompts, median of {reps}, {a.dtype}, "
              f"{describe(dev)}, {torch.get_num_threads()} threads; AR rows are AR of the same checkpoint, "
              f"t(q)/t(1) at q = k\n\n" + _md(rows, cols))
@@ -75,14 +76,15 @@ def run_tree(a) -> dict:
                 raise AssertionError(f"{meth} {n}: tree output differs from AR")
             toks = sum(len(t.tokens) for t in res.outputs[n])
             fwds = sum(t.forwards for t in res.outputs[n])
-            rows.append({"method": meth, "checkpoint": name, "tree": n, "nodes": sum(nodes_per_depth(w)),
+            rows.append({"method": meth, "checkpoint": name, "n_layer": model.config.n_layer, "tree": n,
+                         "nodes": sum(nodes_per_depth(w)),
                          "verify_width": sum(nodes_per_depth(w)) + 1, "tokens_per_forward": toks / fwds,
                          "tokens_per_s": toks * reps / sum(res.round_totals(n)), **res.row(n)})
     data = {"device": describe(dev), "dtype": a.dtype, "threads": torch.get_num_threads(), "max_new_tokens": m,
             "prompts": n_prompts, "repeats": reps, "rows": rows}
     table = (f"tree benchmark: {n_prompts} held-out code prompts, {m} new tokens, {reps} repeats, {a.dtype}, "
              f"{describe(dev)}; verify width = nodes + 1 (the chain of k-1 = 3 drafts has width 4)\n\n"
-             + _md(rows, ["method", "checkpoint", "tree", "nodes", "verify_width", "tokens_per_forward",
+             + _md(rows, ["method", "checkpoint", "n_layer", "tree", "nodes", "verify_width", "tokens_per_forward",
                           "tokens_per_s", "speedup"]))
     _write(Path(a.out), "tree-quick" if a.quick else "tree", data, table, device=dev)
     return data

@@ -57,10 +57,12 @@ def _first_tokens_per_forward(traces: list[Trace], limit: int = 64) -> float:
     return toks / max(1, fw)
 
 
-def _row(label, method, name, k, traces, ratios, curve, mismatches) -> dict:
-    """One pair's row: counts from the pooled traces, the step's split (medians), the per-round speedups."""
+def _row(label, method, name, k, traces, ratios, curve, mismatches, ar_traces) -> dict:
+    """One pair's row: counts from the pooled traces, the step's split (medians), the per-round speedups, and the
+    target's time per step beside AR's own on the same checkpoint, prompts and round (`ar_step_ms_target`: one
+    forward over one new token at the decode's own cache lengths)."""
     tr = pooled(traces)
-    steps = [s for t in traces for s in t.steps[1:]]  # the prefills draft nothing
+    steps = tr.decoding_steps  # the prefills (`Step.prefill`) draft nothing
     tps = sum(len(s.emitted) for s in steps) / max(1, len(steps))  # tokens per step after the prefill
     acc = (tr.acceptance_rate_per_position + [0.0] * (k - 1))[:k - 1]
     counts = conditional_counts(tr)  # (accepted, reached) per position
@@ -70,6 +72,7 @@ def _row(label, method, name, k, traces, ratios, curve, mismatches) -> dict:
     target_step = statistics.median(s.target_s for s in steps)
     draft_step = statistics.median(s.draft_s for s in steps)
     wall_step = statistics.median(s.wall_s for s in steps)
+    ar_step = statistics.median(s.target_s for s in pooled(ar_traces).decoding_steps)
     predicted = predicted_speedup(tps, curve.ratio, verify_width(tr), plain=plain, draft_cost=draft_step / t1)
     measured = statistics.median(ratios)
     return {"label": label, "method": method, "checkpoint": name, "k": k, "tokens_per_forward": tr.tokens_per_forward,
@@ -79,10 +82,28 @@ def _row(label, method, name, k, traces, ratios, curve, mismatches) -> dict:
             "mean_accepted_length": tr.mean_accepted_length,
             "step_ms_target": target_step * 1e3, "step_ms_drafter": draft_step * 1e3,
             "step_ms_overhead": max(0.0, wall_step - target_step - draft_step) * 1e3,
+            "ar_step_ms_target": ar_step * 1e3, "target_over_ar_step": target_step / ar_step,
+            "drafts_per_step": sum(len(s.drafted) for s in steps) / max(1, len(steps)),
             "drafter_cost_t1": draft_step / t1, "speedup_wall": measured, "speedup_wall_reps": ratios,
             "speedup_predicted": predicted,
             "efficiency": measured / predicted if predicted else float("nan"),
             "greedy_mismatches": mismatches}
+
+
+def _table(data: dict) -> str:
+    """The record's markdown: the setting and the cost curve on one line, then a row per pair."""
+    curve = " ".join(f"{q}:{v:.2f}" for q, v in data["cost_curve"].items())
+    return (f"decode benchmark: {data['prompts']} held-out prompts, m={data['max_new_tokens']} new tokens, "
+            f"{data['repeats']} interleaved repeats (median; {data['verdict']}), {data['dtype']}, {data['device']}, "
+            f"{data['threads']} threads; t(1) = {data['t1_ms']:.2f} ms at {data['cost_curve_context']} cached tokens "
+            f"(the decode's mean), t(q)/t(1): {curve}\n"
+            "step_ms_*: median per decoding step (target forwards, drafter, the rest of the loop), measured; "
+            "ar_step_ms_target: AR's median step on the same checkpoint in the same round; drafts_per_step: mean "
+            "drafts a verify checked.\n\n"
+            + _md(data["rows"], ["label", "k", "tokens_per_forward", "tokens_per_step", "acceptance_per_position",
+                                 "conditional_acceptance", "mean_accepted_length", "step_ms_target", "step_ms_drafter",
+                                 "step_ms_overhead", "ar_step_ms_target", "drafts_per_step", "speedup_wall",
+                                 "speedup_predicted", "efficiency", "greedy_mismatches"]))
 
 
 def record_name(a) -> str:
@@ -104,7 +125,9 @@ def run_decode(a) -> dict:
     prompts = [encode(p)[:48] for p in held_out_prompts("code", n_prompts, 48)]
     models = {p.checkpoint: load_for(p.method, p.checkpoint, device=a.device, dtype=a.dtype)[0] for p in ROWS}
     draft = ckpt.load("draft", device=dev, dtype=DTYPES[a.dtype])
-    curve = measure_cost_curve(models["ntp"], qs=range(1, 9), context=300, repeats=5 if a.quick else 15)
+    # the cost curve at the decode's mean cache length (prompt + m/2), so t(q) is timed where the verifies run
+    context = round(statistics.mean(len(p) for p in prompts)) + m // 2
+    curve = measure_cost_curve(models["ntp"], qs=range(1, 9), context=context, repeats=5 if a.quick else 15)
     ks = {p.label: p.k if p.k is not None else max_k(p.method, models[p.checkpoint]) for p in ROWS}
     # the oracle knows AR's greedy text (untimed: its knowledge is not part of its time) and draws one random
     # stream per (round, prompt): its calls are counted per prompt
@@ -135,18 +158,11 @@ def run_decode(a) -> dict:
         ar = f"AR {p.checkpoint}"  # each pair against AR of its own checkpoint, round by round
         ratios = [b / c for b, c in zip(res.round_totals(ar), res.round_totals(p.label))]
         rows.append(_row(p.label, p.method, p.checkpoint, ks[p.label], res.outputs[p.label], ratios, curve,
-                         len(prompts) - sum(x == y for x, y in zip(res.tokens[p.label], res.tokens[ar]))))
+                         len(prompts) - sum(x == y for x, y in zip(res.tokens[p.label], res.tokens[ar])),
+                         res.outputs[ar]))
     data = {"device": describe(dev), "machine": machine(dev), "valid": res.valid, "verdict": res.verdict(),
             "dtype": a.dtype, "threads": torch.get_num_threads(), "prompts": len(prompts),
             "max_new_tokens": m, "repeats": reps, "t1_ms": curve.seconds[1] * 1e3,
-            "cost_curve": {str(q): v for q, v in curve.ratio.items()}, "rows": rows}
-    table = (f"decode benchmark: {len(prompts)} held-out prompts, m={m} new tokens, {reps} interleaved repeats "
-             f"(median; {res.verdict()}), {a.dtype}, {describe(dev)}, {torch.get_num_threads()} threads; t(1) = "
-             f"{curve.seconds[1] * 1e3:.2f} ms, t(q)/t(1): " + " ".join(f"{q}:{v:.2f}" for q, v in curve.ratio.items())
-             + "\nstep_ms_*: median per decoding step (target forwards, drafter, the rest of the loop), measured.\n\n"
-             + _md(rows, ["label", "k", "tokens_per_forward", "tokens_per_step", "acceptance_per_position",
-                          "conditional_acceptance", "mean_accepted_length", "step_ms_target", "step_ms_drafter",
-                          "step_ms_overhead", "speedup_wall", "speedup_predicted", "efficiency",
-                          "greedy_mismatches"]))
-    _write(Path(a.out), record_name(a), data, table, device=dev)
+            "cost_curve_context": context, "cost_curve": {str(q): v for q, v in curve.ratio.items()}, "rows": rows}
+    _write(Path(a.out), record_name(a), data, _table(data), device=dev)
     return data
