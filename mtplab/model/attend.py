@@ -13,7 +13,8 @@ compiled call serves every row, head and key list (causal rows, a token tree's n
 
 How each row is computed, in a fixed order that depends only on its own key count n:
 * q . k_j: 16 lanes, lane l summing q[d] k_j[d] for d = l, l+16, ... by fused multiply-adds in the order of d, then
-  the 16 lanes added in a fixed tree (l with l+8, then l+4, l+2, l+1);
+  the 16 lanes added in a fixed tree (l with l+8, then l+4, l+2, l+1); heads of 64 channels run this as
+  straight-line code two keys at a time, the same operations;
 * exp: one polynomial (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, times 2^n), no libm call;
 * sum_j p_j: 16 lanes over j = l, l+16, ... (zeros past n), then the same tree;
 * sum_j p_j v_j: per 16 channels, four partial sums over j mod 4 (fused multiply-adds in the order of j; the last
@@ -164,6 +165,31 @@ if kernels.EXACT:  # pragma: no branch - numba's presence decides
         return (_fma(p * r, r, r) + np.float32(1.0)) * _pow2(np.int32(n))
 
     @kernels._jit()
+    def _scores(q, q0, k, kv0, D, keys, a0, n, scale, s, acc):
+        """s[j] = (q . k_j) * scale for the n keys of one row and head; returns max_j s[j]. Heads of 64 channels (SmolLM2's)
+        take straight-line code, two keys at a time; the sums are the same either way."""
+        top = np.float32(-np.inf)
+        j = 0
+        if D == 64:
+            while j + 1 < n:
+                k0, k1 = kv0 + keys[a0 + j] * D, kv0 + keys[a0 + j + 1] * D
+                _vzero(acc, 0)
+                _vzero(acc, 16)
+                for c in (0, 16, 32, 48):
+                    _vfma(acc, 0, q, q0 + c, k, k0 + c)
+                    _vfma(acc, 16, q, q0 + c, k, k1 + c)
+                s[j], s[j + 1] = _vsum(acc, 0) * scale, _vsum(acc, 16) * scale
+                top = max(top, max(s[j], s[j + 1]))
+                j += 2
+        for i in range(j, n):
+            _vzero(acc, 0)
+            for c in range(0, D, LANES):
+                _vfma(acc, 0, q, q0 + c, k, kv0 + keys[a0 + i] * D + c)
+            s[i] = _vsum(acc, 0) * scale
+            top = max(top, s[i])
+        return top
+
+    @kernels._jit()
     def _attend(q, k, v, H, D, Hkv, S, batch, start, keys, scale, out, s):
         """q, out: (R*H*D,) flat (R, H, D); k, v: (B*Hkv*S*D,) flat (B, Hkv, S, D); s: scratch of S + 16 floats."""
         G = H // Hkv
@@ -173,13 +199,7 @@ if kernels.EXACT:  # pragma: no branch - numba's presence decides
             for h in range(H):
                 kv0 = (batch[r] * Hkv + h // G) * S * D  # this head's keys and values
                 q0 = (r * H + h) * D
-                top = np.float32(-np.inf)
-                for j in range(n):  # s_j = (q . k_j) * scale
-                    _vzero(acc, 0)
-                    for c in range(0, D, LANES):
-                        _vfma(acc, 0, q, q0 + c, k, kv0 + keys[a0 + j] * D + c)
-                    s[j] = _vsum(acc, 0) * scale
-                    top = max(top, s[j])
+                top = _scores(q, q0, k, kv0, D, keys, a0, n, scale, s, acc)
                 for j in range(n):
                     s[j] = _exp(s[j] - top)
                 for j in range(n, n + LANES):
