@@ -45,7 +45,9 @@ def decode_table(name: str) -> str:
     if isinstance(d, str):
         return d
     lines = [f"`docs/bench/{name}.md`: {d['prompts']} held-out prompts, m = {d['max_new_tokens']}, {d['repeats']} "
-             f"interleaved repeats, medians, {d['dtype']}; {d.machine_text()}; t(1) = {d['t1_ms']:.2f} ms.", "",
+             f"interleaved repeats, medians, {d['dtype']}, {d.kernel()} kernels; {d.machine_text()}; t(1) = "
+             f"{d['t1_ms']:.2f} ms" + (f" at {d['cost_curve_context']} cached tokens" if d.get("cost_curve_context")
+                                     else "") + ".", "",
              "| method | k | tokens per forward | acceptance by position | drafter ms / step | wall clock vs AR | "
              "predicted | efficiency | greedy mismatches |", "|---|---|---|---|---|---|---|---|---|"]
     for r in d.rows:
@@ -59,7 +61,8 @@ def regime_table() -> str:
     d = _record("regime")
     if isinstance(d, str):
         return d
-    lines = [f"`docs/bench/regime.md`, {d.machine_text()}: random models, one cached forward over q tokens.", "",
+    lines = [f"`docs/bench/regime.md`, {d.machine_text()}, {d.kernel()} kernels: random models, one cached forward "
+             "over q tokens.", "",
              "| layers x width | weights (MB, fp32) | fits in the last-level cache | t(1) ms | t(4)/t(1) | t(8)/t(1) |",
              "|---|---|---|---|---|---|"]
     for r in d["by_size"]:
@@ -73,6 +76,41 @@ def regime_table() -> str:
                      f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | "
                      f"{r['identical']}/{r['prompts']} |")
     return "\n".join(lines)
+
+
+def k_table() -> str:
+    d = _record("k")
+    if isinstance(d, str):
+        return d
+    intro = (f"`docs/bench/k.md`: greedy, {d.get('dtype', 'fp32')}, {d.kernel()} kernels, m = {d['max_new_tokens']}, "
+             f"{d['prompts']} held-out prompts, {d['repeats']} interleaved rounds against AR of the same checkpoint, "
+             f"medians (range); {d.machine_text()}; t(q)/t(1): "
+             + " ".join(f"{q}:{v:.2f}" for q, v in d["cost_curve"].items()) + ". The best fixed k of each row:")
+    best = [r for r in d.rows if r["adapt"] == "fixed" and d["best"].get(r["label"], {}).get("k") == r["k"]]
+    return _table(intro, ["drafter", "checkpoint", "best k", "tokens per step", "wall clock vs AR (range)",
+                          "predicted", "identical"],
+                  [f"| {r['label']} | {r['checkpoint']} | {r['k']} | {r['tokens_per_step']:.2f} | {r['speedup']:.2f}x "
+                   f"({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {r['speedup_predicted']:.2f}x | "
+                   f"{r['identical']}/{r['prompts']} |" for r in best])
+
+
+def batch_tables() -> str:
+    b, t = _record("batch-quick"), _record("tree-quick")
+    if isinstance(b, str) or isinstance(t, str):
+        return b if isinstance(b, str) else str(t)
+    spec = [r for r in b.rows if r["method"] != "ar"]
+    batch = _table(f"`docs/bench/batch-quick.md`: {b['max_new_tokens']} new tokens a row, median of {b['repeats']}, "
+                   f"{b['dtype']}, {b.kernel()} kernels; {b.machine_text()}; each method against batched AR of its "
+                   "own checkpoint:", ["method", "checkpoint (layers)", "k", "batch", "tokens per row-forward",
+                                       "wall clock vs AR", "t(k)/t(1) at this batch"],
+                   [f"| {r['method']} | {r['checkpoint']} ({_f(r.get('n_layer'))}) | {r['k']} | {r['batch_size']} | "
+                    f"{r['tokens_per_forward']:.2f} | {r['speedup']:.2f}x | {r['t_q_over_t1']:.2f} |" for r in spec])
+    tree = _table(f"`docs/bench/tree-quick.md`: {t['prompts']} held-out prompts, {t['max_new_tokens']} new tokens, "
+                  f"median of {t['repeats']}, {t['dtype']}, {t.kernel()} kernels; {t.machine_text()}:",
+                  ["method", "checkpoint (layers)", "draft", "verify width", "tokens per forward", "wall clock vs AR"],
+                  [f"| {r['method']} | {r['checkpoint']} ({_f(r.get('n_layer'))}) | {r['tree']} | {r['verify_width']} "
+                   f"| {r['tokens_per_forward']:.2f} | {r['speedup']:.2f}x |" for r in t.rows])
+    return batch + "\n\n" + tree
 
 
 def peers_table() -> str:
@@ -164,7 +202,8 @@ def real_table() -> str:
 
 def section() -> str:
     parts = [START, "#### Decoding, one thread", "", decode_table("decode"), "", "#### Decoding, two threads", "",
-             decode_table("decode-2threads"), "", "#### The regime map", "", regime_table(), "",
+             decode_table("decode-2threads"), "", "#### The best k", "", k_table(), "", "#### Batches and trees",
+             "", batch_tables(), "", "#### The regime map", "", regime_table(), "",
              "#### Beside Hugging Face's generate", "", peers_table(), "", "#### Code against prose", "",
              domain_table(), "", "#### A real model: SmolLM2-135M-Instruct", "", real_table(), END]
     return "\n".join(parts)
