@@ -160,7 +160,7 @@ def test_notebook_01_kernel_race_reports_both_kernels():
 
 def test_notebook_01_kernel_words_follow_the_numbers():
     """A dip in t(q)/t(1) is called noise only when the ranges overlap; the exact curve's shape is put down to its
-    blocks of kernels.ROWS rows (q = 16: two reads of the weights), not called flat."""
+    blocks (1 to 4 rows one block of 4; q = 16: two blocks of kernels.ROWS, two reads of the weights), not called flat."""
     from mtplab.teaching import bottleneck
     kc = {"busy": None, "status": "exact kernel (numba x)", "t1_ms": {"stock": 4.5, "exact": 3.0},
           "ratio": {"stock": {1: (1, 1, 1), 2: (1.58, 1.55, 1.63), 4: (1.35, 1.15, 1.48), 16: (1.57, 1.29, 1.78)},
@@ -171,7 +171,7 @@ def test_notebook_01_kernel_words_follow_the_numbers():
     assert len(dips) == 3 and "lie apart" in dips[0]  # stock: 4 below 2, ranges apart
     assert all("noise" in d for d in dips[1:])  # exact: 2 below 1 and 4 below 2, ranges overlap
     words = next(ln for ln in lines if ln.startswith("exact kernel, the linears alone"))
-    assert f"one block of {kernels.ROWS} rows" in words and "read 2 times: t(16)/t(1) = 1.31" in words
+    assert "q = 2..4 each run as one block (of 4 rows" in words and "read 2 times: t(16)/t(1) = 1.31" in words
     assert "attention" not in words.split(":", 1)[1] and "flat" not in words
     assert "one query row at a time" in bottleneck.exact_curve_words({1: 1.0, 4: 1.24, 8: 1.52})
 

@@ -50,6 +50,28 @@ def test_speedup_parts_adds_up_from_the_time_split():
     assert "(each draft alike)" in k4["what_if"][3]["case"]
 
 
+def test_a_verify_cheaper_than_one_step_keeps_its_cost_in_the_flat_case():
+    rec = _record()
+    rec["rows"][1]["split"]["target_ms"] = 62.0  # verify 62/70 of an AR step: already below a flat curve's t(1)
+    p = real.speedup_parts(rec)
+    measured, flat, free = (w["speedup"] for w in p["what_if"][:3])
+    assert flat == pytest.approx(measured) and free == pytest.approx(1.3 / (62 / 70)) and free > measured
+    assert "already at most t(1)" in p["what_if"][1]["case"]
+    words = real.parts_words(p)
+    assert "already costs less than one AR step (0.89)" in words and "would give" not in words.split("Acceptance")[0]
+
+
+def test_untrained_words_set_the_ngram_row_beside_the_heads():
+    rec = _record()
+    rec["rows"].append({**_row("n-gram, k=4", 4, 1.5, 1.37, (70.0, 1.0, 1.0), family=None, vocab="full"),
+                        "method": "ngram", "threads": 1})
+    text = real.untrained_words(rec)
+    assert "n-gram, k=4 (n-gram prompt lookup, no training) ran 1.37x" in text and "1.08x with 1.30" in text
+    assert "beats the trained heads (more of its drafts are accepted" in text
+    rec["rows"][-1]["speedup"] = 1.0
+    assert real.untrained_words(rec).endswith("the trained heads beat the drafter that needs no training")
+
+
 def test_the_words_follow_the_numbers():
     words = real.parts_words(real.speedup_parts(_record()))
     assert "1.30 tokens per step" in words and "acceptance holds it back more" in words

@@ -25,7 +25,50 @@ def test_prediction_lines_say_why_from_their_own_numbers():
     assert "c: predicted 1.60x above" in lines[2] and "a cost in that round the split does not time" in lines[2]
     assert "at or below 1 for c" in lines[3]
     busy = sections.prediction_lines(rows, _lives(rows, valid=False))
-    assert len(busy) == 1 and "not valid" in busy[0]
+    assert len(busy) == 2 and "not valid" in busy[0]  # the verify line is still printed, marked busy
+    assert busy[1].startswith("the verify forward") and "c q=4 0.90" in busy[1] and "busy race" in busy[1]
+
+
+def test_the_exact_kernel_blocks_and_its_dips_are_its_own():
+    from mtplab.model import kernels
+    from mtplab.teaching import bottleneck
+    assert [bottleneck.kernel_blocks(q) for q in (1, 4, 5, 8, 12, 13, 16)] == [
+        [4], [4], [kernels.ROWS], [8], [8, 4], [8, 8], [8, 8]]
+    text = bottleneck.exact_curve_words({1: 1.0, 2: 1.1, 4: 1.2, 8: 1.3, 16: 2.1})
+    assert "q = 2..8 each run as one block (of 4 or 8 rows" in text and "q = 16 runs as 2 blocks (8 + 8" in text
+    kc = {"busy": None, "ratio": {k: {1: (1.0, 1.0, 1.0), 2: (0.92, 0.9, 0.94), 4: (1.1, 1.0, 1.2)}
+                                  for k in ("stock", "exact")},
+          "t1_ms": {"stock": 1.0, "exact": 1.0}, "row0": {}, "status": "stock kernel"}
+    lines = bottleneck.kernel_lines(kc)
+    dips = [line for line in lines if "below t(1)/t(1)" in line]
+    assert "blocking depends on the number of rows" in dips[0]  # the stock kernel
+    assert "not the kernel's blocking" in dips[1] and "blocking depends" not in dips[1]  # the exact one
+
+
+def test_t1_words_say_how_much_the_context_explains():
+    from mtplab.model.config import ModelConfig
+    from mtplab.teaching import bottleneck
+    cfg = ModelConfig()
+    want = bottleneck.t1_words(cfg, 1.0, 256, 1.0, 40)  # measured 1.00x: nothing to explain
+    assert "does not explain" in want
+    bytes_x = float(want.split("adds bytes for ")[1][:4])
+    half = bottleneck.t1_words(cfg, 1 + 2 * (bytes_x - 1), 256, 1.0, 40)  # twice the gap the bytes give
+    import re
+    share = int(re.search(r"explains about (\d+)% of the gap from 1", half).group(1))
+    assert 45 <= share <= 55  # bytes_x is rounded to 2 decimals, so about half, not exactly
+    assert "explains it (about" in bottleneck.t1_words(cfg, bytes_x, 256, 1.0, 40)
+
+
+def test_forwards_not_seconds_finds_a_pair_that_shows_it():
+    from mtplab.teaching import bottleneck
+    rows = [{"label": "a", "tokens_per_forward": 2.4}, {"label": "b", "tokens_per_forward": 2.1},
+            {"label": "c", "tokens_per_forward": 1.5}]
+    speed = {"a": (1.6, 1.5, 1.7), "b": (1.7, 1.65, 1.8), "c": (1.2, 1.1, 1.3)}
+    text = bottleneck.forwards_not_seconds(rows, speed)
+    assert text.startswith("in the benchmark a made 2.40 tokens per forward at 1.60x, b fewer, 2.10, at 1.70x")
+    assert "overlap" in text
+    speed["b"] = (1.5, 1.45, 1.55)  # now speed follows tokens per forward
+    assert "does not show it" in bottleneck.forwards_not_seconds(rows, speed)
 
 
 def test_apart_words_name_the_kernel_and_the_machine_from_the_record():

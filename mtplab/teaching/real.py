@@ -128,8 +128,8 @@ def record(path=REAL_JSON) -> dict | None:
 
 
 def label_of(spec, rec: dict | None = None) -> str:
-    """A real-model row's label, as a notebook's parameters name it: "best" (the record's best exact row,
-    `best_row`), a label as text, or (method, k, draft vocabulary) of a `PAIRS` row of the real model, whose label is
+    """A real-model row's label, as a notebook's parameters name it: "best" (the record's best exact row with
+    trained heads, `best_row`), a label as text, or (method, k, draft vocabulary) of a `PAIRS` row of the real model, whose label is
     made from those fields (`drafters.real_label`; a label holds '=', which papermill cannot parse in a parameters
     cell). fp32 rows only: the bf16 ones are lossy."""
     if isinstance(spec, str) and spec != "best":
@@ -178,6 +178,27 @@ def record_table(rec: dict) -> tuple[str, list[dict]]:
                "its times). The bf16 rows give up exactness: their = AR column counts the prompts whose tokens still "
                "equal float32 AR's, and their vs AR column says whether bf16 was faster at all.")
     return caption, rows
+
+
+def untrained_words(rec: dict, threads: str = "1") -> str:
+    """Notebook 01 §6: the record's fastest exact row that needs no training (prompt lookup, n-gram) against its
+    best exact row with trained heads (`best_row`), and which one wins, with the tokens per forward that explain it."""
+    best = best_row(rec, threads)
+    free = [r for r in _rows(rec, threads) if not r.get("family") and (r.get("tokens_per_forward") or 0) > 1
+            and r.get("method") not in ("ar", "hf-generate") and r.get("dtype", "fp32") == "fp32"
+            and r.get("kernel", "exact") == "exact"]
+    if not free:
+        return "the record has no exact row that drafts without training (n-gram, prompt lookup) to set beside the heads"
+    ng = max(free, key=lambda r: r["speedup"])
+    both = (f"in the record, {ng['label']} (n-gram prompt lookup, no training) ran {ng['speedup']:.2f}x AR with "
+            f"{ng['tokens_per_forward']:.2f} tokens per forward; the best exact row with trained heads, {best['label']}, "
+            f"{best['speedup']:.2f}x with {best['tokens_per_forward']:.2f}")
+    if ng["speedup"] > best["speedup"]:
+        why = ("more of its drafts are accepted" if ng["tokens_per_forward"] > best["tokens_per_forward"] else
+               "its drafter costs less")
+        return (both + f": on SmolLM2 today the drafter that needs no training beats the trained heads ({why}; the "
+                "heads' acceptance is low, and they are being retrained on the model's own chat data)")
+    return both + ": the trained heads beat the drafter that needs no training"
 
 
 def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
@@ -289,8 +310,8 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
                   other_acceptance: float = DEEPSEEK_V3_SECOND_TOKEN) -> dict:
     """One record row's speedup taken apart: tokens per step over the step's cost in AR steps (target verify,
     drafter, the rest, each measured in the record's time split), beside the measured ratio; and what-if rows that
-    change one side: this acceptance with a verify that costs one AR step (a flat cost curve), the same with a free
-    drafter too (the acceptance's own ceiling), and `other_acceptance` per draft (DeepSeek-V3's second-token figure)
+    change one side: this acceptance with a verify that costs at most one AR step (a flat cost curve; a verify that
+    measured less keeps its cost), the same with a free drafter too (the acceptance's own ceiling), and `other_acceptance` per draft (DeepSeek-V3's second-token figure)
     on this row's measured cost. Everything is read from the record, so new heads change it without code."""
     rows = {r["label"]: r for r in _rows(rec, threads)}
     row = rows[label] if label is not None else best_row(rec, threads)
@@ -302,12 +323,14 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
     cost = verify + draft + rest
     drafts = (row["k"] or 1) - 1
     other_tps = sum(other_acceptance ** i for i in range(drafts + 1))  # 1 + a + a^2 + ...: i.i.d. per draft
+    flat = min(verify, 1.0)  # a flat cost curve: the verify costs t(1), or what it measured where that was less
     what_if = [
         {"case": "as measured", "tokens_per_step": tps, "step_cost": cost, "speedup": tps / cost},
-        {"case": "this acceptance, a flat verify (t(k) = t(1))", "tokens_per_step": tps,
-         "step_cost": 1 + draft + rest, "speedup": tps / (1 + draft + rest)},
-        {"case": "this acceptance, flat verify and free drafter", "tokens_per_step": tps, "step_cost": 1.0,
-         "speedup": tps},
+        {"case": "this acceptance, a flat verify (t(k) = t(1))" if verify > 1 else
+         "this acceptance, a flat verify (already at most t(1): as measured)", "tokens_per_step": tps,
+         "step_cost": flat + draft + rest, "speedup": tps / (flat + draft + rest)},
+        {"case": "this acceptance, flat verify and free drafter", "tokens_per_step": tps, "step_cost": flat,
+         "speedup": tps / flat},
         {"case": f"acceptance {other_acceptance:.2f} per draft" + (" (each draft alike)" if drafts > 1 else "")
          + ", this cost", "tokens_per_step": other_tps,
          "step_cost": cost, "speedup": other_tps / cost},
@@ -339,14 +362,17 @@ def parts_words(parts: dict) -> str:
     side = ("acceptance holds it back more than the cost" if acc_gain > cost_gain else
             "the cost of a step holds it back more than acceptance")
     verify, draft, rest = _cents([p["verify"], p["draft"], p["rest"]])  # the printed parts add up to the total
+    flat_words = (f"A verify that costs one AR step (a flat cost curve) would give {flat:.2f}x" if p["verify"] > 1
+                  else f"The verify already costs less than one AR step ({p['verify']:.2f}), so a flat cost curve "
+                  f"would change nothing ({flat:.2f}x)")
     rec_race = "the record's race"
     if p.get("where"):
         rec_race += f" ({p['where']}, {p.get('kernel', 'stock')} kernel)"
     return (f"{p['label']}: {p['tokens_per_step']:.2f} tokens per step over a step that costs {p['step_cost']:.2f} "
             f"AR steps (verify {verify:.2f} + drafter {draft:.2f} + the rest {rest:.2f}) predicts "
             f"{p['predicted']:.2f}x; {rec_race} measured {p['measured']:.2f}x (range {p['measured_range'][0]:.2f}-"
-            f"{p['measured_range'][1]:.2f}). A flat verify would give {flat:.2f}x, and even a free drafter "
-            f"{ceiling:.2f}x: that is all this acceptance allows. Acceptance {p['other_acceptance']:.2f} per draft on "
+            f"{p['measured_range'][1]:.2f}). {flat_words}, and even a free drafter "
+            f"{ceiling:.2f}x: that is all this acceptance allows{'' if p['verify'] > 1 else ' at this verify'}. Acceptance {p['other_acceptance']:.2f} per draft on "
             f"this cost would give {other:.2f}x. So {side}.")
 
 
@@ -453,7 +479,7 @@ def answer_line(trace, vocab, method: str, k: int, *, from_record: bool) -> str:
     """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
     token outside the draft vocabulary (which no draft could match)."""
     outside, rejections = outside_vocab(trace, vocab)
-    return (f"{method}, k = {k}{' (the record’s best exact row)' if from_record else ''}: {len(trace.tokens)} tokens "
+    return (f"{method}, k = {k}{' (the record’s best exact row with trained heads)' if from_record else ''}: {len(trace.tokens)} tokens "
             f"in {trace.forwards} target forwards ({trace.tokens_per_forward:.2f} per forward); "
             f"{trace.num_accepted_tokens} of {trace.num_draft_tokens} drafts accepted "
             f"({trace.num_accepted_tokens / max(1, trace.num_draft_tokens):.0%}); {outside} of {rejections} "

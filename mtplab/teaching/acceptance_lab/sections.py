@@ -100,7 +100,8 @@ def prediction_lines(rows: list[dict], lives: dict) -> list[str]:
     gap is then round 0 against the other rounds) or not (the overhead it leaves out, and how large that was); and
     t(q)/t(1) of each verify as that round measured it."""
     if any(not lv["valid"] for lv, _ in lives.values()):
-        return [bottleneck.prediction_line(lives, {r["method"]: r["predicted"] for r in rows})]
+        return [bottleneck.prediction_line(lives, {r["method"]: r["predicted"] for r in rows}),
+                _verify_line(rows) + " (from a busy race: not valid here)"]
     lo = {r["method"]: lives[r["method"]][0]["speedup_min"] for r in rows}
     hi = {r["method"]: lives[r["method"]][0]["speedup_max"] for r in rows}
     inside = [r for r in rows if lo[r["method"]] <= r["predicted"] <= hi[r["method"]]]
@@ -121,13 +122,18 @@ def prediction_lines(rows: list[dict], lives: dict) -> list[str]:
                f"its own round measured {r0:.2f}x, {gap:.0%} apart, more than the {share:.0%} overhead it leaves "
                "out: a cost in that round the split does not time")
         out.append(f"{r['method']}: predicted {r['predicted']:.2f}x {side} the live range {r['live_range']}; {why}")
-    out.append("the verify forward against AR's one-token forward, t(q)/t(1), both from the race's first round: "
-               + ", ".join(f"{r['method']} q={r['q']} {r['verify_cost']:.2f}" for r in rows)
-               + "; " + (f"at or below 1 for {', '.join(r['method'] for r in rows if r['verify_cost'] <= 1.0)}: in "
-                         "that round the wider forward cost no more than one token's (one decode's timings, noise "
-                         "included)" if any(r["verify_cost"] <= 1.0 for r in rows) else "above 1 for every row: "
-                         "a wider verify cost more than one token's forward here"))
+    out.append(_verify_line(rows))
     return out
+
+
+def _verify_line(rows: list[dict]) -> str:
+    """t(q)/t(1) of each row's verify, as the race's first round measured it, and which ones came out at most 1."""
+    low = [r["method"] for r in rows if r["verify_cost"] <= 1.0]
+    return ("the verify forward against AR's one-token forward, t(q)/t(1), both from the race's first round: "
+            + ", ".join(f"{r['method']} q={r['q']} {r['verify_cost']:.2f}" for r in rows) + "; "
+            + (f"at or below 1 for {', '.join(low)}: in that round the wider forward cost no more than one token's "
+               "(one decode's timings, noise included)" if low else
+               "above 1 for every row: a wider verify cost more than one token's forward here"))
 
 
 def benchmark(rows: list[dict], *, smoke: bool, path, time_tokens: int) -> tuple[str, list[dict], Record | None]:
