@@ -36,6 +36,8 @@ def test_the_exact_kernel_blocks_and_its_dips_are_its_own():
         [4], [4], [kernels.ROWS], [8], [8, 4], [8, 8], [8, 8]]
     text = bottleneck.exact_curve_words({1: 1.0, 2: 1.1, 4: 1.2, 8: 1.3, 16: 2.1})
     assert "q = 2..8 each run as one block (of 4 or 8 rows" in text and "q = 16 runs as 2 blocks (8 + 8" in text
+    wide = bottleneck.exact_curve_words({1: 1.0, 8: 1.3, 16: 2.1, 64: 5.0})
+    assert "q = 16 runs as 2 blocks" in wide and "q = 64, above 16 rows, run the stock kernel" in wide
     kc = {"busy": None, "ratio": {k: {1: (1.0, 1.0, 1.0), 2: (0.92, 0.9, 0.94), 4: (1.1, 1.0, 1.2)}
                                   for k in ("stock", "exact")},
           "t1_ms": {"stock": 1.0, "exact": 1.0}, "row0": {}, "status": "stock kernel"}

@@ -239,10 +239,12 @@ def live_kernel(device="cpu") -> str:
 def exact_curve_words(ratio: dict, *, attention: bool = True) -> str:
     """Why an exact-kernel t(q)/t(1) ({q: value}) is not flat, from its numbers and the kernel's blocking
     (`kernel_blocks`: 1 to 4 rows one block of 4, more in blocks of `kernels.ROWS`): q that run as one block share one
-    read of each weight, more blocks read the weights again; and with a cache the exact path runs attention one query
-    row at a time (`attention`), so each row adds its own attention."""
+    read of each weight, more blocks read the weights again (above `kernels.MAX_ROWS` rows the stock kernel runs);
+    and with a cache the exact path runs attention one query row at a time (`attention`), so each row adds its own
+    attention."""
     one = [q for q in sorted(ratio) if 1 < q and len(kernel_blocks(q)) == 1]
-    more = [q for q in sorted(ratio) if len(kernel_blocks(q)) > 1]
+    more = [q for q in sorted(ratio) if len(kernel_blocks(q)) > 1 and q <= kernels.MAX_ROWS]
+    wide = [q for q in sorted(ratio) if q > kernels.MAX_ROWS]  # a prefill's width: `linear` is F.linear there
     parts = []
     if one:
         q = one[-1]
@@ -256,6 +258,8 @@ def exact_curve_words(ratio: dict, *, attention: bool = True) -> str:
         b = kernel_blocks(q)
         parts.append(f"q = {q} runs as {len(b)} blocks ({' + '.join(map(str, b))} rows), so the weights are read "
                      f"{len(b)} times: t({q})/t(1) = {ratio[q]:.2f}")
+    if wide:
+        parts.append(f"q = {', '.join(map(str, wide))}, above {kernels.MAX_ROWS} rows, run the stock kernel")
     return "; ".join(parts)
 
 
