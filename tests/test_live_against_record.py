@@ -23,17 +23,3 @@ def test_a_record_that_agrees_or_cannot_rank_says_so():
     assert "ranks them the same way" in d1_against_d3((164, 105), (L1, L3), (b1, dict(speedup_wall=1.2)))
     assert "does not rank them" in d1_against_d3((164, 105), (L1, L3), (b1, dict(speedup_wall=1.48)))
     assert "no row for both" in d1_against_d3((164, 105), (L1, L3), (b1, None))
-
-
-def test_notebook_03s_target_times_are_read_against_the_records_own_curve(tmp_path):
-    """Finding 26: three k = 4 rows on one trunk with different target times, and no sentence; now the words name the
-    spread and the side of the record's t(4) they lie on, from the record."""
-    import json
-    from mtplab.teaching import meta
-    rec = {"t1_ms": 8.0, "cost_curve": {"1": 1.0, "4": 1.5}, "rows": []}
-    (tmp_path / "decode.json").write_text(json.dumps(rec))
-    fams = [{"method": "a", "k": 4, "step_ms_target": 10.0}, {"method": "b", "k": 4, "step_ms_target": 8.0}]
-    text = meta.target_time_words(fams, tmp_path / "decode.json")
-    assert "a 10.00, b 8.00 (25% apart)" in text and "t(4) = 12.00 ms, every row below it" in text
-    fams[0]["step_ms_target"] = 13.0
-    assert "the rows on both sides" in meta.target_time_words(fams, tmp_path / "decode.json")

@@ -199,24 +199,3 @@ def head_families(bench_path=DECODE_JSON) -> list[dict]:
                      "step_ms_drafter": r["step_ms_drafter"], "step_ms_target": r["step_ms_target"],
                      "source": f"docs/bench/{rec.path.name}"})
     return rows
-
-
-def target_time_words(families: list[dict], bench_path=DECODE_JSON) -> str:
-    """Notebook 03 §1: the families' target milliseconds per step (the same trunk verifying k tokens in each row)
-    against the record's own cost curve, t(k) = t(1) x t(k)/t(1), in words chosen from the numbers: how far apart
-    the rows lie and on which side of the curve, so a reader compares each row's drafter with its own target."""
-    rec = Record.load(bench_path).data
-    ks = {f["k"] for f in families}
-    curve = {int(q): r for q, r in rec.get("cost_curve", {}).items()}
-    ms = [f["step_ms_target"] for f in families]
-    lo, hi = min(ms), max(ms)
-    text = (f"target ms per step, one trunk verifying k = {'/'.join(str(k) for k in sorted(ks))} tokens: "
-            + ", ".join(f"{f['method']} {f['step_ms_target']:.2f}" for f in families)
-            + f" ({(hi - lo) / lo:.0%} apart)")
-    if len(ks) == 1 and (k := ks.pop()) in curve and rec.get("t1_ms"):
-        tk = rec["t1_ms"] * curve[k]
-        side = ("every row below it" if hi < tk else "every row above it" if lo > tk else "the rows on both sides")
-        text += (f"; the same record's cost curve gives t({k}) = {tk:.2f} ms, {side}. The curve and each method's "
-                 "decodes were timed in separate runs, and the record does not say more about why the rows differ: "
-                 "compare each drafter with its own row's target, not the rows' targets with each other")
-    return text
