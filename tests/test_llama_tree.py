@@ -18,7 +18,8 @@ from mtplab.hf.target import load_hf  # noqa: E402
 from mtplab.model import kernels  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_exact_forward import tiny  # noqa: E402,F401 (a fixture)
+import test_exact_forward  # noqa: E402
+tiny = test_exact_forward.tiny  # the fixture, under its own name
 from test_hf import V  # noqa: E402
 from test_trees import TreeOracle  # noqa: E402
 

@@ -149,7 +149,8 @@ def _stream(verdicts: dict, n: int) -> bytes:
     return out[:n]
 
 
-_KEY = "04308701d2f0d9f3c097ea1e50c957a8"  # the salted digest of the right set of verdicts (instructor/find_the_bug_key.py makes it)
+# the salted digest of the right set of verdicts (instructor/find_the_bug_key.py makes it)
+_KEY = "04308701d2f0d9f3c097ea1e50c957a8"
 _SEALED = (  # the explanations, sealed under the right verdicts
     "kzet+EOqLLgKeeEwjaPBVUs2cyYavpJS+EMh3/gp0QUsy7KB+B9fOeHcOkVDgJW5y0U16PRZc6VNOJTANsZa37iXt1APzFQ7HSsa"
     "1vKVkYxp0RBZhFVaFILPEcLk8Is5Yh6lLS5kPe8Qv9+tkLMKXO7q8IeZ9Awlm+AMSosc0mn3LH3rovp04G7q2fXiXFwpnFmh2ntV"

@@ -129,8 +129,8 @@ def record(path=REAL_JSON) -> dict | None:
 
 def label_of(spec, rec: dict | None = None) -> str:
     """A real-model row's label, as a notebook's parameters name it: "best" (the record's best exact row with
-    trained heads, `best_row`), a label as text, or (method, k, draft vocabulary) of a `PAIRS` row of the real model, whose label is
-    made from those fields (`drafters.real_label`; a label holds '=', which papermill cannot parse in a parameters
+    trained heads, `best_row`), a label as text, or (method, k, draft vocabulary) of a `PAIRS` row of the real model,
+    whose label is made from those fields (`drafters.real_label`; a label holds '=', which papermill cannot parse in a parameters
     cell). fp32 rows only: the bf16 ones are lossy."""
     if isinstance(spec, str) and spec != "best":
         return spec
@@ -311,8 +311,9 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
     """One record row's speedup taken apart: tokens per step over the step's cost in AR steps (target verify,
     drafter, the rest, each measured in the record's time split), beside the measured ratio; and what-if rows that
     change one side: this acceptance with a verify that costs at most one AR step (a flat cost curve; a verify that
-    measured less keeps its cost), the same with a free drafter too (the acceptance's own ceiling), and `other_acceptance` per draft (DeepSeek-V3's second-token figure)
-    on this row's measured cost. Everything is read from the record, so new heads change it without code."""
+    measured less keeps its cost), the same with a free drafter too (the acceptance's own ceiling), and
+    `other_acceptance` per draft (DeepSeek-V3's second-token figure) on this row's measured cost. Everything is
+    read from the record, so new heads change it without code."""
     rows = {r["label"]: r for r in _rows(rec, threads)}
     row = rows[label] if label is not None else best_row(rec, threads)
     ar = rows["AR"]
@@ -372,7 +373,8 @@ def parts_words(parts: dict) -> str:
             f"AR steps (verify {verify:.2f} + drafter {draft:.2f} + the rest {rest:.2f}) predicts "
             f"{p['predicted']:.2f}x; {rec_race} measured {p['measured']:.2f}x (range {p['measured_range'][0]:.2f}-"
             f"{p['measured_range'][1]:.2f}). {flat_words}, and even a free drafter "
-            f"{ceiling:.2f}x: that is all this acceptance allows{'' if p['verify'] > 1 else ' at this verify'}. Acceptance {p['other_acceptance']:.2f} per draft on "
+            f"{ceiling:.2f}x: that is all this acceptance allows{'' if p['verify'] > 1 else ' at this verify'}. "
+            f"Acceptance {p['other_acceptance']:.2f} per draft on "
             f"this cost would give {other:.2f}x. So {side}.")
 
 
@@ -479,7 +481,8 @@ def answer_line(trace, vocab, method: str, k: int, *, from_record: bool) -> str:
     """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
     token outside the draft vocabulary (which no draft could match)."""
     outside, rejections = outside_vocab(trace, vocab)
-    return (f"{method}, k = {k}{' (the record’s best exact row with trained heads)' if from_record else ''}: {len(trace.tokens)} tokens "
+    best = " (the record’s best exact row with trained heads)" if from_record else ""
+    return (f"{method}, k = {k}{best}: {len(trace.tokens)} tokens "
             f"in {trace.forwards} target forwards ({trace.tokens_per_forward:.2f} per forward); "
             f"{trace.num_accepted_tokens} of {trace.num_draft_tokens} drafts accepted "
             f"({trace.num_accepted_tokens / max(1, trace.num_draft_tokens):.0%}); {outside} of {rejections} "
