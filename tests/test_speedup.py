@@ -138,7 +138,9 @@ def test_decode_bench_row_counts_conditional_acceptance_as_the_trace_does(family
     model = family_models["stern"]
     traces = [decode_with("blockwise-overlap", model, p, max_new_tokens=24, k=4) for p in ([5, 6, 7], [9, 3, 1, 4])]
     curve = CostCurve(seconds={q: 1e-3 * (1 + 0.1 * q) for q in range(1, 9)}, context=16, device="cpu")
-    row = _row("x", "blockwise-overlap", "stern-k4", 4, traces, [1.5], curve, 0)
+    ar = [decode_with("ar", model, p, max_new_tokens=24) for p in ([5, 6, 7], [9, 3, 1, 4])]
+    row = _row("x", "blockwise-overlap", "stern-k4", 4, traces, [1.5], curve, 0, ar)
+    assert row["ar_step_ms_target"] > 0
     assert (row["label"], row["method"], row["checkpoint"]) == ("x", "blockwise-overlap", "stern-k4")
     want = pooled(traces).conditional_acceptance
     assert len(row["conditional_acceptance"]) == 3
@@ -149,9 +151,9 @@ def test_decode_bench_row_counts_conditional_acceptance_as_the_trace_does(family
     assert row["acceptance_per_position"] == (pooled(traces).acceptance_rate_per_position + [0.0] * 3)[:3]
     plain = [decode_with("blockwise", model, [5, 6, 7], max_new_tokens=24, k=4)]
     # the plain schedule verifies k-1 = 3 tokens and pays a predict forward: t(3)/t(1) + 1 in the denominator
-    tps = _row("p", "blockwise", "stern-k4", 4, plain, [1.0], curve, 0)["tokens_per_step"]
+    tps = _row("p", "blockwise", "stern-k4", 4, plain, [1.0], curve, 0, ar)["tokens_per_step"]
     ratio = curve.seconds[3] / curve.seconds[1]
-    assert _row("p", "blockwise", "stern-k4", 4, plain, [1.0], curve, 0)["speedup_predicted"] == pytest.approx(
+    assert _row("p", "blockwise", "stern-k4", 4, plain, [1.0], curve, 0, ar)["speedup_predicted"] == pytest.approx(
         tps / (ratio + 1 + statistics.median(s.draft_s for s in plain[0].steps[1:]) / curve.seconds[1]))
 
 
