@@ -40,7 +40,7 @@ def test_greedy_rows_equal_generate_row_by_row(tiny):
     """Left padding and rows leaving the batch change nothing: each row is transformers' own greedy decode."""
     hf, tok = tiny
     end = tok.convert_tokens_to_ids("<|im_end|>")
-    prompts = [cd.chat_ids(tok, p) for p in ("Why is the sky blue?", "Hi", "Write a poem about the sea at night.")]
+    prompts = [cd.template_ids(tok, p) for p in ("Why is the sky blue?", "Hi", "Write a poem about the sea at night.")]
     assert len({len(p) for p in prompts}) == 3  # the batch is padded
     rows = cd.decode_rows(hf, prompts, max_new=24, stop=end)
     for p, row in zip(prompts, rows):

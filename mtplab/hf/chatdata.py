@@ -26,7 +26,7 @@ import torch
 from mtplab.device import machine, now
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write_text
-from mtplab.hf.real import REAL_MODELS
+from mtplab.hf.real import REAL_MODELS, template_ids
 from mtplab.hf.workfiles import data_shards, read_data_prompts
 
 BATCH = 64             # answer rows per batch
@@ -109,14 +109,6 @@ def user_turn_head(tok) -> list[int]:
     """The chat template's ids up to where a user's words begin (Magpie's input)."""
     full = tok.apply_chat_template([{"role": "user", "content": "X"}], tokenize=False, add_generation_prompt=False)
     return tok.encode(full[:full.rindex("X")], add_special_tokens=False)
-
-
-def chat_ids(tok, prompt: str) -> list[int]:
-    """One user turn with the assistant's generation prompt."""
-    ids = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True)
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
 
 
 # ------------------------------------------------------------------------------------------- the work folder
@@ -268,7 +260,7 @@ def stage_answers(hf, tok, work: DataWork, prompts: list[dict], *, worker: tuple
     """Greedy answers, BATCH prompts a shard, the prompts sorted by length so that a batch pads little."""
     end = tok.convert_tokens_to_ids("<|im_end|>")
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    enc = [(chat_ids(tok, p["prompt"]), p) for p in prompts]
+    enc = [(template_ids(tok, p["prompt"]), p) for p in prompts]
     order = sorted(range(len(enc)), key=lambda j: (len(enc[j][0]), j))
     n_b = (len(order) + BATCH - 1) // BATCH
     i, n = worker
