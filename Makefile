@@ -19,7 +19,7 @@ PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
 .PHONY: setup student student-copy run test test-fast lint lab clean convert
 
-# the package with the notebook stack, the test tools and transformers (tests/test_hf.py builds tiny HF models);
+# the package with the notebook stack, the test tools and transformers (tests/hf/test_hf.py builds tiny HF models);
 # no browser (only the browser tests need one)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP) $(STUDENT)
 
 # the student install: what a student's laptop needs for the notebooks and the real model, nothing for the tests
-# (no dev extra, no browser); the same lines as README's "Install without make" (tests/test_portable.py checks it)
+# (no dev extra, no browser); the same lines as README's "Install without make" (tests/ground/test_portable.py checks it)
 $(STUDENT): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP_TORCH)
@@ -79,10 +79,12 @@ test: lint $(BROWSER) convert
 
 # under 2 minutes: the library's unit and property tests in one process. Left to `make test`: notebooks, the
 # browser, subprocess tests (CLI, fault injection, torchrun), statistical sampling tests, shipped checkpoints, HF
-FAST_SKIP := notebooks report ddp cli robust sampling shipped hf browser
+# (the tests sit in folders named after the package's floors: tests/<floor>/test_<name>.py)
+FAST_SKIP := notebooks/test_notebooks notebooks/test_report training/test_ddp ground/test_cli training/test_robust \
+	decoding/test_sampling hf/test_shipped hf/test_hf notebooks/test_browser
 test-fast: lint
 	$(PYTEST) -q -m "not slow and not browser and not gpu and not serial" -p no:cacheprovider \
-		$(foreach t,$(FAST_SKIP),--ignore=tests/test_$(t).py) tests
+		$(foreach t,$(FAST_SKIP),--ignore=tests/$(t).py) tests
 
 # the students' copy of the committed tree, without instructor/ (the reference solutions; .gitattributes)
 student-copy:

@@ -1,7 +1,7 @@
 """The answer key of notebook 08's find-the-bug exercise (`mtplab.teaching.find_the_bug`). Instructors only: the
 student copy (`make student-copy`) leaves instructor/ out (.gitattributes export-ignore). The package holds only
 one salted digest of the whole right set of verdicts and the explanations sealed under it; `sealed()` makes both from
-this key, and tests/test_find_the_bug.py checks that the package's copies equal them."""
+this key, and tests/teaching/test_find_the_bug.py checks that the package's copies equal them."""
 from __future__ import annotations
 
 import base64

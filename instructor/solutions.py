@@ -1,7 +1,7 @@
-"""Reference solutions of the notebooks' exercises, for the instructor and for tests/test_exercises.py (which
+"""Reference solutions of the notebooks' exercises, for the instructor and for tests/teaching/test_exercises.py (which
 checks that every checker accepts them). Not part of the package, not in any notebook, and left out of the student
 copy (`make student-copy` builds it with `git archive`; .gitattributes marks this folder export-ignore), so no answer
-is one grep away there. tests/test_portable.py checks that no file of the student copy holds one of these bodies.
+is one grep away there. tests/ground/test_portable.py checks that no file of the student copy holds one of these bodies.
 """
 import math
 

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${1:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())"
-$PY -m pytest -q -m gpu tests/test_gpu.py
+$PY -m pytest -q -m gpu tests/decoding/test_gpu.py
 mkdir -p build/gpu
 $PY -m mtplab bench decode --quick --device cuda --out build/gpu
 $PY -m mtplab bench cost-curve --preset wide --device cuda --dtype bf16 --quick --out build/gpu

@@ -5,7 +5,7 @@ checked in JupyterLab and Chromium).
     python scripts/widget_screenshots.py --out build/shots
 
 * `jupyterlab_projector.png`: notebook 05 (a copy with SMOKE = True and PROJECTOR = True) run in a real JupyterLab
-  under headless Chromium (the browser test's server, tests/test_browser.py), the lab after four steps;
+  under headless Chromium (the browser test's server, tests/notebooks/test_browser.py), the lab after four steps;
 * `jupyterlab_projector_sampled.png`: the same lab switched to the draft model at T = 1, five steps on, scrolled
   to its last sampled correction: p(d), q(d), u and the residual norm(max(0, p - q)) the correction was drawn from;
 * `offline_lab.png`: the offline page (`tools.report`, no kernel) after its first four steps.
@@ -52,8 +52,8 @@ def projector_notebook(src: Path, dst: Path) -> Path:
 
 
 def live(out: Path, tmp: Path) -> list[Path]:
-    from tests.test_browser import NOTEBOOK, jupyter_lab, run_notebook
-    from tests.test_report import chromium_page
+    from tests.notebooks.test_browser import NOTEBOOK, jupyter_lab, run_notebook
+    from tests.notebooks.test_report import chromium_page
 
     notebook = projector_notebook(NOTEBOOK, tmp / NOTEBOOK.name)
     shots = []
@@ -103,7 +103,7 @@ def live(out: Path, tmp: Path) -> list[Path]:
 
 
 def offline(out: Path, tmp: Path) -> Path:
-    from tests.test_report import chromium_page
+    from tests.notebooks.test_report import chromium_page
     from tools import report
 
     path = tmp / "acceptance_lab.html"

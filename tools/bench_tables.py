@@ -4,7 +4,7 @@ it was measured on, so that no number in the README can drift from its record.
     python -m tools.bench_tables          # print the section
     python -m tools.bench_tables --write  # put it into README.md between the markers
 
-tests/test_layout.py checks that README.md holds what this prints.
+tests/ground/test_layout.py checks that README.md holds what this prints.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 
 Every number is copied from a benchmark record as a commit holds it (`git show COMMIT:FILE`); each point names
 that commit and file in its `provenance`. A point is a preflight record (`mtplab.bench.preflight`) without the
-install checks, plus `measured`: the speedups the lab raced on that machine. tests/test_classroom.py reads the
+install checks, plus `measured`: the speedups the lab raced on that machine. tests/teaching/test_classroom.py reads the
 commits again and checks every number.
 """
 from __future__ import annotations

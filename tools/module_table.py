@@ -3,7 +3,7 @@
     python -m tools.module_table          # print the section
     python -m tools.module_table --write  # put it into README.md between the markers
 
-tests/test_layout.py checks that README.md holds what this prints.
+tests/ground/test_layout.py checks that README.md holds what this prints.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
     python -m tools.notebook_times --write --from-record   # only rewrite the first cells from the record
 
 The record (docs/bench/notebooks.json) keeps each notebook's wall seconds, its slowest cell, whether the machine was
-busy while it ran (the race's load meter) and the machine. tests/test_notebooks.py checks that every first cell
+busy while it ran (the race's load meter) and the machine. tests/notebooks/test_notebooks.py checks that every first cell
 states what the record says.
 """
 from __future__ import annotations

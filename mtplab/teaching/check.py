@@ -56,7 +56,7 @@ def number_from(fn, *args, case: str) -> tuple[float | None, str | None]:
 # These checkers hold no formula of their own: each tests properties that a right answer has on every case
 # (limits, monotonicity, invariances) and a few fixed cases whose answers were computed once, so the package carries
 # no reference solution for them. Every checker of the lab works so: it compares with fixed cases or properties,
-# never with a function of the package that answers the exercise (tests/test_exercises.py checks it).
+# never with a function of the package that answers the exercise (tests/teaching/test_exercises.py checks it).
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
 

@@ -36,7 +36,8 @@ from mtplab.teaching.sampling import accept_counts, chi_square
 
 # The toy (one draft per step, V tokens, p and q far apart); the settings a bug forgets are named here.
 V = 8
-N_DRAWS = 3000          # draws per chi-square test: every planted bug is caught at this size (tests/test_bugs.py)
+N_DRAWS = 3000          # draws per chi-square test: every planted bug is caught at this size
+                        # (tests/teaching/test_find_the_bug.py)
 ALPHA = 0.05            # the lab's one test level (as notebook 06): a correct rule fails at rate ALPHA
 DRAFT_TEMPERATURE = 0.5  # the drafter samples at this temperature
 TOP_K = 3               # a top-k setting, as a sampler may carry one

@@ -22,10 +22,10 @@ def heads_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hfdirs(tmp_path_factory):
-    """A tiny GPT-2 with its tokenizer (tests/test_hf.py builds it), and the probe's crafted folders."""
+    """A tiny GPT-2 with its tokenizer (tests/hf/test_hf.py builds it), and the probe's crafted folders."""
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from tests.test_hf import _gpt2, _tokenizer
+    from tests.hf.test_hf import _gpt2, _tokenizer
     root = tmp_path_factory.mktemp("hfrel")
     tok = _tokenizer()
     m = _gpt2(0)
@@ -85,7 +85,7 @@ def hfheads(hfdirs, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
     pytest.importorskip("transformers")
-    from tests.test_hf import _llama_config, _tokenizer
+    from tests.hf.test_hf import _llama_config, _tokenizer
     from transformers import LlamaForCausalLM
     d = tmp_path_factory.mktemp("llama")
     LlamaForCausalLM(_llama_config()).save_pretrained(d)

@@ -76,8 +76,8 @@ def shipped_copy(tmp_path: Path, monkeypatch) -> Path:
 
 
 def chat_tokenizer():
-    """The tiny BPE tokenizer of tests/test_hf with ChatML's two control tokens and a ChatML chat template."""
-    from tests.test_hf import _tokenizer
+    """The tiny BPE tokenizer of tests/hf/test_hf with ChatML's two control tokens and a ChatML chat template."""
+    from tests.hf.test_hf import _tokenizer
     tok = _tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"

@@ -1,7 +1,7 @@
 """The acceptance lab's state: what the widget shows, as a frozen dataclass and pure functions on it.
 
 No ipywidgets here (the view is `view.py`), no figures (`mtplab.viz.decode`), no models, files or clocks (those
-are `session.py`): everything in this module is tested without a browser (tests/test_acceptance_lab.py).
+are `session.py`): everything in this module is tested without a browser (tests/teaching/test_acceptance_lab.py).
 
 `LabState` holds the settings, the decoded `Trace` (None until `session.decode` ran), how many of its steps are
 shown, a one-line note and the last error message. `configure`, `step`, `back`, `jump`, `run_all`, `reset` and
@@ -44,7 +44,7 @@ DEFAULT_CHECKPOINT = "default"  # the checkpoint the METHODS table names for the
 DEFAULT_PROMPT = "import os\nimport sys\n\ndef main("  # the first steps are words, not indentation
 AUTO = "auto"                   # method="auto": the benchmark's fastest method on this kind of device
 # the lab's one demo (the widget's default, notebook 05, the offline page, teaching.md): on the default prompt its
-# first four steps show accepted, rejected, discarded and bonus tokens (tests/test_acceptance_lab.py checks it)
+# first four steps show accepted, rejected, discarded and bonus tokens (tests/teaching/test_acceptance_lab.py checks it)
 DEMO = {"method": "blockwise-overlap", "k": 4, "checkpoint": DEFAULT_CHECKPOINT}
 SETTINGS = ("method", "k", "prompt", "temperature", "device", "max_new_tokens", "checkpoint", "seed", "heads",
             "repeats")

@@ -1,0 +1,1 @@
+"""Tests of mtplab.training: training runs, losses, resume and faults, DDP."""
