@@ -92,7 +92,9 @@ def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, ship
         if predict and B in ratios and ratios[B] > 0:
             line += f"; the rule tokens / (t(k)/t(1)) predicts {r['tokens_per_forward'] / ratios[B]:.2f}x"
         if shipped and shipped.get(B):
-            line += f"; shipped batch-quick.json: {shipped[B]['speedup']:.2f}x (1 repeat)"
+            n = shipped[B].get("repeats")  # the record's own count, not assumed
+            line += (f"; shipped batch-quick.json: {shipped[B]['speedup']:.2f}x ("
+                     + (f"{n} repeat{'s' * (n != 1)}" if isinstance(n, int) else "repeats not recorded") + ")")
         lines.append(line)
     pays = [r["batch_size"] for r in spec if r["speedup_min"] > 1]
     loses = [r["batch_size"] for r in spec if r["speedup_max"] < 1]

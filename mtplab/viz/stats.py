@@ -10,7 +10,7 @@ from mtplab.measuring.acceptance import Acceptance
 from mtplab.viz.style import _figure
 
 
-# ---------------------------------------------------------------------------------- DeepSeek layout
+# ---------------------------------------------------------------------------------- sampling and power
 def sampling_histogram(counts: dict, target, *, others: dict | None = None, labels=None, title: str = "") -> Figure:
     """Empirical frequencies (one bar group per label in `counts`) against the target distribution (black marks).
 
