@@ -365,8 +365,9 @@ def _real_model_parsers(sub) -> None:
     d = sub.add_parser("distill", help="a real model's heads: self-distillation data, a trunk cache, training")
     d.add_argument("model", help=", ".join(REAL_MODELS))
     d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
-    d.add_argument("--stages", default="answers,cache,deepseek,stern",
-                   help="comma-separated: answers, cache, deepseek, stern, ship (ship writes data/hf/MODEL)")
+    d.add_argument("--stages", default="answers,heldout,cache,vocab,deepseek,stern",
+                   help="comma-separated: answers, heldout, cache, vocab (times the projection: run it alone), "
+                        "deepseek, stern, ship (ship writes data/hf/MODEL)")
     d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
     d.add_argument("--overwrite", action="store_true", help="replace the head trainings saved in --work")
     d.add_argument("--data", default=None, help="the data folder whose answers the answers stage imports (default "

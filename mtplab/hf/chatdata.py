@@ -26,6 +26,7 @@ import torch
 from mtplab.device import machine, now
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write_text
+from mtplab.hf.prompts import heldout_prompts, template_prompts
 from mtplab.hf.real import REAL_MODELS, template_ids
 from mtplab.hf.workfiles import data_shards, read_data_prompts
 
@@ -255,9 +256,17 @@ def stage_select(work: DataWork, *, heldout: list[str], templates: list[dict], s
 
 
 # ------------------------------------------------------------------------------------------- answers
+def spread(n: int) -> list[int]:
+    """0..n-1 in bit-reversed order (0, n/2, n/4, 3n/4, ...): the batches done after any stop are spread over the
+    whole range, so a partial set of answers covers short and long prompts (every category) alike."""
+    bits = max(1, (n - 1).bit_length())
+    return [b for b in sorted(range(1 << bits), key=lambda b: int(f"{b:0{bits}b}"[::-1], 2)) if b < n]
+
+
 def stage_answers(hf, tok, work: DataWork, prompts: list[dict], *, worker: tuple[int, int] = (0, 1),
                   max_batches: int | None = None, log=print) -> None:
-    """Greedy answers, BATCH prompts a shard, the prompts sorted by length so that a batch pads little."""
+    """Greedy answers, BATCH prompts a shard, the prompts sorted by length so that a batch pads little; the batches
+    taken in `spread` order, so that answers stopped part way still cover every length and category."""
     end = tok.convert_tokens_to_ids("<|im_end|>")
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     enc = [(template_ids(tok, p["prompt"]), p) for p in prompts]
@@ -265,7 +274,7 @@ def stage_answers(hf, tok, work: DataWork, prompts: list[dict], *, worker: tuple
     n_b = (len(order) + BATCH - 1) // BATCH
     i, n = worker
     done = 0
-    for b in range(n_b):
+    for b in spread(n_b):
         path = work.shard("answers", b)
         if b % n != i or path.exists():
             continue
@@ -295,7 +304,6 @@ def main(argv=None) -> None:
     i, n = (int(x) for x in args.worker.split("/"))
     work = DataWork(args.work)
     if args.stage == "select":
-        from mtplab.hf.distill import heldout_prompts, template_prompts
         held = [p for ps in heldout_prompts().values() for p in ps]
         stage_select(work, heldout=held, templates=template_prompts(2000, seed=1))
         return

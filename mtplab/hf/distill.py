@@ -8,14 +8,20 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
    writes (`--data`, default data/chat/MODEL; `stage_import`), as Medusa's self-distillation (Cai et al. 2024,
    §2.3.2) and FastMTP train heads on the model's own outputs: a head is then trained on exactly the text its drafts
    will be verified against. chatdata is the one generation loop; nothing here generates.
-2. `cache`: one trunk forward per answered prompt: the last layer's hidden state at every position (bf16) and the
+2. `heldout`: the hand-written held-out prompts (never trained on) answered the same way, and their trunk cache:
+   what the draft vocabulary's coverage and the heads' held-out agreement are measured on.
+3. `cache`: one trunk forward per answered prompt: the last layer's hidden state at every position (bf16) and the
    target's top-k next-token probabilities there. The 30-layer trunk never runs again.
-3. `deepseek`, `stern`: heads trained for many epochs on the cache (`fit_heads`, on the lab's one loop, saved as one
-   save set), over the draft vocabulary: the N tokens most frequent in the model's own answers (EAGLE-3, FR-Spec and
-   FastMTP also draft over a frequency-ranked subset; only EAGLE-3 counts its training answers, FR-Spec counts a
-   pretraining corpus and FastMTP reuses FR-Spec's). The projection of a draft costs N rows instead of 49,152; the
-   target still verifies over the full vocabulary, so output stays exact. The ids travel in the heads file.
-4. `ship`: the heads in bf16, the draft vocabulary and the record into data/hf/MODEL (`ship`).
+4. `vocab`: the draft vocabulary, the N tokens most frequent in the model's own training answers (EAGLE-3, FR-Spec
+   and FastMTP also draft over a frequency-ranked subset; only EAGLE-3 counts its training answers, FR-Spec counts a
+   pretraining corpus and FastMTP reuses FR-Spec's), N chosen by measurement: the smallest size tried that holds
+   98% of the held-out answers' tokens, with the projection's cost at each size (`stage_vocab`). The projection of
+   a draft costs N rows instead of 49,152; the target still verifies over the full vocabulary, so output stays exact.
+5. `deepseek`, `stern`: heads trained on the cache (`fit_heads`, on the lab's one loop, saved as one save set) over
+   the draft vocabulary, validated on prompts held back from training (`run.held_back`). The ids travel in the
+   heads file.
+6. `ship`: the heads in bf16, the draft vocabulary and the record into data/hf/MODEL (`ship`), with the shipped
+   heads' teacher-forced agreement on held-back and held-out prompts side by side.
 """
 from __future__ import annotations
 
@@ -32,13 +38,15 @@ from mtplab.files import atomic_write, atomic_write_text
 from mtplab.device import machine, now, pick
 from mtplab.hf import workfiles as wf
 from mtplab.hf.heads_file import load_heads, save_heads
-from mtplab.hf.prompts import heldout_prompts, template_prompts  # noqa: F401  (what chatdata's select stage reads here)
-from mtplab.hf.real import real_model, template_ids, REAL_MODELS
-from mtplab.hf.run import TRAINED, fit_heads
+from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows
+from mtplab.hf.prompts import heldout_prompts, template_prompts  # noqa: F401  (template_prompts: re-exported)
+from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
+from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads, held_back
+from mtplab.model import kernels
 from mtplab.paths import DATA_DIR, may_write_shipped, shipped_folder
 from mtplab.training import runs
 from mtplab.training.config import default_name
-from mtplab.training.losses import CACHED_LOSSES
+from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
 TOPK = 8  # target probabilities kept per position in the cache
 
@@ -112,16 +120,23 @@ def stage_import(target, work: Work, data, *, per_shard: int = 64, log=None) -> 
 
 @torch.inference_mode()
 def cache_tensors(target, rows: list[dict]) -> dict:
-    """One trunk forward over answered prompts ({"prompt_ids", "answer_ids"} each), right-padded (causal: the
-    padding never changes an earlier position): tokens, hidden (bf16), the target's top-k ids and probabilities."""
+    """The trunk over answered prompts ({"prompt_ids", "answer_ids"} each), one sequence per forward (nothing padded
+    is computed, and one sequence's logits at a time are in memory), stored right-padded: tokens, hidden (bf16), the
+    target's top-k ids and probabilities, lengths and prompt lengths."""
     seqs = [r["prompt_ids"] + r["answer_ids"] for r in rows]
-    T = max(len(s) for s in seqs)
-    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs])
-    res = target(ids.to(target.wte.weight.device))
-    top_p, top_i = torch.softmax(res.logits.float(), -1).topk(TOPK, dim=-1)  # (B, T, TOPK)
-    return {"tokens": ids, "hidden": res.hidden.to(torch.bfloat16).cpu(), "top_i": top_i.int().cpu(),
-            "top_p": top_p.half().cpu(), "length": torch.tensor([len(s) for s in seqs]),
-            "prompt_len": torch.tensor([len(r["prompt_ids"]) for r in rows])}
+    B, T, C = len(seqs), max(len(s) for s in seqs), target.config.n_embd
+    out = {"tokens": torch.zeros(B, T, dtype=torch.long), "hidden": torch.zeros(B, T, C, dtype=torch.bfloat16),
+           "top_i": torch.zeros(B, T, TOPK, dtype=torch.int32), "top_p": torch.zeros(B, T, TOPK, dtype=torch.half),
+           "length": torch.tensor([len(s) for s in seqs]),
+           "prompt_len": torch.tensor([len(r["prompt_ids"]) for r in rows])}
+    for b, s in enumerate(seqs):
+        n = len(s)
+        out["tokens"][b, :n] = torch.tensor(s)
+        res = target(out["tokens"][b:b + 1, :n].to(target.wte.weight.device))
+        top_p, top_i = torch.softmax(res.logits[0].float(), -1).topk(TOPK, dim=-1)  # (n, TOPK)
+        out["hidden"][b, :n] = res.hidden[0].to(torch.bfloat16).cpu()
+        out["top_i"][b, :n], out["top_p"][b, :n] = top_i.int().cpu(), top_p.half().cpu()
+    return out
 
 
 @torch.inference_mode()
@@ -146,21 +161,133 @@ def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = Non
     return done
 
 
-def _token_counts(work: Work) -> Counter:
-    return Counter(t for s in work.shards("answers") for r in work.read_answers(s) for t in r["answer_ids"])
+VAL_ROWS = 128             # prompts held back for validation (`run.held_back`), never counted or trained on
+VOCAB_SIZES = (4096, 8192, 12288, 16384, 24576, 32768)   # the draft vocabulary's sizes the vocab stage measures
+COVERAGE_GOAL = 0.98       # share of held-out answer tokens the chosen draft vocabulary must hold
+
+
+def _answers(work: Work) -> list[dict]:
+    return [r for s in work.shards("answers") for r in work.read_answers(s)]
+
+
+def _counts(rows) -> Counter:
+    return Counter(t for r in rows for t in r["answer_ids"])
+
+
+def _ranked(work: Work, val_rows: int = VAL_ROWS) -> list[int]:
+    """Token ids by their count in the training answers (the held-back prompts' answers are not counted), ties by id."""
+    rows = _answers(work)
+    counts = _counts(rows[i] for i in held_back(len(rows), val_rows=val_rows)[1])
+    return sorted(counts, key=lambda t: (-counts[t], t))
 
 
 def draft_vocabulary(work: Work, n: int) -> torch.Tensor:
-    """The n token ids most frequent in the model's own answers (ties by id), sorted by id."""
-    counts = _token_counts(work)
-    best = sorted(counts, key=lambda t: (-counts[t], t))[:n]
-    return torch.tensor(sorted(best), dtype=torch.long)
+    """The n token ids most frequent in the model's own training answers (ties by id), sorted by id."""
+    return torch.tensor(sorted(_ranked(work)[:n]), dtype=torch.long)
+
+
+def coverage(counts: Counter, keep) -> float:
+    """The share of the counted tokens that lie inside `keep`."""
+    keep = set(keep)
+    return sum(c for t, c in counts.items() if t in keep) / max(1, sum(counts.values()))
 
 
 def vocab_coverage(work: Work, vocab: torch.Tensor) -> float:
-    """The share of the answers' tokens that lie inside the draft vocabulary."""
-    counts, keep = _token_counts(work), set(vocab.tolist())
-    return sum(c for t, c in counts.items() if t in keep) / max(1, sum(counts.values()))
+    """The share of the held-back prompts' answer tokens that lie inside the draft vocabulary."""
+    rows = _answers(work)
+    return coverage(_counts(rows[i] for i in held_back(len(rows), val_rows=VAL_ROWS)[0]), vocab.tolist())
+
+
+# ------------------------------------------------------------------------------------------- held-out prompts
+def stage_heldout(target, work: Work, *, max_new: int | None = None, log=None) -> list[dict]:
+    """The hand-written held-out prompts (never trained on) with the model's greedy answers, up to its end of turn or
+    256 tokens, made as the training answers are (`chatdata.decode_rows`), and their trunk cache: heldout.json and
+    heldout.safetensors. The draft vocabulary's coverage and the heads' held-out agreement are measured on them."""
+    from safetensors.torch import save_file
+    path, cpath = work.dir / "heldout.json", work.dir / "heldout.safetensors"
+    if not os.path.lexists(path):
+        held = [(c, p) for c, ps in heldout_prompts().items() for p in ps]
+        ids = [template_ids(target.tokenizer, p) for _, p in held]
+        tok = target.tokenizer
+        new = decode_rows(target.hf, ids, max_new=max_new or ANSWER_TOKENS, stop=end_of_turn(target),
+                          pad=tok.pad_token_id if tok.pad_token_id is not None else 0)
+        work.write_json("heldout.json", [{"category": c, "prompt_ids": i, "answer_ids": a}
+                                         for (c, _), i, a in zip(held, ids, new)])
+        if log:
+            log(f"held-out: {len(held)} prompts answered, {sum(map(len, new))} tokens")
+    rows = work.read_answers(path)
+    if not os.path.lexists(cpath):
+        tensors = cache_tensors(target, rows)
+        atomic_write(cpath, lambda tmp: save_file({k: v.contiguous() for k, v in tensors.items()}, tmp))
+    return rows
+
+
+def heldout_cache(work: Work) -> tuple[list[dict], "TrunkCache"]:
+    """The held-out prompts' answers and their trunk cache (the heldout stage's files)."""
+    path, cpath = work.dir / "heldout.json", work.dir / "heldout.safetensors"
+    if not (os.path.lexists(path) and os.path.lexists(cpath)):
+        raise MtplabError(f"{work.dir} holds no held-out answers and cache; run the heldout stage first "
+                          "(--stages heldout)")
+    rows = work.read_answers(path)
+    cache = TrunkCache([wf.read_cache_shard(cpath, vocab_size=work.V, hidden=work.C, topk=TOPK, context=work.ctx)])
+    if len(cache.rows) != len(rows):
+        raise MtplabError(f"{work.dir} holds {len(rows)} held-out answers and {len(cache.rows)} cached rows: "
+                          f"{cpath.name} is stale; delete it and rerun the heldout stage")
+    return rows, cache
+
+
+# ------------------------------------------------------------------------------------------- the draft vocabulary
+def projection_ms(target, n: int, *, repeats: int = 25) -> float:
+    """Median milliseconds of one row's projection onto n rows of the output matrix, on the kernel decoding uses."""
+    W = target.lm_head.weight.detach()[:n].contiguous()
+    x = torch.randn(1, W.shape[1])
+    times = []
+    for i in range(repeats + 3):
+        t0 = time.perf_counter()
+        kernels.linear(x, W)
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    return 1e3 * sorted(times)[len(times) // 2]
+
+
+def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE_GOAL, log=None) -> dict:
+    """The draft vocabulary's size, chosen by measurement: at each size, the share of the held-back prompts' and of
+    the held-out prompts' answer tokens inside it, and the projection's cost for one row on this machine (run it
+    alone). The smallest size whose held-out coverage reaches `goal` is chosen (else the largest tried):
+    vocab-study.json and vocab-N.json."""
+    V = target.config.vocab_size
+    ranked, rows = _ranked(work), _answers(work)
+    back = _counts(rows[i] for i in held_back(len(rows), val_rows=VAL_ROWS)[0])
+    out = _counts(heldout_cache(work)[0])
+    study = {"goal": goal, "rule": "the smallest size whose coverage of held-out answer tokens reaches the goal",
+             "machine": machine("cpu"), "full_projection_ms": projection_ms(target, V), "sizes": []}
+    for n in sorted({min(n, V) for n in sizes}):
+        keep = ranked[:n]
+        study["sizes"].append({"size": n, "distinct_in_training": min(n, len(ranked)),
+                               "coverage_held_back": coverage(back, keep), "coverage_held_out": coverage(out, keep),
+                               "projection_ms": projection_ms(target, n)})
+        if log:
+            log("vocab {size}: held-back {coverage_held_back:.4f}, held-out {coverage_held_out:.4f}, "
+                "{projection_ms:.2f} ms".format(**study["sizes"][-1]))
+    good = [r["size"] for r in study["sizes"] if r["coverage_held_out"] >= goal]
+    study["chosen"] = good[0] if good else study["sizes"][-1]["size"]
+    ids = draft_vocabulary(work, study["chosen"])
+    work.write_json(f"vocab-{study['chosen']}.json", {"n": len(ids), "ids": ids.tolist(),
+                                                      "coverage": vocab_coverage(work, ids)})
+    work.write_json("vocab-study.json", study)
+    return study
+
+
+def chosen_vocab(work: Work) -> int:
+    """The draft vocabulary's size the vocab stage chose."""
+    path = work.dir / "vocab-study.json"
+    if not os.path.lexists(path):
+        raise MtplabError(f"{work.dir} has no draft vocabulary chosen yet; run the vocab stage first (--stages vocab)")
+    n = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the draft vocabulary study", fix=wf.rerun("vocab"))
+    n = n.get("chosen") if isinstance(n, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= work.V:
+        raise MtplabError(f"{path} names no draft vocabulary size in 1..{work.V}; {wf.rerun('vocab')}")
+    return n
 
 
 # ------------------------------------------------------------------------------------------- training on the cache
@@ -220,21 +347,25 @@ def stage_heads(target, work: Work, fam: str, recipe: dict, *, steps: int | None
     """One family's heads on the cache, with the recipe's options (`steps` overrides its count); the history."""
     opts = {**recipe["heads"][fam], **({"steps": steps} if steps is not None else {})}
     cache = TrunkCache.load(work)
-    vocab = load_vocab(work, recipe["vocab"])
+    n = chosen_vocab(work)
+    vocab = load_vocab(work, n)
     if log:
         log(f"{fam}: {len(cache.rows)} sequences, {cache.tokens} answer tokens, draft vocabulary {len(vocab)}")
-    settings = {"heads": fam, "vocab": recipe["vocab"], "sequences": len(cache.rows), **opts}
+    settings = {"heads": fam, "vocab": n, "sequences": len(cache.rows), **opts}
     with work.timed(fam):
         return fit_heads(target, cache, vocab, heads=fam, out=work.dir, settings=settings, log=log, **opts, **fit)
 
 
 # ------------------------------------------------------------------------------------------- the whole recipe
-RECIPE = {"vocab": 8192,
-          "heads": {"deepseek": {"n_depths": 2, "steps": 1200, "batch_size": 8, "lr": 1e-3, "unroll": 3},
-                    "stern": {"n_depths": 4, "steps": 1200, "batch_size": 8, "lr": 1e-3, "unroll": 3}}}
-# on a GPU the same stages take minutes: more steps, larger batches (same vocabulary size)
+# the draft vocabulary's size is the vocab stage's measured choice; validation holds VAL_ROWS prompts out
+RECIPE = {"vocab": {"sizes": list(VOCAB_SIZES), "goal": COVERAGE_GOAL},
+          "heads": {"deepseek": {"n_depths": 2, "steps": 1200, "batch_size": 8, "lr": 1e-3, "unroll": 3,
+                                 "val_rows": VAL_ROWS},
+                    "stern": {"n_depths": 4, "steps": 1200, "batch_size": 8, "lr": 1e-3, "unroll": 3,
+                              "val_rows": VAL_ROWS}}}
+# on a GPU the same stages take minutes: more steps, larger batches (same vocabulary)
 GPU_RECIPE = {**RECIPE, "heads": {f: {**o, "steps": 4000, "batch_size": 32} for f, o in RECIPE["heads"].items()}}
-STAGES = ("answers", "cache", "deepseek", "stern", "ship")
+STAGES = ("answers", "heldout", "cache", "vocab", "deepseek", "stern", "ship")
 
 
 def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, steps: int | None = None, device="cpu",
@@ -253,13 +384,18 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     if "answers" in stages:
         with work.timed("answers"):
             stage_import(target, work, DATA_DIR / "chat" / rm.name if data is None else data, log=log)
+    if "heldout" in stages:
+        with work.timed("heldout"):
+            stage_heldout(target, work, log=log)
     if "cache" in stages:
         with work.timed("cache"):
             stage_cache(target, work, max_seconds=max_seconds, log=log)
+    if "vocab" in stages:
+        stage_vocab(target, work, log=log)
     histories = {fam: stage_heads(target, work, fam, recipe, steps=steps, log=log, resume=resume, overwrite=overwrite,
                                   max_seconds=max_seconds) for fam in CACHED_LOSSES if fam in stages}
     if "ship" in stages:
-        ship(target, work, rm, log=log)
+        ship(target, work, rm, log=log, data=data)
     return {"work": str(work.dir), "seconds": now() - t0, "cpu_seconds": time.process_time() - cpu0,
             "histories": histories}
 
@@ -287,9 +423,27 @@ def check_distill_options(model, work_dir, stages, steps, max_seconds):
     return rm
 
 
-def ship(target, work: Work, rm, *, log=None) -> None:
+def agreement(target, work: Work, vocab: torch.Tensor, settings: dict) -> dict:
+    """Teacher-forced agreement by depth of the attached heads with the target's argmax: on the held-back training
+    prompts and on the held-out prompts (pooled and by category, first draft), side by side: their gap measures how
+    well the training prompts match what people type."""
+    where = sub_vocab_index(vocab.to(target.wte.weight.device), target.config.vocab_size).to(target.wte.weight.device)
+    kw = {"unroll": settings.get("unroll", 3)}
+    val = held_back(len(_answers(work)), val_rows=settings.get("val_rows", VAL_ROWS), seed=settings.get("seed", 0))[0]
+    back = evaluate_heads(target, TrunkCache.load(work), val, where, vocab, **kw)
+    rows, held = heldout_cache(work)
+    out = evaluate_heads(target, held, list(range(len(rows))), where, vocab, **kw)
+    cats = sorted({r["category"] for r in rows})
+    by = {c: evaluate_heads(target, held, [i for i, r in enumerate(rows) if r["category"] == c], where, vocab, **kw)[0]
+          for c in cats}
+    return {"held_back": back, "held_out": out, "held_out_by_category": by, "gap_first_draft": back[0] - out[0],
+            "held_back_prompts": len(val), "held_out_prompts": len(rows)}
+
+
+def ship(target, work: Work, rm, *, log=None, data=None) -> None:
     """Write what ships into data/hf/NAME: each trained family's heads in bf16, the draft vocabulary and a record
-    of how they were made (tokens, steps, CPU time, the machine, the agreement history)."""
+    of how they were made (tokens, steps, CPU time, the machine, the agreement history, the shipped heads' agreement
+    on held-back and held-out prompts, the draft vocabulary study, the data's generation cost)."""
     out = rm.heads_dir
     if not may_write_shipped():
         raise MtplabError(f"ship replaces what the lab ships in {out}; set MTPLAB_WRITE_SHIPPED=1 to do it on purpose")
@@ -301,9 +455,15 @@ def ship(target, work: Work, rm, *, log=None) -> None:
     if target is not None:
         work.limits(target)
     out.mkdir(parents=True, exist_ok=True)
-    vocab = load_vocab(work, RECIPE["vocab"])
+    n = chosen_vocab(work)
+    vocab = load_vocab(work, n)
+    data = Path(DATA_DIR / "chat" / rm.name if data is None else data)
     record = {"model": rm.name, "package": f"{rm.package}=={rm.version}", "gguf_sha256": rm.gguf_sha256,
               "recipe": RECIPE, "machine": machine("cpu"), "heads": {},
+              "draft_vocab": wf.json_file(work.dir / "vocab-study.json", limit=wf.MAX_SMALL_JSON,
+                                          what="the draft vocabulary study", fix=wf.rerun("vocab")),
+              "generation": {sub: DataWork(data).costs(sub) for sub in ("questions", "answers")}
+              if (data / "answers").is_dir() else {},
               "cpu_and_wall_seconds_by_stage": wf.read_times(work.dir / "times.json")
               if os.path.lexists(work.dir / "times.json") else {}}
     answers = [r for s in work.shards("answers") for r in work.read_answers(s)]
@@ -314,10 +474,12 @@ def ship(target, work: Work, rm, *, log=None) -> None:
         load_heads(target, runs.paths(work.dir, fam)["weights"])
         name = default_name(fam, target.config.n_depths)  # deepseek-d1, stern-k4
         save_heads(target, out / name, dtype=torch.bfloat16, meta={"trained": TRAINED, "steps": state["step"]})
-        record["heads"][name] = {"steps": state["step"], "settings": state["settings"], "history": state["history"]}
+        load_heads(target, out / f"{name}.safetensors")  # what ships (bf16) is what is measured
+        record["heads"][name] = {"steps": state["step"], "settings": state["settings"], "history": state["history"],
+                                 "agreement": agreement(target, work, vocab, state["settings"])}
         if log:
             log(f"shipped {out / name}.safetensors")
-    cov = wf.json_file(work.dir / f"vocab-{RECIPE['vocab']}.json", limit=wf.MAX_SMALL_JSON, what="a draft vocabulary",
+    cov = wf.json_file(work.dir / f"vocab-{n}.json", limit=wf.MAX_SMALL_JSON, what="a draft vocabulary",
                        fix=wf.rerun("deepseek"))  # read_vocab checked it above
     atomic_write_text(out / "draft-vocab.json", json.dumps({"n": len(vocab), "coverage": cov.get("coverage", 0.0),
                                                             "ids": vocab.tolist()}) + "\n")

@@ -171,6 +171,13 @@ def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
     return out
 
 
+def held_back(n: int, *, val_rows: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    """The cached rows (one prompt each) held back for validation and those trained on: a seeded split by prompt,
+    the same for the training, the draft vocabulary's count and the record."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return order[:val_rows], order[val_rows:] or order
+
+
 TRAINED = "self-distilled on the model's own greedy answers (mtplab distill)"  # what a distilled heads file says
 
 
@@ -190,8 +197,7 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
     dev = target.wte.weight.device
     vocab = vocab.to(dev)
     where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
-    order = torch.randperm(len(cache.rows), generator=torch.Generator().manual_seed(seed)).tolist()
-    val, train = order[:val_rows], order[val_rows:] or order
+    val, train = held_back(len(cache.rows), val_rows=val_rows, seed=seed)
     params = list(target.mtp.parameters())
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)  # saved with the set (the batches themselves are `_rows`)

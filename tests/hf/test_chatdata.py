@@ -104,6 +104,14 @@ def test_answers_resume_and_split_over_workers(tiny, tmp_path, monkeypatch):
     assert shard["threads"] >= 1 and all(1 <= len(r["answer_ids"]) <= 6 for r in shard["rows"])
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 184])
+def test_answer_batches_are_taken_spread_over_the_lengths(n):
+    order = cd.spread(n)
+    assert sorted(order) == list(range(n))  # every batch once
+    if n >= 8:  # any first quarter of the order reaches into every quarter of the range
+        assert {b * 4 // n for b in order[:max(4, n // 4)]} == {0, 1, 2, 3}
+
+
 def test_a_broken_shard_is_one_line(tmp_path):
     work = cd.DataWork(tmp_path)
     (tmp_path / "answers" / "00000.json").write_text("[1, 2")

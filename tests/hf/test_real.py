@@ -188,18 +188,33 @@ def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch
            for i, r in enumerate(rows)]
     (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 1, "cpu_s": 1.0, "wall_s": 1.0}))
     monkeypatch.setattr(hft, "load_hf", lambda model, device=None: t)
+    monkeypatch.setattr(distill, "heldout_prompts", lambda: {"code": ["def f(x):", "import os"], "qa": ["why?"]})
+    monkeypatch.setattr(distill, "ANSWER_TOKENS", 12)
+    with pytest.raises(MtplabError, match="run the vocab stage first"):
+        distill.run_distill(next(iter(real.REAL_MODELS)), tmp_path / "w", data=data, steps=2,
+                            stages=("answers", "cache", "deepseek"))
     res = distill.run_distill(next(iter(real.REAL_MODELS)), tmp_path / "w", data=data, steps=2,
-                              stages=("answers", "cache", "deepseek", "stern"))
+                              stages=("answers", "heldout", "cache", "vocab", "deepseek", "stern"))
     assert set(res["histories"]) == {"deepseek", "stern"} and res["histories"]["stern"][-1]["step"] == 2
     assert [p.name for p in (tmp_path / "w" / "cache").iterdir()] == ["00000.safetensors"]
+    held = json.loads((tmp_path / "w" / "heldout.json").read_text())
+    assert [r["category"] for r in held] == ["code", "code", "qa"] and all(len(r["answer_ids"]) <= 12 for r in held)
+    study = json.loads((tmp_path / "w" / "vocab-study.json").read_text())
+    assert study["chosen"] == t.config.vocab_size == study["sizes"][-1]["size"]  # every size clamps to the tiny one
+    assert all(0 <= r["coverage_held_out"] <= 1 and r["projection_ms"] > 0 for r in study["sizes"])
     monkeypatch.setenv("MTPLAB_WRITE_SHIPPED", "1")
     monkeypatch.setattr(paths, "HF_DIR", tmp_path / "hf")
-    distill.run_distill(next(iter(real.REAL_MODELS)), tmp_path / "w", stages=("ship",))
+    distill.run_distill(next(iter(real.REAL_MODELS)), tmp_path / "w", stages=("ship",), data=data)
     out = tmp_path / "hf" / next(iter(real.REAL_MODELS))
     assert sorted(p.name for p in out.iterdir()) == ["deepseek-d1.safetensors", "draft-vocab.json", "record.json",
                                                       "stern-k4.safetensors"]
     record = json.loads((out / "record.json").read_text())
     assert record["data"]["prompts"] == len(rows) and record["data"]["by_category"] == {"code": 12, "qa": 12}
+    assert record["generation"]["answers"] == {"shards": 1, "cpu_s": 1.0, "wall_s": 1.0, "tokens": 1}
+    agree = record["heads"]["stern-k4"]["agreement"]
+    assert set(agree["held_out_by_category"]) == {"code", "qa"} and agree["held_out_prompts"] == 3
+    assert agree["gap_first_draft"] == pytest.approx(agree["held_back"][0] - agree["held_out"][0])
+    assert record["draft_vocab"]["chosen"] == t.config.vocab_size
     load_heads(t, out / "stern-k4.safetensors")
     assert t.draft_vocab.tolist() == sorted({i for r in rows for i in r["answer_ids"]})
     p = rows[0]["prompt_ids"]

@@ -47,6 +47,9 @@ def work(tmp_path):
         (w.dir / "answers" / f"{b:05d}.json").write_text(json.dumps(_rows(seed=b)))
     save_file(_cache(_rows()), str(w.dir / "cache" / "00000.safetensors"))
     (w.dir / "vocab-8192.json").write_text(json.dumps({"n": 3, "ids": [1, 2, 3], "coverage": 0.5}))
+    (w.dir / "vocab-study.json").write_text(json.dumps({"chosen": 8192, "sizes": []}))
+    (w.dir / "heldout.json").write_text(json.dumps(_rows(3, seed=5)))
+    save_file(_cache(_rows(3, seed=5)), str(w.dir / "heldout.safetensors"))
     (w.dir / "times.json").write_text(json.dumps({"prompts": [0.1, 0.2]}))
     (tmp_path / "outside.txt").write_text("untouched")
     return w
@@ -84,6 +87,8 @@ PROMPTS = lambda w: wf.read_data_prompts(w.dir / "prompts.json")  # noqa: E731
 CACHE_STAGE = lambda w: distill.stage_cache(FAKE, w)  # noqa: E731
 TRAIN_READ = lambda w: distill.TrunkCache.load(w)  # noqa: E731
 VOCAB = lambda w: distill.load_vocab(w, 8192)  # noqa: E731
+CHOSEN = lambda w: distill.chosen_vocab(w)  # noqa: E731
+HELDOUT = lambda w: distill.heldout_cache(w)  # noqa: E731
 
 
 def _timed(w):
@@ -129,6 +134,13 @@ CASES = {  # review case: (edit of the work folder, the stage that reads it, wha
     "d-vocab-str": (_set("vocab-8192.json", {"n": 1, "ids": "abc"}), VOCAB, "a non-empty list of token ids"),
     "d-vocab-bigint": (_set("vocab-8192.json", '{"n": 1, "ids": [' + "9" * 40 + "]}"), VOCAB, "not a token id"),
     "d-vocab-devzero": (_set("vocab-8192.json", devzero), VOCAB, "not a regular file"),
+    "d-study-list": (_set("vocab-study.json", [1, 2]), CHOSEN, "names no draft vocabulary size in 1..49152"),
+    "d-study-big": (_set("vocab-study.json", {"chosen": 10 ** 6}), CHOSEN, "names no draft vocabulary size"),
+    "d-study-fifo": (_set("vocab-study.json", fifo), CHOSEN, "not a regular file"),
+    "d-heldout-trunc": (_cut("heldout.json", 30), HELDOUT, "is not valid JSON"),
+    "d-heldout-oob": (_set("heldout.json", [{**_rows()[0], "answer_ids": [10 ** 6]}]), HELDOUT, "holds 1000000"),
+    "d-heldout-count": (_set("heldout.json", _rows(2)), HELDOUT, "2 held-out answers and 3 cached rows"),
+    "d-heldout-cache": (_cut("heldout.safetensors", 1000), HELDOUT, "corrupt or truncated"),
     "d-times-list": (_set("times.json", [1, 2]), _timed, "not the stages' times"),
     "d-times-fifo": (_set("times.json", fifo), _timed, "not a regular file"),
 }
@@ -156,7 +168,8 @@ def test_the_answers_come_from_a_data_folder_only(tmp_path):
     """The old generation stages are gone: --stages prompts is refused in one line, and the answers stage of a data
     folder without answers names chatdata, the one generation loop."""
     one_line_error(lambda: distill.run_distill("smollm2", tmp_path / "w", stages=["prompts", "answers"]),
-                   "an unknown stage 'prompts'; choose among answers, cache, deepseek, stern, ship", seconds=10)
+                   "an unknown stage 'prompts'; choose among answers, heldout, cache, vocab, deepseek, stern, ship",
+                   seconds=10)
     assert not (tmp_path / "w").exists()
     t = types.SimpleNamespace(tokenizer=chat_tokenizer(), config=FAKE.config)
     (tmp_path / "data" / "answers").mkdir(parents=True)
@@ -164,11 +177,19 @@ def test_the_answers_come_from_a_data_folder_only(tmp_path):
                    "holds no answers; run python -m mtplab.hf.chatdata")
 
 
+def test_a_missing_held_out_set_or_vocabulary_choice_names_its_stage(work):
+    (work.dir / "vocab-study.json").unlink()
+    one_line_error(lambda: CHOSEN(work), "no draft vocabulary chosen yet; run the vocab stage first")
+    (work.dir / "heldout.safetensors").unlink()
+    one_line_error(lambda: HELDOUT(work), "no held-out answers and cache; run the heldout stage first")
+
+
 def test_the_good_work_folder_reads(work):
     """The controls: every reader above accepts the untampered folder."""
     assert len(PROMPTS(work)) == 3
     assert len(TRAIN_READ(work).rows) == 4
-    assert VOCAB(work).tolist() == [1, 2, 3]
+    assert VOCAB(work).tolist() == [1, 2, 3] and CHOSEN(work) == 8192
+    assert len(HELDOUT(work)[0]) == 3 and len(HELDOUT(work)[1].rows) == 3
     _timed(work)
     assert set(wf.read_times(work.dir / "times.json")) == {"prompts", "cache"}
 
