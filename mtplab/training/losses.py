@@ -136,17 +136,19 @@ def sub_vocab_index(vocab: torch.Tensor, V: int) -> torch.Tensor:
     return where
 
 
-def soft_ce(logits: torch.Tensor, top_i: torch.Tensor, top_p: torch.Tensor, where: torch.Tensor,
+def soft_ce(x: torch.Tensor, W: torch.Tensor, top_i: torch.Tensor, top_p: torch.Tensor, where: torch.Tensor,
             mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy of draft logits over the draft vocabulary (B, T, N) against the target's top-k probabilities
-    (B, T, TOPK) renormalized inside it; mask (B, T) picks the positions that count. Returns (loss, top-1 hits)."""
-    idx = where[top_i]  # (B, T, TOPK), -1 outside the draft vocabulary
-    p = top_p * (idx >= 0)
-    keep = mask & (p.sum(-1) > 0)
+    """Cross-entropy of the draft logits x W^T over the draft vocabulary (x: (B, T, C), W: (N, C)) against the
+    target's top-k probabilities (B, T, TOPK) renormalized inside it, at the positions mask (B, T) picks; the N-wide
+    projection is computed at those positions only (no padding, no prompt). Returns (loss, top-1 hits)."""
+    idx = where[top_i[mask]]  # (P, TOPK), -1 outside the draft vocabulary
+    p = top_p[mask] * (idx >= 0)
+    keep = p.sum(-1) > 0
     p = p / p.sum(-1, keepdim=True).clamp_min(1e-9)
-    logp = torch.log_softmax(logits.float(), -1).gather(-1, idx.clamp_min(0))  # (B, T, TOPK)
-    loss = -(p * logp).sum(-1)[keep].mean() if keep.any() else logits.sum() * 0
-    hits = (logits.argmax(-1) == idx[..., 0]) & keep  # the draft equals the target's argmax
+    logits = F.linear(x[mask], W)  # (P, N)
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, idx.clamp_min(0))  # (P, TOPK)
+    loss = -(p * logp).sum(-1)[keep].mean() if keep.any() else x.sum() * 0
+    hits = (logits.argmax(-1) == idx[:, 0]) & keep  # the draft equals the target's argmax
     return loss, torch.stack([hits.sum(), keep.sum()])
 
 
@@ -159,12 +161,9 @@ def _deepseek_cached(model, batch: dict, where: torch.Tensor, W: torch.Tensor, u
         if T - d <= 1:
             break
         prev = model.mtp.layers[0](model, prev[:, :T - d], model.wte(tok[:, d:]))  # (B, T-d, C) predicts t_{i+d+1}
-        logits = F.linear(model.norm(prev), W)
         # the target's distribution for t_{i+d+1} sits at position i+d; count it where t_{i+d+1} is an answer token
-        m = torch.zeros_like(ans[:, :T - d])
-        m[:, :T - d - 1] = ans[:, d + 1:]
-        out.append(soft_ce(logits[:, :T - d - 1], batch["top_i"][:, d:T - 1], batch["top_p"][:, d:T - 1], where,
-                           m[:, :T - d - 1]))
+        out.append(soft_ce(model.norm(prev[:, :T - d - 1]), W, batch["top_i"][:, d:T - 1], batch["top_p"][:, d:T - 1],
+                           where, ans[:, d + 1:]))
         prev = F.pad(prev, (0, 0, 0, d))  # keep positions aligned with the trunk's
     return out
 
@@ -178,8 +177,8 @@ def _stern_cached(model, batch: dict, where: torch.Tensor, W: torch.Tensor, unro
         d = j + 2  # depth d at position i predicts t_{i+d}: the target's distribution sits at position i+d-1
         if T - d <= 0:
             break
-        logits = F.linear(model.norm(hs[:, :T - d, j]), W)
-        out.append(soft_ce(logits, batch["top_i"][:, d - 1:T - 1], batch["top_p"][:, d - 1:T - 1], where, ans[:, d:]))
+        out.append(soft_ce(model.norm(hs[:, :T - d, j]), W, batch["top_i"][:, d - 1:T - 1],
+                           batch["top_p"][:, d - 1:T - 1], where, ans[:, d:]))
     return out
 
 

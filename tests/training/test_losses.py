@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from mtplab.errors import MtplabError
-from mtplab.training.losses import deepseek_loss, depth_cross_entropies, multi_token_loss
+from mtplab.training.losses import deepseek_loss, depth_cross_entropies, multi_token_loss, soft_ce, sub_vocab_index
 from mtplab.training.steps import meta_step
 from tests.conftest import random_model
 
@@ -115,3 +115,35 @@ def test_multi_token_loss_refuses_a_window_shorter_than_its_heads():
     logits = torch.zeros(1, 2, 4 * 5)
     with pytest.raises(MtplabError, match="T=2 targets is too short for 4 heads"):
         multi_token_loss(logits, torch.zeros(1, 2, dtype=torch.long), 4)
+
+
+def test_cached_soft_ce_projects_only_the_counted_positions_and_equals_the_dense_loss():
+    """soft_ce computes the N-wide draft logits at the masked positions alone; loss and hits equal the dense
+    formula's (every position projected, then masked), and its gradient too."""
+    g = torch.Generator().manual_seed(0)
+    B, T, C, V, K = 3, 11, 8, 40, 4
+    vocab = torch.tensor([0, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37])
+    where = sub_vocab_index(vocab, V)
+    W = torch.randn(len(vocab), C, generator=g)
+    x = torch.randn(B, T, C, generator=g, requires_grad=True)
+    top_i = torch.randint(0, V, (B, T, K), generator=g)
+    top_i[0, 2] = torch.tensor([1, 2, 4, 6])  # a position whose top-k lies wholly outside the draft vocabulary
+    top_p = torch.softmax(torch.randn(B, T, K, generator=g), -1)
+    mask = torch.rand(B, T, generator=g) > 0.4
+    mask[0, 2] = True
+    loss, hits = soft_ce(x, W, top_i, top_p, where, mask)
+    loss.backward()
+    grad, x.grad = x.grad.clone(), None
+    # the dense reference: every position projected, then masked
+    logits = F.linear(x, W)
+    idx = where[top_i]
+    p = top_p * (idx >= 0)
+    keep = mask & (p.sum(-1) > 0)
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-9)
+    logp = torch.log_softmax(logits, -1).gather(-1, idx.clamp_min(0))
+    ref = -(p * logp).sum(-1)[keep].mean()
+    ref.backward()
+    assert torch.allclose(loss, ref, atol=1e-6) and torch.allclose(grad, x.grad, atol=1e-6)
+    ref_hits = ((logits.argmax(-1) == idx[..., 0]) & keep).sum()
+    assert hits.tolist() == [int(ref_hits), int(keep.sum())] and int(keep.sum()) < int(mask.sum())
+    assert not grad[~mask].any()  # positions not counted get no gradient
