@@ -14,10 +14,15 @@ to fuse or not can make two code paths round differently. The weights are stored
 k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advance side by side: the CPU's vector
 lanes hold JB independent outputs, never parts of one sum, so nothing is reassociated. Rows go in blocks through one
 loop whose block x JB sums stay in registers, and each weight vector loaded is multiplied with all of them: a block
-reads the weights as one row does. One to four rows take one block of 4 (8 AVX-512 registers of sums); more take
-blocks of ROWS = 8 (16 registers) while more than four remain, then one of 4. A last, partial block repeats its last
-row (computed, not written); a one-row call pays four rows' arithmetic, which a forward that streams its weights from
-memory hides. Which block computes a row changes no bit of it: every output is the same chain of fused steps. Two
+reads the weights as one row does. One to four rows take one block of 4 (8 AVX-512 registers of sums). More rows
+take blocks of ROWS, chosen at import by the CPU (`blocks(q)` lists them): with AVX-512 (32 vector registers)
+blocks of 8 (16 registers of sums) while more than four remain, then one of 4; without it (AVX2: 16 registers of
+8 lanes) blocks of 3 (12 registers of sums, the weight vector and three broadcasts fill the 16), since there a block
+of 8 needs 32 registers and spills its sums to memory at every step (measured on a Zen 3: 2.5x the time per row of
+the block of 3). Each later block of a panel reads its weights from the L2 cache, which the first brought in. A
+last, partial block repeats its last row (computed, not written); a one-row call pays four rows' arithmetic, which a
+forward that streams its weights from memory hides. Which block computes a row changes no bit of it: every output is
+the same chain of fused steps, so both plans give the same bits (the tests run both on any machine). Two
 threads split the panels (outputs), so each output is still computed by one thread in one order: one and two
 threads give the same bits.
 
@@ -40,9 +45,22 @@ import torch.nn.functional as F
 
 MAX_ROWS = 16  # rows up to which `linear` is exact; above, F.linear (a prefill)
 JB = 32        # outputs per panel: the lanes that advance side by side (two AVX-512 vectors)
-ROWS = 8       # rows that share each weight load (ROWS x JB sums stay in registers); 1 to 4 rows: one block of 4
 PARALLEL_MIN = 1 << 18  # weight entries (1 MB in float32) from which torch's thread count splits a call by default
-assert JB == 32 and ROWS == 8  # the kernel's scratch and its unrolled rows
+
+
+def _avx512() -> bool:
+    """Whether the host CPU has AVX-512 (32 vector registers), as LLVM, which compiles the kernels, sees it."""
+    try:
+        from llvmlite import binding
+        return bool(binding.get_host_cpu_features().get("avx512f", False))
+    except Exception:  # pragma: no cover - llvmlite missing or unable to say
+        return False
+
+
+# rows per block above 4 rows (ROWS x JB sums stay in registers; 1 to 4 rows: one block of 4): read at each call, so a
+# test may set either plan on any CPU; both give the same bits, only their speed depends on the CPU
+ROWS = 8 if _avx512() else 3
+assert JB == 32 and ROWS in (3, 8)  # the kernel's scratch and its unrolled rows
 
 _state = {"stock": False}  # use_stock() sets it for the whole process
 _WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # packed as their float32 values
@@ -96,6 +114,12 @@ try:  # pragma: no cover - the branch taken depends on the environment
         return x[i0, k], x[min(i0 + 1, q - 1), k], x[min(i0 + 2, q - 1), k], x[min(i0 + 3, q - 1), k]
 
     @_jit()
+    def _rows3(x, i0, k):
+        """x[i, k] of rows i0..i0+2, a row past the last repeating it (computed, never written)."""
+        q = x.shape[0]
+        return x[i0, k], x[min(i0 + 1, q - 1), k], x[min(i0 + 2, q - 1), k]
+
+    @_jit()
     def _fma4(a, r0, jj, w, x4):
         """a[r0 + r, jj] = fma(x4[r], w, a[r0 + r, jj]) for r < 4: one weight, four rows' sums, in the order of k."""
         a[r0, jj] = _fma(x4[0], w, a[r0, jj])
@@ -136,25 +160,46 @@ try:  # pragma: no cover - the branch taken depends on the environment
         _write(a, out, b, i0)
 
     @_jit()
-    def _panel(x, wp, out, b):
-        """Outputs b*JB..b*JB+JB-1 of every row: blocks of ROWS rows while more than 4 remain, then one block of 4."""
+    def _block3(x, wp, out, b, i0):
+        """`_block4` for rows i0..i0+2: 3 x JB sums, 12 AVX2 registers, which with the weight vector and the three
+        rows' x[i, k] fit the 16 (a block of 4 or 8 spills sums to memory at every k there)."""
+        a = numba.carray(_registers(96), (3, JB))
+        a[:] = 0.0
+        for k in range(x.shape[1]):
+            x3 = _rows3(x, i0, k)
+            for jj in range(JB):
+                w = wp[b, k, jj]
+                a[0, jj] = _fma(x3[0], w, a[0, jj])
+                a[1, jj] = _fma(x3[1], w, a[1, jj])
+                a[2, jj] = _fma(x3[2], w, a[2, jj])
+        _write(a, out, b, i0)
+
+    @_jit()
+    def _panel(x, wp, out, b, rows):
+        """Outputs b*JB..b*JB+JB-1 of every row (the blocks of `blocks`): 1 to 4 rows one block of 4; more, with
+        rows = 8 blocks of 8 while more than 4 remain, then one of 4; with rows = 3, blocks of 3."""
         q = x.shape[0]
         i0 = 0
+        if rows == 3 and q > 4:
+            while i0 < q:
+                _block3(x, wp, out, b, i0)
+                i0 += 3
+            return
         while q - i0 > 4:
             _block8(x, wp, out, b, i0)
-            i0 += ROWS
+            i0 += 8
         if i0 < q:
             _block4(x, wp, out, b, i0)
 
     @_jit()
-    def _serial(x, wp, out):
+    def _serial(x, wp, out, rows):
         for b in range(wp.shape[0]):
-            _panel(x, wp, out, b)
+            _panel(x, wp, out, b, rows)
 
     @_jit(parallel=True)
-    def _parallel(x, wp, out):
+    def _parallel(x, wp, out, rows):
         for b in numba.prange(wp.shape[0]):
-            _panel(x, wp, out, b)
+            _panel(x, wp, out, b, rows)
 
     @_jit()
     def _rms_rows(x, w, eps, out):
@@ -172,6 +217,18 @@ try:  # pragma: no cover - the branch taken depends on the environment
 except Exception as e:  # pragma: no cover - numba missing or broken
     EXACT = False
     _NUMBA_ERROR = f"{type(e).__name__}: {e}"
+
+
+def blocks(q: int, rows: int | None = None) -> list[int]:
+    """The row blocks a q-row call runs in (`_panel`'s loop, `rows` default ROWS); each block reads every weight once,
+    a partial one repeating its last row: 1 to 4 rows one block of 4; more, blocks of 8 while more than 4 remain, then
+    one of 4 (AVX-512), or blocks of 3 (AVX2)."""
+    rows = ROWS if rows is None else rows
+    if q <= 4:
+        return [4]
+    if rows == 3:
+        return [3] * -(-q // 3)
+    return [8] * ((q - 1) // 8) + [8 if (q - 1) % 8 >= 4 else 4]
 
 
 def status() -> str:
@@ -277,11 +334,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         try:
             if numba.get_num_threads() != t:
                 numba.set_num_threads(t)
-            _parallel(x2, wp, out)
+            _parallel(x2, wp, out, ROWS)
         finally:
             _POOL.release()
     else:
-        _serial(x2, wp, out)
+        _serial(x2, wp, out, ROWS)
     y = torch.from_numpy(out)
     if bias is not None:
         y = y + bias.detach().float()

@@ -1,10 +1,13 @@
 """The exact kernels (mtplab.model.kernels) and the classroom GPT's row-invariant verify.
 
 Row i of a q-row call must be bit for bit the one-row call on that row (torch.equal, not allclose), for random
-shapes, q <= 16, on one and two threads; and a q-row cached forward of the whole model must give, row by row, the
+shapes, q <= 16, on one and two threads, under both block plans (kernels.ROWS = 8 for AVX-512, 3 for AVX2: each is
+run here whatever the CPU); and a q-row cached forward of the whole model must give, row by row, the
 logits of the one-token forward at that position. The stock kernel's mismatches are printed, never asserted: they
 depend on the CPU and on torch's GEMM.
 """
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +22,17 @@ from mtplab.model.config import ModelConfig
 pytestmark = pytest.mark.skipif(not kernels.EXACT, reason="numba is missing: " + kernels.status())
 
 
+@contextlib.contextmanager
+def block_plan(rows):
+    """kernels.ROWS = rows within the block (the plan is read at each call)."""
+    old = kernels.ROWS
+    kernels.ROWS = rows
+    try:
+        yield
+    finally:
+        kernels.ROWS = old
+
+
 def rows_equal_one_row_calls(f, x):
     """How many rows of f(x) differ (any bit) from f on that row alone."""
     y = f(x)
@@ -27,16 +41,33 @@ def rows_equal_one_row_calls(f, x):
 
 @settings(max_examples=40, deadline=None)
 @given(m=st.integers(1, 300), n=st.integers(1, 300), q=st.integers(1, kernels.MAX_ROWS), threads=st.sampled_from([1, 2]),
-       bias=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_each_row_is_the_one_row_call(m, n, q, threads, bias, seed):
+       bias=st.booleans(), seed=st.integers(0, 2**31 - 1), rows=st.sampled_from([3, 8]))
+def test_each_row_is_the_one_row_call(m, n, q, threads, bias, seed, rows):
     g = torch.Generator().manual_seed(seed)
     w, x = torch.randn(m, n, generator=g), torch.randn(q, n, generator=g) * 3
     b = torch.randn(m, generator=g) if bias else None
-    y = kernels.linear(x, w, b, threads=threads)
+    with block_plan(rows):
+        y = kernels.linear(x, w, b, threads=threads)
     for i in range(q):
         for t in (1, 2):  # the one-row call on either thread count
             assert torch.equal(y[i], kernels.linear(x[i:i + 1], w, b, threads=t)[0]), (i, t)
     torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-4, atol=1e-4)  # and it is a linear
+
+
+def test_block_plans():
+    """`blocks` is `_panel`'s loop: AVX-512 blocks of 8 then a 4, AVX2 blocks of 3, 1 to 4 rows one block of 4."""
+    assert kernels.ROWS in (3, 8)
+    assert [kernels.blocks(q, 8) for q in (1, 4, 5, 8, 9, 12, 13, 16)] == [[4], [4], [8], [8], [8, 4], [8, 4], [8, 8],
+                                                                         [8, 8]]
+    assert [kernels.blocks(q, 3) for q in (1, 4, 5, 6, 7, 8, 16)] == [[4], [4], [3, 3], [3, 3], [3] * 3, [3] * 3, [3] * 6]
+    assert kernels.blocks(7) == kernels.blocks(7, kernels.ROWS)
+    g = torch.Generator().manual_seed(4)
+    w, x = torch.randn(100, 70, generator=g), torch.randn(16, 70, generator=g)
+    for q in (5, 8, 13, 16):  # both plans, whole calls: the same bits
+        with block_plan(3):
+            a = kernels.linear(x[:q], w, threads=1)
+        with block_plan(8):
+            assert torch.equal(a, kernels.linear(x[:q], w, threads=2)), q
 
 
 def test_leading_axes_bf16_weights_and_what_stock_does():
@@ -127,14 +158,16 @@ def test_classroom_verify_rows_are_the_one_token_forward(threads):
     print(f"stock kernels, {threads} thread(s): verify rows differing from the one-token forward: {stock}")
 
 
-def test_every_head_family_trunk_and_a_small_random_model():
+@pytest.mark.parametrize("rows", [3, 8])
+def test_every_head_family_trunk_and_a_small_random_model(rows):
     cfg = ModelConfig(n_layer=2, n_head=2, n_embd=48, vocab_size=97, block_size=64, heads="deepseek", n_depths=3)
     torch.manual_seed(0)
     model = GPT(cfg).eval()
     prompt = torch.randint(0, 97, (1, 20))
-    for q in (2, 5, 16):
-        assert verify_mismatches(model, prompt, torch.randint(0, 97, (1, q))) == 0, q
-    assert verify_mismatches(model, torch.randint(0, 97, (1, 5)), torch.randint(0, 97, (1, 7))) == 0  # short prefill
+    with block_plan(rows):
+        for q in (2, 5, 16):
+            assert verify_mismatches(model, prompt, torch.randint(0, 97, (1, q))) == 0, q
+        assert verify_mismatches(model, torch.randint(0, 97, (1, 5)), torch.randint(0, 97, (1, 7))) == 0  # short prefill
 
 
 def test_training_keeps_the_stock_path():
@@ -158,10 +191,12 @@ def test_notebook_01_kernel_race_reports_both_kernels():
     print("\n".join(lines))
 
 
-def test_notebook_01_kernel_words_follow_the_numbers():
+def test_notebook_01_kernel_words_follow_the_numbers(monkeypatch):
     """A dip in t(q)/t(1) is called noise only when the ranges overlap; the exact curve's shape is put down to its
-    blocks (1 to 4 rows one block of 4; q = 16: two blocks of kernels.ROWS, two reads of the weights), not called flat."""
+    blocks (1 to 4 rows one block of 4; q = 16 under the AVX-512 plan: two blocks of 8, two reads of the weights), not
+    called flat."""
     from mtplab.teaching import bottleneck
+    monkeypatch.setattr(kernels, "ROWS", 8)
     kc = {"busy": None, "status": "exact kernel (numba x)", "t1_ms": {"stock": 4.5, "exact": 3.0},
           "ratio": {"stock": {1: (1, 1, 1), 2: (1.58, 1.55, 1.63), 4: (1.35, 1.15, 1.48), 16: (1.57, 1.29, 1.78)},
                     "exact": {1: (1, 1, 1), 2: (0.94, 0.90, 1.01), 4: (0.93, 0.86, 1.01), 16: (1.31, 1.16, 1.38)}},
@@ -233,7 +268,7 @@ def test_speculative_decoding_runs_through_the_exact_kernel_and_equals_ar(monkey
     model = ckpt.load(name).eval()
     rows = []
     serial = kernels._serial
-    monkeypatch.setattr(kernels, "_serial", lambda x, wp, out: (rows.append(x.shape[0]), serial(x, wp, out)))
+    monkeypatch.setattr(kernels, "_serial", lambda x, wp, out, plan: (rows.append(x.shape[0]), serial(x, wp, out, plan)))
     for p in held_out_prompts("code", 2, 40):
         ids = encode(p)[:40]
         ref = autoregressive(model, ids, max_new_tokens=32).tokens
