@@ -1,0 +1,119 @@
+"""The distillation's trunk cache: its work folder (`Work`), one trunk forward per answered prompt (`cache_tensors`)
+and every cached sequence in memory for training (`TrunkCache`). `mtplab.hf.distill` runs the stages on them.
+
+B batch, T time, C channels (hidden size).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+import torch
+from mtplab.device import now
+from mtplab.errors import MtplabError
+from mtplab.files import atomic_write_text
+from mtplab.hf import workfiles as wf
+
+TOPK = 8  # target probabilities kept per position in the cache
+
+
+class Work:
+    """The distillation's work folder: answers/NNNNN.json shards, cache/NNNNN.safetensors shards, vocab-N.json,
+    times.json and the heads' save sets. Every file is written atomically; a stage skips what is done."""
+
+    def __init__(self, folder):
+        self.dir = Path(folder)
+        for sub in ("answers", "cache"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        self.V, self.ctx, self.C = 1 << 24, 1 << 24, None  # the model's sizes the files are checked against
+
+    def limits(self, target) -> "Work":
+        """Check the files against this model: token ids against its vocabulary, lengths against its context,
+        cached hidden states against its width."""
+        self.V, self.ctx, self.C = target.config.vocab_size, target.config.block_size, target.config.n_embd
+        return self
+
+    def read_answers(self, shard: Path) -> list[dict]:
+        return wf.read_answer_shard(shard, vocab_size=self.V, context=self.ctx)
+
+    def write_json(self, name: str, obj) -> None:
+        atomic_write_text(self.dir / name, json.dumps(obj) + "\n")
+
+    @contextmanager
+    def timed(self, stage: str):
+        """Add this stage's CPU seconds (all threads of this process) and wall seconds to times.json."""
+        cpu, wall = time.process_time(), now()
+        try:
+            yield
+        finally:
+            t = wf.read_times(self.dir / "times.json") if os.path.lexists(self.dir / "times.json") else {}
+            c, w = t.get(stage, [0.0, 0.0])
+            t[stage] = [c + time.process_time() - cpu, w + now() - wall]
+            self.write_json("times.json", t)
+
+    def shards(self, sub: str) -> list[Path]:
+        return wf.shards(self.dir / sub, suffix=".json" if sub == "answers" else ".safetensors")
+
+
+@torch.inference_mode()
+def cache_tensors(target, rows: list[dict]) -> dict:
+    """The trunk over answered prompts ({"prompt_ids", "answer_ids"} each), one sequence per forward (nothing padded
+    is computed, and one sequence's logits at a time are in memory), stored right-padded: tokens, hidden (bf16), the
+    target's top-k ids and probabilities, lengths and prompt lengths."""
+    seqs = [r["prompt_ids"] + r["answer_ids"] for r in rows]
+    B, T, C = len(seqs), max(len(s) for s in seqs), target.config.n_embd
+    out = {"tokens": torch.zeros(B, T, dtype=torch.long), "hidden": torch.zeros(B, T, C, dtype=torch.bfloat16),
+           "top_i": torch.zeros(B, T, TOPK, dtype=torch.int32), "top_p": torch.zeros(B, T, TOPK, dtype=torch.half),
+           "length": torch.tensor([len(s) for s in seqs]),
+           "prompt_len": torch.tensor([len(r["prompt_ids"]) for r in rows])}
+    for b, s in enumerate(seqs):
+        n = len(s)
+        out["tokens"][b, :n] = torch.tensor(s)
+        res = target(out["tokens"][b:b + 1, :n].to(target.wte.weight.device))
+        top_p, top_i = torch.softmax(res.logits[0].float(), -1).topk(TOPK, dim=-1)  # (n, TOPK)
+        out["hidden"][b, :n] = res.hidden[0].to(torch.bfloat16).cpu()
+        out["top_i"][b, :n], out["top_p"][b, :n] = top_i.int().cpu(), top_p.half().cpu()
+    return out
+
+
+# ------------------------------------------------------------------------------------------- training on the cache
+class TrunkCache:
+    """Every cached sequence in memory: hidden (bf16), tokens, the target's top-k, lengths and prompt lengths."""
+
+    def __init__(self, shards: list[dict]):
+        self.rows: list[dict] = []
+        for t in shards:
+            for b in range(t["tokens"].shape[0]):
+                n = int(t["length"][b])
+                self.rows.append({"tokens": t["tokens"][b, :n], "hidden": t["hidden"][b, :n],
+                                  "top_i": t["top_i"][b, :n].long(), "top_p": t["top_p"][b, :n].float(),
+                                  "prompt_len": int(t["prompt_len"][b])})
+        if not self.rows:
+            raise MtplabError("the trunk cache holds no sequences; run the answers and cache stages first")
+
+    @classmethod
+    def load(cls, work: Work, *, limit: int | None = None) -> "TrunkCache":
+        return cls([wf.read_cache_shard(p, vocab_size=work.V, hidden=work.C, topk=TOPK, context=work.ctx)
+                    for p in work.shards("cache")[:limit]])
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r["tokens"]) - r["prompt_len"] for r in self.rows)
+
+    def batch(self, idx: list[int], device="cpu") -> dict:
+        rows = [self.rows[i] for i in idx]
+        T = max(len(r["tokens"]) for r in rows)
+        C = rows[0]["hidden"].shape[-1]
+        out = {"tokens": torch.zeros(len(rows), T, dtype=torch.long), "hidden": torch.zeros(len(rows), T, C),
+               "top_i": torch.zeros(len(rows), T, TOPK, dtype=torch.long), "top_p": torch.zeros(len(rows), T, TOPK),
+               "answer": torch.zeros(len(rows), T, dtype=torch.bool)}
+        for b, r in enumerate(rows):
+            n = len(r["tokens"])
+            out["tokens"][b, :n] = r["tokens"]
+            out["hidden"][b, :n] = r["hidden"].float()
+            out["top_i"][b, :n] = r["top_i"]
+            out["top_p"][b, :n] = r["top_p"]
+            out["answer"][b, r["prompt_len"]:n] = True  # positions whose token is part of the answer
+        return {k: v.to(device) for k, v in out.items()}
