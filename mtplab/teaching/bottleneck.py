@@ -238,7 +238,7 @@ def live_kernel(device="cpu") -> str:
 
 def exact_curve_words(ratio: dict, *, attention: bool = True) -> str:
     """Why an exact-kernel t(q)/t(1) ({q: value}) is not flat, from its numbers and the kernel's blocking
-    (`kernel_blocks`: 1 to 4 rows one block of 4, more in blocks of `kernels.ROWS`): q that run as one block share one
+    (`kernel_blocks`: 1 to 4 rows one block of 4, more in blocks of 8 or 3 by the CPU): q that run as one block share one
     read of each weight, more blocks read the weights again (above `kernels.MAX_ROWS` rows the stock kernel runs);
     and with a cache the exact path runs attention one query row at a time (`attention`), so each row adds its own
     attention."""
@@ -264,15 +264,12 @@ def exact_curve_words(ratio: dict, *, attention: bool = True) -> str:
 
 
 def kernel_blocks(q: int) -> list[int]:
-    """The row blocks the exact kernel runs q rows in (its `_panel` loop): blocks of `kernels.ROWS` while more than
-    4 rows remain, then one block of 4 (a partial block repeats its last row). Each block reads every weight once."""
+    """The row blocks the exact kernel runs q rows in on this machine (`kernels.blocks`: 1 to 4 rows one block of 4;
+    more in blocks of 8 then a 4 where the CPU has AVX-512, in blocks of 3 elsewhere; a partial block repeats its
+    last row). Each block reads every weight once."""
     if q < 1:
         raise MtplabError(f"q = {q}: a call has at least one row")
-    out, left = [], q
-    while left > 4:
-        out.append(kernels.ROWS)
-        left -= kernels.ROWS
-    return out + [4] if left > 0 else out
+    return kernels.blocks(q)
 
 
 def kernel_gap(record_kernel: str, live: str | None = None) -> str:

@@ -29,11 +29,16 @@ def test_prediction_lines_say_why_from_their_own_numbers():
     assert busy[1].startswith("the verify forward") and "c q=4 0.90" in busy[1] and "busy race" in busy[1]
 
 
-def test_the_exact_kernel_blocks_and_its_dips_are_its_own():
+def test_the_exact_kernel_blocks_and_its_dips_are_its_own(monkeypatch):
     from mtplab.model import kernels
     from mtplab.teaching import bottleneck
+    monkeypatch.setattr(kernels, "ROWS", 3)  # a CPU without AVX-512
     assert [bottleneck.kernel_blocks(q) for q in (1, 4, 5, 8, 12, 13, 16)] == [
-        [4], [4], [kernels.ROWS], [8], [8, 4], [8, 8], [8, 8]]
+        [4], [4], [3, 3], [3, 3, 3], [3, 3, 3, 3], [3] * 5, [3] * 6]
+    assert "q = 8 runs as 3 blocks (3 + 3 + 3 rows)" in bottleneck.exact_curve_words({1: 1.0, 4: 1.1, 8: 1.3})
+    monkeypatch.setattr(kernels, "ROWS", 8)  # AVX-512
+    assert [bottleneck.kernel_blocks(q) for q in (1, 4, 5, 8, 12, 13, 16)] == [
+        [4], [4], [8], [8], [8, 4], [8, 8], [8, 8]]
     text = bottleneck.exact_curve_words({1: 1.0, 2: 1.1, 4: 1.2, 8: 1.3, 16: 2.1})
     assert "q = 2..8 each run as one block (of 4 or 8 rows" in text and "q = 16 runs as 2 blocks (8 + 8" in text
     wide = bottleneck.exact_curve_words({1: 1.0, 8: 1.3, 16: 2.1, 64: 5.0})
