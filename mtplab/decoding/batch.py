@@ -80,7 +80,8 @@ def _check(model, prompts, max_new_tokens, extra: int) -> list[tuple[list[int], 
 
 def _prefill(model, rows: list[Row], drafter, res: BatchTrace) -> RaggedKVCache:
     """Every prompt in one forward; a shorter prompt is followed by filler that its mask never lets it see."""
-    cache = RaggedKVCache.for_model(model, len(rows))
+    make = getattr(model, "new_ragged_cache", None)  # a model with its own cache layout (a real model's GQA heads)
+    cache = make(len(rows)) if make is not None else RaggedKVCache.for_model(model, len(rows))
     lens = [len(r.tokens) for r in rows]
     T = max(lens)
     t0 = now(model.wte.weight.device)

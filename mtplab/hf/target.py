@@ -39,7 +39,7 @@ from mtplab.files import read_json
 from mtplab.model.config import FAMILY, ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
-from mtplab.model.layers import KVCache, rotary_table
+from mtplab.model.layers import KVCache, RaggedKVCache, rotary_table
 from mtplab.model.gpt import TrunkOutput
 from mtplab.hf.real import REAL_MODELS, quiet_transformers, real_model, resolve_model
 from mtplab.hf.llama import LlamaForward, unsupported
@@ -214,6 +214,14 @@ class HFTarget(nn.Module):
         lab = self.lab_forward
         return HFCache(self.hf.config) if lab is None else lab.new_cache(batch, max_len or self.config.block_size)
 
+    def new_ragged_cache(self, batch: int) -> RaggedKVCache:
+        """A cache of `batch` rows, each at its own length (`mtplab.decoding.batch`), on the lab's forward only."""
+        lab = self.lab_forward
+        if lab is None:
+            raise MtplabError(f"batched decoding of ragged rows needs the lab's forward; {self.forward_path}")
+        return RaggedKVCache(lab.n_layer, batch, lab.Hkv, self.config.block_size, lab.D, dtype=lab.embed.dtype,
+                             device=lab.embed.device)
+
     def forward(self, idx, cache: HFCache | KVCache | None = None, *, positions=None, mask=None) -> TrunkOutput:
         """idx: (B, T) token ids. With a cache, they sit at positions cache.length..cache.length+T-1.
 
@@ -223,7 +231,7 @@ class HFTarget(nn.Module):
         if positions is None and start + idx.shape[1] > self.config.block_size:
             self.rope(start, idx.shape[1])  # raises the context-window error
         lab = self.lab_forward
-        if cache is not None and isinstance(cache, KVCache) != (lab is not None):
+        if cache is not None and isinstance(cache, (KVCache, RaggedKVCache)) != (lab is not None):
             raise MtplabError("this cache was made for the other forward (before use_kernel); make a new one with "
                               "target.new_cache()")
         if lab is not None:

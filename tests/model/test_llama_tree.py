@@ -8,7 +8,8 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from mtplab.decoding.drafters import MetaDrafter, SternDrafter  # noqa: E402
+from mtplab.decoding.batch import batched_speculative  # noqa: E402
+from mtplab.decoding.drafters import DeepSeekDrafter, MetaDrafter, SternDrafter  # noqa: E402
 from mtplab.decoding.loop import autoregressive  # noqa: E402
 from mtplab.decoding.tree import build_tree, iter_tree_steps, tree_speculative, verify_tree  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
@@ -111,3 +112,27 @@ def test_bad_positions_and_masks_are_refused(tiny):
         stock = load_hf(tiny, kernel="stock")
         with pytest.raises(MtplabError, match="need the lab's forward"):
             stock(idx, stock.new_cache(), mask=torch.ones(1, 1, 3, 3, dtype=torch.bool))
+
+
+@exact_only
+@pytest.mark.parametrize("family,drafter,K", [("none", None, 1), ("stern", SternDrafter, 4),
+                                              ("deepseek", DeepSeekDrafter, 3)])
+def test_ragged_batches_on_a_llama_give_each_row_alone(tiny, family, drafter, K):
+    """Batched decoding (`decoding.batch`) on the lab's Llama forward: prompts of different lengths in one batch,
+    each row at its own cache length (a GQA cache of the model's own layout), rows leaving as they finish: every row
+    equals AR of that row alone."""
+    t = load_hf(tiny)
+    if family != "none":
+        t.attach(family, K)  # untrained heads: exactness holds whatever they draft
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(V, (n,), generator=g).tolist() for n in (3, 9, 1, 6)]
+    ms = [14, 5, 20, 9]
+    res = batched_speculative(t, drafter, prompts, max_new_tokens=ms, k=1 if drafter is None else K)
+    assert res.tokens == [autoregressive(t, p, max_new_tokens=m).tokens for p, m in zip(prompts, ms)]
+    assert res.batch_sizes[0] == 4 and res.batch_sizes[-1] < 4  # rows left the batch as they finished
+
+
+def test_ragged_batches_need_the_lab_forward(tiny):
+    stock = load_hf(tiny, kernel="stock")
+    with pytest.raises(MtplabError, match="batched decoding of ragged rows needs the lab's forward"):
+        batched_speculative(stock, None, [[1, 2], [3]], max_new_tokens=4, k=1)
