@@ -42,6 +42,7 @@ from mtplab.hf.prompts import heldout_prompts, template_prompts  # noqa: F401  (
 from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
 from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads, held_back
 from mtplab.hf.trunkcache import TOPK, TrunkCache, Work, cache_tensors
+from mtplab.measuring.race import LoadMeter, busy_reason
 from mtplab.model import kernels
 from mtplab.paths import DATA_DIR, may_write_shipped, shipped_folder
 from mtplab.training import runs
@@ -181,10 +182,10 @@ def projection_ms(target, n: int, *, repeats: int = 25) -> float:
     x = torch.randn(1, W.shape[1])
     times = []
     for i in range(repeats + 3):
-        t0 = time.perf_counter()
+        t0 = now()
         kernels.linear(x, W)
         if i >= 3:
-            times.append(time.perf_counter() - t0)
+            times.append(now() - t0)
     return 1e3 * sorted(times)[len(times) // 2]
 
 
@@ -197,6 +198,7 @@ def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE
     ranked, rows = _ranked(work), _answers(work)
     back = _counts(rows[i] for i in held_back(len(rows), val_rows=VAL_ROWS)[0])
     out = _counts(heldout_cache(work)[0])
+    meter = LoadMeter().start()  # the busy-machine guard over the timings
     study = {"goal": goal, "rule": "the smallest size whose coverage of held-out answer tokens reaches the goal",
              "machine": machine("cpu"), "full_projection_ms": projection_ms(target, V), "sizes": []}
     for n in sorted({min(n, V) for n in sizes}):
@@ -207,6 +209,9 @@ def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE
         if log:
             log("vocab {size}: held-back {coverage_held_back:.4f}, held-out {coverage_held_out:.4f}, "
                 "{projection_ms:.2f} ms".format(**study["sizes"][-1]))
+    study["busy"] = busy_reason(meter.stop(), None)  # None: the projection times hold for this machine
+    if study["busy"] and log:
+        log(f"vocab: the projection times are not valid: {study['busy']}")
     good = [r["size"] for r in study["sizes"] if r["coverage_held_out"] >= goal]
     study["chosen"] = good[0] if good else study["sizes"][-1]["size"]
     ids = draft_vocabulary(work, study["chosen"])

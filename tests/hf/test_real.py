@@ -202,6 +202,7 @@ def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch
     study = json.loads((tmp_path / "w" / "vocab-study.json").read_text())
     assert study["chosen"] == t.config.vocab_size == study["sizes"][-1]["size"]  # every size clamps to the tiny one
     assert all(0 <= r["coverage_held_out"] <= 1 and r["projection_ms"] > 0 for r in study["sizes"])
+    assert "busy" in study  # the guard's verdict rides with the projection times
     monkeypatch.setenv("MTPLAB_WRITE_SHIPPED", "1")
     monkeypatch.setattr(paths, "HF_DIR", tmp_path / "hf")
     distill.run_distill(next(iter(real.REAL_MODELS)), tmp_path / "w", stages=("ship",), data=data)
