@@ -252,7 +252,7 @@ def _distill(a):
     from mtplab.hf.distill import run_distill
     stages = tuple(s.strip() for s in a.stages.split(",") if s.strip())
     res = run_distill(a.model, a.work, stages=stages, resume=a.resume, steps=a.steps, max_seconds=a.max_seconds,
-                      device=a.device, data=a.data, overwrite=a.overwrite,
+                      device=a.device, data=a.data, overwrite=a.overwrite, answers=a.answers,
                       log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
     print(f"done: {', '.join(stages)} in {res['seconds']:.0f} s ({res['cpu_seconds']:.0f} CPU s); work in {res['work']}")
 
@@ -372,6 +372,8 @@ def _real_model_parsers(sub) -> None:
     d.add_argument("--overwrite", action="store_true", help="replace the head trainings saved in --work")
     d.add_argument("--data", default=None, help="the data folder whose answers the answers stage imports (default "
                                                 "data/chat/MODEL; python -m mtplab.hf.chatdata DIR writes one)")
+    d.add_argument("--answers", type=int, default=None, help="import this many of the data's answers, spread over "
+                                                             "prompt lengths and categories (default all)")
     d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")
     d.add_argument("--max-seconds", type=float, default=None, help="stop each stage after this long (resumable)")
     d.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (a GPU trains on more data in minutes)")

@@ -37,7 +37,7 @@ from mtplab.files import atomic_write, atomic_write_text
 from mtplab.device import machine, now, pick
 from mtplab.hf import workfiles as wf
 from mtplab.hf.heads_file import load_heads, save_heads
-from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows
+from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
 from mtplab.hf.prompts import heldout_prompts, template_prompts  # noqa: F401  (template_prompts: re-exported)
 from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
 from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads, held_back
@@ -49,18 +49,22 @@ from mtplab.training import runs
 from mtplab.training.config import default_name
 from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
-def stage_import(target, work: Work, data, *, per_shard: int = 64, log=None) -> int:
+def stage_import(target, work: Work, data, *, limit: int | None = None, per_shard: int = 64, log=None) -> int:
     """The answers of a data folder written by `mtplab.hf.chatdata` (the model's own questions and greedy answers)
     as this work folder's answer shards: each prompt in the chat template's ids, checked against the length the
-    generator recorded. Returns the rows imported; a folder that already holds all of them is left as it is, one that
-    holds another count (the data grew since) is refused."""
+    generator recorded. With `limit`, that many answers spread over the data (`chatdata.spread` over its rows, which
+    lie in prompt-length order), so a subset a slow machine can cache covers every length and category. Returns the
+    rows imported; a folder that already holds all of them is left as it is, one that holds another count (the data
+    grew since, or another limit) is refused."""
     rows = [r for d in wf.data_shards(data, "answers", vocab_size=target.config.vocab_size) for r in d["rows"]]
     if not rows:
         raise MtplabError(f"{data} holds no answers; run python -m mtplab.hf.chatdata {data} --stage answers first")
+    if limit is not None and limit < len(rows):
+        rows = [rows[i] for i in sorted(spread(len(rows))[:limit])]
     if work.shards("answers"):
         have = sum(len(work.read_answers(s)) for s in work.shards("answers"))
         if have != len(rows):
-            raise MtplabError(f"{work.dir / 'answers'} holds {have} answers, {data} now {len(rows)}; delete "
+            raise MtplabError(f"{work.dir / 'answers'} holds {have} answers, {data} now {len(rows)} (--answers); delete "
                               f"{work.dir / 'answers'} and {work.dir / 'cache'} and rerun the answers stage")
         return 0
     out = []
@@ -272,12 +276,17 @@ STAGES = ("answers", "heldout", "cache", "vocab", "deepseek", "stern", "ship")
 
 
 def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, steps: int | None = None, device="cpu",
-                max_seconds: float | None = None, log=None, data=None, overwrite: bool = False) -> dict:
+                max_seconds: float | None = None, log=None, data=None, overwrite: bool = False,
+                answers: int | None = None) -> dict:
     """`python -m mtplab distill`: the stages in order, each resumable (a killed run continues with --resume and
     the same options). `answers` imports `data` (default data/chat/MODEL, written by `mtplab.hf.chatdata`); `ship`
-    writes the heads (bf16), the draft vocabulary and the record into data/hf/MODEL."""
+    writes the heads (bf16), the draft vocabulary and the record into data/hf/MODEL. `answers` imports that many of
+    the data's answers, spread over it (default all)."""
     from mtplab.hf.target import load_hf
     rm = check_distill_options(model, work_dir, stages, steps, max_seconds)
+    if answers is not None and (isinstance(answers, bool) or not isinstance(answers, int) or answers < VAL_ROWS + 8):
+        raise MtplabError(f"--answers must be an integer >= {VAL_ROWS + 8}: {VAL_ROWS} prompts are held back for "
+                          f"validation (got {answers!r})")
     dev = pick(device)
     work = Work(work_dir)
     target = load_hf(model, device=dev)
@@ -286,7 +295,7 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     t0, cpu0 = now(), time.process_time()
     if "answers" in stages:
         with work.timed("answers"):
-            stage_import(target, work, DATA_DIR / "chat" / rm.name if data is None else data, log=log)
+            stage_import(target, work, DATA_DIR / "chat" / rm.name if data is None else data, limit=answers, log=log)
     if "heldout" in stages:
         with work.timed("heldout"):
             stage_heldout(target, work, log=log)

@@ -167,8 +167,29 @@ def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monk
     assert distill.stage_import(t, work, tmp_path / "data") == 0  # imported already: left as it is
     got[1]["prompt_len"] -= 1
     (data / "answers" / "00001.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
-    with pytest.raises(MtplabError, match=r"holds 2 answers, .*data now 4; delete .*answers and .*cache"):
+    with pytest.raises(MtplabError, match=r"holds 2 answers, .*data now 4 \(--answers\); delete .*answers and .*cache"):
         distill.stage_import(t, work, data)  # the data grew since: never trained on half of it silently
+
+
+def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
+    """`distill --answers N` imports N answers spread over the data's rows (which lie in prompt-length order), in
+    the data's order: the first N would all be short prompts."""
+    from mtplab.hf import chatdata, distill
+    t, rows = tiny
+    monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
+                                                      "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
+    data = tmp_path / "data"
+    (data / "answers").mkdir(parents=True)
+    got = [{"category": "code", "source": "magpie", "prompt": f"q{i}", "prompt_len": len(real.template_ids(
+        t.tokenizer, f"q{i}")), "answer_ids": rows[i]["answer_ids"]} for i in range(12)]
+    (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    work = distill.Work(tmp_path / "work").limits(t)
+    assert distill.stage_import(t, work, data, limit=4, per_shard=3) == 4
+    mine = [r for s in work.shards("answers") for r in work.read_answers(s)]
+    assert [r["answer_ids"] for r in mine] == [rows[i]["answer_ids"] for i in (0, 2, 4, 8)]
+    assert sorted(chatdata.spread(12)[:4]) == [0, 2, 4, 8]
+    with pytest.raises(MtplabError, match=r"holds 4 answers, .*data now 12 \(--answers\)"):
+        distill.stage_import(t, work, data)  # another limit: refused, never mixed
 
 
 def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch):

@@ -201,6 +201,8 @@ OPTIONS = {  # review case: (options, what the line says)
     "d-maxsec-neg": (dict(max_seconds=-1.0), "--max-seconds must be a positive number"),
     "d-maxsec-nan": (dict(max_seconds=float("nan")), "--max-seconds must be a positive number"),
     "d-device-bogus": (dict(device="tpu"), "unknown device 'tpu'"),
+    "d-answers-few": (dict(answers=100), "--answers must be an integer >= 136"),
+    "d-answers-float": (dict(answers=5000.0), "--answers must be an integer"),
 }
 
 
