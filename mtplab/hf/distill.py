@@ -380,7 +380,10 @@ def ship(target, work: Work, rm, *, log=None, data=None) -> None:
               if os.path.lexists(work.dir / "times.json") else {}}
     answers = [r for s in work.shards("answers") for r in work.read_answers(s)]
     record["data"] = {"prompts": len(answers), "answer_tokens": sum(len(r["answer_ids"]) for r in answers),
-                      "by_category": dict(sorted(Counter(r["category"] for r in answers).items()))}
+                      "by_category": dict(sorted(Counter(r["category"] for r in answers).items())),
+                      "of_generated": {"prompts": sum(len(d["rows"]) for d in wf.data_shards(data, "answers")),
+                                       "answer_tokens": record["generation"].get("answers", {}).get("tokens")}
+                      if (data / "answers").is_dir() else {}}
     for fam in trained:  # the heads file of the family's save set, with its draft vocabulary, rewritten in bf16
         state = runs.read_manifest(work.dir, fam)
         load_heads(target, runs.paths(work.dir, fam)["weights"])

@@ -233,6 +233,7 @@ def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch
     record = json.loads((out / "record.json").read_text())
     assert record["data"]["prompts"] == len(rows) and record["data"]["by_category"] == {"code": 12, "qa": 12}
     assert record["generation"]["answers"] == {"shards": 1, "cpu_s": 1.0, "wall_s": 1.0, "tokens": 1}
+    assert record["data"]["of_generated"] == {"prompts": len(rows), "answer_tokens": 1}  # all imported here
     agree = record["heads"]["stern-k4"]["agreement"]
     assert set(agree["held_out_by_category"]) == {"code", "qa"} and agree["held_out_prompts"] == 3
     assert agree["gap_first_draft"] == pytest.approx(agree["held_back"][0] - agree["held_out"][0])
