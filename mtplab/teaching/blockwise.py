@@ -3,6 +3,7 @@ row, the cache's length through a step, the shipped heads' whole training record
 
 Also used by notebooks 03, 04 and 06: `loop_split`, which counts the greedy continuations that fall into a loop and
 keeps the steps taken before each loop began, so that every acceptance rate shown in class carries its loop count.
+Notebooks 03 and 04 also print `lineage_words`: how much a head set was trained, its last phase and its whole record.
 """
 from __future__ import annotations
 
@@ -359,6 +360,21 @@ def heads_history(name: str) -> dict[str, list[dict]]:
         phases[seen] = meta.get("history") or []
         seen = meta.get("heads_from")
     return dict(reversed(list(phases.items())))
+
+
+def lineage_words(name: str) -> str:
+    """How much the heads of `name` were trained: steps and tokens of its own (last) phase and, when they continued
+    another checkpoint's heads (`meta.heads_from`), of the whole record, each phase read from its own checkpoint's
+    meta. Notebooks 03 and 04 print it so that a comparison of two head sets says which training it counts."""
+    metas = {p: checkpoint.read_info(p)["meta"] for p in heads_history(name)}
+    own = metas[name]
+    out = f"{own.get('steps')} steps on {own.get('tokens', 0):,} tokens"
+    if len(metas) < 2:
+        return out
+    earlier = ", ".join(repr(p) for p in metas if p != name)
+    steps, tokens = sum(m.get("steps") or 0 for m in metas.values()), sum(m.get("tokens") or 0 for m in metas.values())
+    return (f"{out} in its last phase, continuing the heads of {earlier}; {steps:,} steps on {tokens:,} tokens over "
+            "the whole record")
 
 
 def history_lines(phases: dict[str, list[dict]]) -> list[str]:

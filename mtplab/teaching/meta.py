@@ -19,6 +19,8 @@ from mtplab.data import get_batch, load_corpus
 from mtplab.model.config import preset as get_preset
 from mtplab.model.gpt import GPT
 from mtplab.training.steps import meta_step
+from mtplab.measuring.acceptance import wilson
+from mtplab.teaching.blockwise import heads_history, lineage_words
 
 
 # ---------------------------------------------------------------------------------- notebook 03
@@ -199,3 +201,44 @@ def head_families(bench_path=DECODE_JSON) -> list[dict]:
                      "step_ms_drafter": r["step_ms_drafter"], "step_ms_target": r["step_ms_target"],
                      "source": f"docs/bench/{rec.path.name}"})
     return rows
+
+
+def compare_lines(pairs: dict[str, str], bench_path=DECODE_JSON) -> list[str]:
+    """Notebook 03 §5: two shipped head sets ({checkpoint: its decode method}, the reference first) side by side,
+    from their training records and the decode benchmark, and which differences the numbers can tell apart:
+    acceptance by its 95% Wilson intervals, speed by the range of the repeats. The records give validation accuracy
+    without an n, so its gap is printed as a size only."""
+    rec = Record.load(bench_path)
+    (a, ma), (b, mb) = pairs.items()
+    info, rows, out = {}, {}, []
+    for name, method in pairs.items():
+        info[name] = m = checkpoint.read_info(name)["meta"]
+        rows[name] = rec.row(method=method, checkpoint=name)
+        extra = sum(p.numel() for p in checkpoint.load(name).mtp.parameters())
+        acc = m["val"]["val_acc_depth"]
+        out.append(f"{name}: {extra:,} extra parameters; trained {lineage_words(name)}; validation accuracy at depths "
+                   f"2..{len(acc)} " + " ".join(f"{x:.3f}" for x in acc[1:]))
+    total = {n: sum(checkpoint.read_info(p)["meta"].get("tokens") or 0 for p in heads_history(n)) for n in pairs}
+    out.append(f"{b} saw {info[b]['tokens'] / info[a]['tokens']:.2f} times the tokens of {a} in its last phase, "
+               f"{total[b] / total[a]:.2f} times over the whole record")
+    gap = max(abs(x - y) for x, y in zip(info[a]["val"]["val_acc_depth"][1:], info[b]["val"]["val_acc_depth"][1:]))
+    out.append(f"validation accuracy: the largest gap at the draft depths is {gap:.3f} (the records give no n: a "
+               "size, not a verdict)")
+    if rows[a] is None or rows[b] is None:
+        return out + [f"{rec.path.name} has no row for both, so acceptance and speed are not compared"]
+    ra, rb = rows[a], rows[b]
+    apart = lambda x, y: x[0] > y[1] or y[0] > x[1]  # two (low, high) ranges
+    told = []
+    for i, (ka, kb) in enumerate(zip(ra["accepted"], rb["accepted"])):
+        ia, ib = wilson(ka, ra["drafting_steps"]), wilson(kb, rb["drafting_steps"])
+        told.append(f"position {i + 1} {ka / ra['drafting_steps']:.2f} vs {kb / rb['drafting_steps']:.2f} "
+                    + ("(95% intervals apart)" if apart(ia, ib) else "(95% intervals overlap)"))
+    out.append(f"benchmark, unconditional acceptance {a} vs {b} (n = {ra['drafting_steps']} and "
+               f"{rb['drafting_steps']} drafting steps): " + "; ".join(told))
+    sa, sb = ra.get("speedup_wall_reps") or [ra["speedup_wall"]], rb.get("speedup_wall_reps") or [rb["speedup_wall"]]
+    out.append(f"benchmark, speedup {a} {ra['speedup_wall']:.2f}x (range {min(sa):.2f}-{max(sa):.2f}) vs {b} "
+               f"{rb['speedup_wall']:.2f}x (range {min(sb):.2f}-{max(sb):.2f}): the ranges "
+               + ("are apart" if apart((min(sa), max(sa)), (min(sb), max(sb))) else "overlap")
+               + f"; drafter {ra['step_ms_drafter']:.2f} vs {rb['step_ms_drafter']:.2f} ms a step, target "
+               f"{ra['step_ms_target']:.2f} vs {rb['step_ms_target']:.2f} ms")
+    return out

@@ -167,3 +167,37 @@ def test_the_shared_words_live_in_one_module():
     assert words.range_words(0.9, 0.8, 0.95).startswith("slower than AR here")
     assert "spans 1" in words.range_words(1.0, 0.9, 1.1)
     assert words.busy_line("x", "t") == "t: " + NOT_VALID.format(why="x")
+
+
+def test_lineage_words_count_the_last_phase_and_the_whole_record():
+    from mtplab.model import checkpoint
+    words = blockwise.lineage_words("stern-k4")
+    metas = [checkpoint.read_info(p)["meta"] for p in ("stern-k4-l4", "stern-k4")]
+    assert words.startswith(f"{metas[1]['steps']} steps on {metas[1]['tokens']:,} tokens in its last phase")
+    assert "continuing the heads of 'stern-k4-l4'" in words
+    assert f"{sum(m['tokens'] for m in metas):,} tokens over the whole record" in words
+    assert "whole record" not in blockwise.lineage_words("draft")  # trained from scratch: one phase
+
+
+def test_03_head_comparison_says_apart_only_when_the_numbers_separate(tmp_path):
+    import json
+    from mtplab import paths
+    from mtplab.teaching import meta
+    pairs = {"stern-k4": "blockwise-overlap", "meta-k4": "meta"}
+    data = json.loads((paths.BENCH_DIR / "decode.json").read_text())
+    rows = [r for r in data["rows"] if (r.get("checkpoint"), r.get("method")) in pairs.items()]
+    assert len(rows) == 2
+    for r, (acc, reps) in zip(rows, (([400, 300, 200], [1.6, 1.7, 1.8]), ([100, 50, 20], [1.1, 1.2, 1.3]))):
+        r.update(drafting_steps=410, accepted=acc, speedup_wall_reps=reps, speedup_wall=reps[1])
+    apart = tmp_path / "apart.json"
+    apart.write_text(json.dumps(data))
+    text = "\n".join(meta.compare_lines(pairs, apart))
+    assert text.count("(95% intervals apart)") == 3 and "the ranges are apart" in text
+    for r in rows:
+        r.update(accepted=[200, 150, 100], speedup_wall_reps=[1.1, 1.5, 1.9])
+    tied = tmp_path / "tied.json"
+    tied.write_text(json.dumps(data))
+    text = "\n".join(meta.compare_lines(pairs, tied))
+    assert "apart" not in text and text.count("(95% intervals overlap)") == 3 and "the ranges overlap" in text
+    assert "a size, not a verdict" in text
+
