@@ -206,6 +206,21 @@ def second_token_lines(st: dict[str, dict], band: tuple[float, float] = (0.85, 0
     return out
 
 
+def first_draft_words(st: dict[str, dict], a: str, b: str) -> str:
+    """Whether checkpoint b's first-draft (second-token) acceptance differs from a's over every drafting step
+    (`second_token`), in words chosen from their 95% Wilson intervals: a direction only when they are apart."""
+    x, y = st[a]["all steps"], st[b]["all steps"]
+    if not x["n"] or not y["n"]:
+        return f"first-draft acceptance: {a if not x['n'] else b} has no drafting step, so nothing to compare"
+    (alo, ahi), (blo, bhi) = x["interval"], y["interval"]
+    if blo > ahi or bhi < alo:
+        verdict = f"{b}'s is {'higher' if y['rate'] > x['rate'] else 'lower'}, the 95% intervals apart"
+    else:
+        verdict = "the 95% intervals overlap, so this run cannot tell the two apart"
+    return (f"first-draft acceptance, {b} against {a}: {y['rate']:.1%} (n = {y['n']}) against {x['rate']:.1%} "
+            f"(n = {x['n']}); {verdict}")
+
+
 def _against_bench(d3_more_live: bool, b1: dict | None, b3: dict | None) -> str:
     """After a live verdict on D = 3 against D = 1: whether the benchmark's repeats rank them the same way, and when
     they do not, why a live run and a record can differ, from what each measured."""

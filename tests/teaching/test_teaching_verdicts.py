@@ -201,3 +201,13 @@ def test_03_head_comparison_says_apart_only_when_the_numbers_separate(tmp_path):
     assert "apart" not in text and text.count("(95% intervals overlap)") == 3 and "the ranges overlap" in text
     assert "a size, not a verdict" in text
 
+
+def test_04_first_draft_words_give_a_direction_only_when_intervals_separate():
+    from mtplab.measuring.acceptance import wilson
+    row = lambda k, n: {"all steps": {"kept": k, "n": n, "rate": k / n if n else float("nan"), "interval": wilson(k, n)}}
+    tied = deepseek.first_draft_words({"d1": row(51, 70), "d3": row(30, 48)}, "d1", "d3")
+    assert "cannot tell the two apart" in tied and "lower" not in tied
+    assert "d3's is lower, the 95% intervals apart" in deepseek.first_draft_words(
+        {"d1": row(90, 100), "d3": row(30, 100)}, "d1", "d3")
+    assert "no drafting step" in deepseek.first_draft_words({"d1": row(0, 0), "d3": row(3, 5)}, "d1", "d3")
+
