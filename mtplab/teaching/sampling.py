@@ -285,12 +285,16 @@ def loop_story_line(runs: dict[str, list], estimate: dict[str, float], greedy: s
     against this run's intervals: what the numbers show, and nothing they do not."""
     g, t = _side(runs[greedy], estimate[greedy]), _side(runs[sampled], estimate[sampled])
     loops = loop_split(runs[greedy])
-    gw = (f"greedy live acceptance lies above its estimate (outside the live 95% interval), with {loops['looping']} of "
-          f"{loops['continuations']} continuations looping: the inflation is measured here" if g == "above" else
-          ("greedy live acceptance's interval holds its estimate" if g == "inside" else
-           "greedy live acceptance lies below its estimate (outside the live 95% interval)")
-          + f", although {loops['looping']} of "
-          f"{loops['continuations']} continuations loop: no inflation measured in this run")
+    looped = f"{loops['looping']} of {loops['continuations']} continuations"
+    if g == "above":
+        gw = ("greedy live acceptance lies above its estimate (outside the live 95% interval), "
+              + (f"with {looped} looping: the inflation is measured here" if loops["looping"] else
+                 "with no continuation looping: a difference this run measured, not one the loops made"))
+    else:
+        gw = (("greedy live acceptance's interval holds its estimate" if g == "inside" else
+               "greedy live acceptance lies below its estimate (outside the live 95% interval)")
+              + (f", although {looped} loop: no inflation measured in this run" if loops["looping"] else
+                 f", and none of the {loops['continuations']} continuations loops: no inflation to measure in this run"))
     tw = ("sampling's estimate lies inside its live interval: no difference measured" if t == "inside" else
           f"sampling's live acceptance lies {t} its estimate (outside the live 95% interval): a difference this run measured")
     return f"the loop story against these numbers: {gw}; {tw}"

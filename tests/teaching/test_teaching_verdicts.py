@@ -211,3 +211,16 @@ def test_04_first_draft_words_give_a_direction_only_when_intervals_separate():
         {"d1": row(90, 100), "d3": row(30, 100)}, "d1", "d3")
     assert "no drafting step" in deepseek.first_draft_words({"d1": row(0, 0), "d3": row(3, 5)}, "d1", "d3")
 
+
+def test_06_loop_story_names_the_loops_only_when_there_are_some(monkeypatch):
+    from mtplab.teaching import sampling
+    runs, est = {"T=0.0": [], "T=1.0": []}, {"T=0.0": 0.6, "T=1.0": 0.6}
+    for side, looping, want, never in (
+            ("inside", 0, "none of the 6 continuations loops", "although"),
+            ("inside", 2, "although 2 of 6 continuations loop", "none of"),
+            ("above", 0, "not one the loops made", "inflation is measured"),
+            ("above", 2, "with 2 of 6 continuations looping: the inflation is measured here", "none of")):
+        monkeypatch.setattr(sampling, "_side", lambda trs, e, side=side: side)
+        monkeypatch.setattr(sampling, "loop_split", lambda trs, n=looping: {"looping": n, "continuations": 6})
+        line = sampling.loop_story_line(runs, est, "T=0.0", "T=1.0")
+        assert want in line and never not in line
