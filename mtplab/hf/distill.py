@@ -11,7 +11,8 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
 2. `heldout`: the hand-written held-out prompts (never trained on) answered the same way, and their trunk cache:
    what the draft vocabulary's coverage and the heads' held-out agreement are measured on.
 3. `cache`: one trunk forward per answered prompt: the last layer's hidden state at every position (bf16) and the
-   target's top-k next-token probabilities there. The 30-layer trunk never runs again.
+   target's top-k next-token probabilities there. The 30-layer trunk never runs again. Cut short by --max-seconds,
+   it has covered every prompt length (shards in `spread` order), and `trim` keeps the answers it reached.
 4. `vocab`: the draft vocabulary, the N tokens most frequent in the model's own training answers (EAGLE-3, FR-Spec
    and FastMTP also draft over a frequency-ranked subset; only EAGLE-3 counts its training answers, FR-Spec counts a
    pretraining corpus and FastMTP reuses FR-Spec's), N chosen by measurement: the smallest size tried that holds
@@ -84,12 +85,16 @@ def stage_import(target, work: Work, data, *, limit: int | None = None, per_shar
 
 @torch.inference_mode()
 def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = None) -> int:
-    """One trunk forward per answer shard: hidden (bf16), the target's top-k ids and probabilities, the tokens."""
+    """One trunk forward per answer shard: hidden (bf16), the target's top-k ids and probabilities, the tokens. The
+    shards are taken in `spread` order (the answers lie in prompt-length order), so that a cache cut by `max_seconds`
+    covers every length; `keep_cached` then trims the answers to the shards cached."""
     from safetensors.torch import save_file
     t0 = now()
     done = 0
     answers = {s: work.read_answers(s) for s in work.shards("answers")}  # every shard checked before the first forward
-    for shard, rows in answers.items():
+    order = list(answers)
+    for shard in (order[i] for i in spread(len(order))):
+        rows = answers[shard]
         out = work.dir / "cache" / (shard.stem + ".safetensors")
         if out.exists():
             done += 1
@@ -102,6 +107,30 @@ def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = Non
         if log:
             log(f"cache: shard {shard.stem} ({now() - t0:.0f} s)")
     return done
+
+
+def keep_cached(work: Work, *, log=None) -> int:
+    """The `trim` stage: after a cache cut short by --max-seconds, move the answer shards it did not reach into
+    answers-uncached/, so that the vocabulary, the training and the record all see the same (cached) prompts, spread
+    over every length. Returns the shards moved."""
+    cached = {p.stem for p in work.shards("cache")}
+    if not cached:
+        raise MtplabError(f"{work.dir / 'cache'} holds no shard: run the cache stage before trim")
+    moved = [p for p in work.shards("answers") if p.stem not in cached]
+    (work.dir / "answers-uncached").mkdir(exist_ok=True)
+    for p in moved:
+        os.replace(p, work.dir / "answers-uncached" / p.name)
+    if log:
+        log(f"trim: {len(moved)} answer shards without a cache moved to answers-uncached/; {len(cached)} kept")
+    return len(moved)
+
+
+def check_cached(work: Work) -> None:
+    """Every answer shard has its cache shard, else one line naming both ways on."""
+    have, want = {p.stem for p in work.shards("cache")}, {p.stem for p in work.shards("answers")}
+    if want - have:
+        raise MtplabError(f"{work.dir / 'cache'} holds {len(have & want)} of {len(want)} answer shards: run the cache "
+                          "stage to the end, or the trim stage to train on the shards cached")
 
 
 VAL_ROWS = 128             # prompts held back for validation (`run.held_back`), never counted or trained on
@@ -198,6 +227,7 @@ def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE
     the held-out prompts' answer tokens inside it, and the projection's cost for one row on this machine (run it
     alone). The smallest size whose held-out coverage reaches `goal` is chosen (else the largest tried):
     vocab-study.json and vocab-N.json."""
+    check_cached(work)
     V = target.config.vocab_size
     ranked, rows = _ranked(work), _answers(work)
     back = _counts(rows[i] for i in held_back(len(rows), val_rows=VAL_ROWS)[0])
@@ -253,6 +283,7 @@ def stage_heads(target, work: Work, fam: str, recipe: dict, *, steps: int | None
                 **fit) -> list[dict]:
     """One family's heads on the cache, with the recipe's options (`steps` overrides its count); the history."""
     opts = {**recipe["heads"][fam], **({"steps": steps} if steps is not None else {})}
+    check_cached(work)
     cache = TrunkCache.load(work)
     n = chosen_vocab(work)
     vocab = load_vocab(work, n)
@@ -272,7 +303,7 @@ RECIPE = {"vocab": {"sizes": list(VOCAB_SIZES), "goal": COVERAGE_GOAL},
                               "val_rows": VAL_ROWS}}}
 # on a GPU the same stages take minutes: more steps, larger batches (same vocabulary)
 GPU_RECIPE = {**RECIPE, "heads": {f: {**o, "steps": 4000, "batch_size": 32} for f, o in RECIPE["heads"].items()}}
-STAGES = ("answers", "heldout", "cache", "vocab", "deepseek", "stern", "ship")
+STAGES = ("answers", "heldout", "cache", "trim", "vocab", "deepseek", "stern", "ship")
 
 
 def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, steps: int | None = None, device="cpu",
@@ -302,6 +333,8 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     if "cache" in stages:
         with work.timed("cache"):
             stage_cache(target, work, max_seconds=max_seconds, log=log)
+    if "trim" in stages:
+        keep_cached(work, log=log)
     if "vocab" in stages:
         stage_vocab(target, work, log=log)
     histories = {fam: stage_heads(target, work, fam, recipe, steps=steps, log=log, resume=resume, overwrite=overwrite,

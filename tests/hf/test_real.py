@@ -3,6 +3,7 @@ vocabulary (fast lane), and SmolLM2-135M-Instruct itself where the package `llm-
 installs it): the conversion (atomic, checked), one-line errors for a missing or altered package, and every shipped
 head family, full and reduced vocabulary, greedy identical to AR and to transformers' `generate`."""
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -190,6 +191,17 @@ def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
     assert sorted(chatdata.spread(12)[:4]) == [0, 2, 4, 8]
     with pytest.raises(MtplabError, match=r"holds 4 answers, .*data now 12 \(--answers\)"):
         distill.stage_import(t, work, data)  # another limit: refused, never mixed
+
+    # a cache cut short covers the spread of shards; training refuses until the answers are trimmed to it
+    ticks = itertools.chain([0.0, 0.0], itertools.repeat(10.0))  # one shard, then the clock has run out
+    monkeypatch.setattr(distill, "now", lambda: next(ticks))
+    distill.stage_cache(t, work, max_seconds=5.0)
+    assert [p.stem for p in work.shards("cache")] == ["00000"]
+    with pytest.raises(MtplabError, match=r"holds 1 of 2 answer shards: run the cache stage to the end, or the trim"):
+        distill.stage_heads(t, work, "stern", distill.RECIPE, steps=1)
+    assert distill.keep_cached(work) == 1
+    assert [p.stem for p in work.shards("answers")] == ["00000"] and (work.dir / "answers-uncached" / "00001.json").exists()
+    distill.check_cached(work)  # whole again
 
 
 def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch):

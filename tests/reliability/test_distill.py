@@ -168,7 +168,7 @@ def test_the_answers_come_from_a_data_folder_only(tmp_path):
     """The old generation stages are gone: --stages prompts is refused in one line, and the answers stage of a data
     folder without answers names chatdata, the one generation loop."""
     one_line_error(lambda: distill.run_distill("smollm2", tmp_path / "w", stages=["prompts", "answers"]),
-                   "an unknown stage 'prompts'; choose among answers, heldout, cache, vocab, deepseek, stern, ship",
+                   "an unknown stage 'prompts'; choose among answers, heldout, cache, trim, vocab, deepseek, stern, ship",
                    seconds=10)
     assert not (tmp_path / "w").exists()
     t = types.SimpleNamespace(tokenizer=chat_tokenizer(), config=FAKE.config)
