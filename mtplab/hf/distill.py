@@ -147,9 +147,12 @@ def _counts(rows) -> Counter:
 
 
 def _ranked(work: Work, val_rows: int = VAL_ROWS) -> list[int]:
-    """Token ids by their count in the training answers (the held-back prompts' answers are not counted), ties by id."""
+    """Token ids by their count in the training answers (the held-back prompts' answers are not counted) and in the
+    answers a cut cache did not reach (`trim`: never trained on, but the model's own text all the same), ties by id."""
     rows = _answers(work)
     counts = _counts(rows[i] for i in held_back(len(rows), val_rows=val_rows)[1])
+    counts.update(_counts(r for p in wf.shards(work.dir / "answers-uncached", suffix=".json")
+                          for r in work.read_answers(p)))
     return sorted(counts, key=lambda t: (-counts[t], t))
 
 
@@ -225,17 +228,18 @@ def projection_ms(target, n: int, *, repeats: int = 25) -> float:
 def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE_GOAL, log=None) -> dict:
     """The draft vocabulary's size, chosen by measurement: at each size, the share of the held-back prompts' and of
     the held-out prompts' answer tokens inside it, and the projection's cost for one row on this machine (run it
-    alone). The smallest size whose held-out coverage reaches `goal` is chosen (else the largest tried):
-    vocab-study.json and vocab-N.json."""
+    alone). Sizes are capped at the distinct tokens counted. The smallest size whose held-out coverage reaches `goal`
+    is chosen (else the largest, every token counted): vocab-study.json and vocab-N.json."""
     check_cached(work)
     V = target.config.vocab_size
     ranked, rows = _ranked(work), _answers(work)
     back = _counts(rows[i] for i in held_back(len(rows), val_rows=VAL_ROWS)[0])
     out = _counts(heldout_cache(work)[0])
     meter = LoadMeter().start()  # the busy-machine guard over the timings
-    study = {"goal": goal, "rule": "the smallest size whose coverage of held-out answer tokens reaches the goal",
+    study = {"goal": goal, "rule": "the smallest size whose coverage of held-out answer tokens reaches the goal, "
+                                   "else every token counted",
              "machine": machine("cpu"), "full_projection_ms": projection_ms(target, V), "sizes": []}
-    for n in sorted({min(n, V) for n in sizes}):
+    for n in sorted({min(n, V, len(ranked)) for n in sizes}):
         keep = ranked[:n]
         study["sizes"].append({"size": n, "distinct_in_training": min(n, len(ranked)),
                                "coverage_held_back": coverage(back, keep), "coverage_held_out": coverage(out, keep),

@@ -202,6 +202,8 @@ def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
     assert distill.keep_cached(work) == 1
     assert [p.stem for p in work.shards("answers")] == ["00000"] and (work.dir / "answers-uncached" / "00001.json").exists()
     distill.check_cached(work)  # whole again
+    uncached = {t for r in work.read_answers(work.dir / "answers-uncached" / "00001.json") for t in r["answer_ids"]}
+    assert uncached <= set(distill._ranked(work))  # the draft vocabulary still counts the answers never cached
 
 
 def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch):
@@ -233,7 +235,8 @@ def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch
     held = json.loads((tmp_path / "w" / "heldout.json").read_text())
     assert [r["category"] for r in held] == ["code", "code", "qa"] and all(len(r["answer_ids"]) <= 12 for r in held)
     study = json.loads((tmp_path / "w" / "vocab-study.json").read_text())
-    assert study["chosen"] == t.config.vocab_size == study["sizes"][-1]["size"]  # every size clamps to the tiny one
+    distinct = len(distill._ranked(distill.Work(tmp_path / "w")))  # every size clamps to the tokens counted
+    assert study["chosen"] == study["sizes"][-1]["size"] == distinct <= t.config.vocab_size
     assert all(0 <= r["coverage_held_out"] <= 1 and r["projection_ms"] > 0 for r in study["sizes"])
     assert "busy" in study  # the guard's verdict rides with the projection times
     monkeypatch.setenv("MTPLAB_WRITE_SHIPPED", "1")
@@ -249,7 +252,7 @@ def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch
     agree = record["heads"]["stern-k4"]["agreement"]
     assert set(agree["held_out_by_category"]) == {"code", "qa"} and agree["held_out_prompts"] == 3
     assert agree["gap_first_draft"] == pytest.approx(agree["held_back"][0] - agree["held_out"][0])
-    assert record["draft_vocab"]["chosen"] == t.config.vocab_size
+    assert record["draft_vocab"]["chosen"] == study["chosen"]
     load_heads(t, out / "stern-k4.safetensors")
     assert t.draft_vocab.tolist() == sorted({i for r in rows for i in r["answer_ids"]})
     p = rows[0]["prompt_ids"]
