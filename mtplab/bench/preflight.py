@@ -110,7 +110,8 @@ def _real_rows() -> list[dict]:
         t1 = rec["threads"]["1"]["ar_ms_per_token"]
         out = []
         for r in (r for r in rec["rows"] if r["threads"] == 1):
-            if r.get("family") is None or r.get("dtype", "fp32") != "fp32" or "split" not in r:
+            if (r.get("family") is None or r.get("dtype", "fp32") != "fp32" or "split" not in r
+                    or "acceptance" not in r):  # a tree row has no chain acceptance to predict from
                 continue
             acc = r["acceptance"]["pooled"]
             tps = 1 + sum(acc["accepted"]) / max(1, acc["steps"])
