@@ -24,7 +24,11 @@ last, partial block repeats its last row (computed, not written); a one-row call
 forward that streams its weights from memory hides. Which block computes a row changes no bit of it: every output is
 the same chain of fused steps, so both plans give the same bits (the tests run both on any machine). Two
 threads split the panels (outputs), so each output is still computed by one thread in one order: one and two
-threads give the same bits.
+threads give the same bits. The split runs on numba's OpenMP layer (or TBB's) where one loads: its threads wait
+spinning, so a forward's 210 calls each start at once. numba's own `workqueue` layer wakes its threads through the
+operating system at every call; measured on a 2-core Zen 4 with SmolLM2, that made a one-row forward slower at two
+threads than at one (83 ms against 35), where the OpenMP layer made it faster (26-28 ms). So where only `workqueue`
+loads, the kernel keeps to one thread unless a caller asks for more (`split_layer()` says which).
 
 The kernel is compiled by numba (cached on disk after the first call). Where numba is missing or fails, `linear` is
 `F.linear`, `EXACT` is False and `status()` says so. Above MAX_ROWS rows (a prefill), under autograd (training), off
@@ -62,16 +66,16 @@ def _avx512() -> bool:
 ROWS = 8 if _avx512() else 3
 assert JB == 32 and ROWS in (3, 8)  # the kernel's scratch and its unrolled rows
 
-_state = {"stock": False}  # use_stock() sets it for the whole process
+_state = {"stock": False, "layer": None}  # use_stock() sets stock for the whole process; layer: split_layer()
 _WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # packed as their float32 values
 _POOL = threading.Lock()    # numba's workqueue pool serves one caller at a time; another runs the serial kernel
 _NUMBA_ERROR = ""
 
 try:  # pragma: no cover - the branch taken depends on the environment
     import numba
-    if "NUMBA_THREADING_LAYER" not in os.environ:
-        # numba's own thread pool: an OpenMP pool beside torch's would spin against it on a small machine
-        numba.config.THREADING_LAYER = "workqueue"
+    if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
+        # a pool whose threads wait spinning first (see the docstring: workqueue's wake-ups cost more than a split saves)
+        numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
@@ -231,6 +235,21 @@ def blocks(q: int, rows: int | None = None) -> list[int]:
     return [8] * ((q - 1) // 8) + [8 if (q - 1) % 8 >= 4 else 4]
 
 
+SPLIT_LAYERS = ("omp", "tbb")  # numba threading layers whose split pays at every call (see the module's docstring)
+
+
+def split_layer() -> str:
+    """The numba threading layer the two-thread split runs on ('omp', 'tbb' or 'workqueue'), loaded by one tiny
+    parallel call the first time it is asked; '' without numba."""
+    if not EXACT:
+        return ""
+    if _state["layer"] is None:
+        with _POOL:
+            _parallel(np.zeros((1, 1), np.float32), np.zeros((1, 1, JB), np.float32), np.empty((1, 1), np.float32), ROWS)
+            _state["layer"] = numba.threading_layer()
+    return _state["layer"]
+
+
 def status() -> str:
     """One line: which kernel `linear` runs, and what that promises."""
     if not EXACT:
@@ -238,8 +257,10 @@ def status() -> str:
                 "with plain decoding is observed, not guaranteed (pip install numba for the exact kernel)")
     if _stock():
         return "stock kernel (F.linear), forced by use_stock(): equality is observed, not guaranteed"
+    split = (f"split over threads by numba's {split_layer()} layer" if split_layer() in SPLIT_LAYERS else
+             f"on one thread (only numba's {split_layer()} layer loads, whose split costs more than it saves)")
     return (f"exact kernel (numba {numba.__version__}): each row of a call of up to {MAX_ROWS} rows is bit for bit "
-            "the one-row call")
+            f"the one-row call; {split}")
 
 
 def _stock() -> bool:
@@ -293,9 +314,14 @@ def panels(w: torch.Tensor) -> np.ndarray:
 
 def _threads(threads: int | None, weight: torch.Tensor) -> int:
     """`threads`, or torch's count for a weight of at least PARALLEL_MIN entries (a smaller one costs less than waking
-    a second thread), at most one per panel."""
+    a second thread) where the split pays (`split_layer`), at most one per panel."""
     m = weight.shape[0]
-    t = threads if threads is not None else torch.get_num_threads() if weight.numel() >= PARALLEL_MIN else 1
+    if threads is not None:
+        t = threads
+    else:
+        t = torch.get_num_threads() if weight.numel() >= PARALLEL_MIN else 1
+        if t > 1 and split_layer() not in SPLIT_LAYERS:
+            t = 1
     return max(1, min(t, numba.config.NUMBA_NUM_THREADS, -(-m // JB)))
 
 

@@ -100,6 +100,27 @@ def test_stock_paths_and_fallback(monkeypatch):
     assert torch.equal(kernels.linear(x, w.detach()), F.linear(x, w.detach()))
 
 
+def test_the_split_runs_only_on_a_layer_whose_split_pays(monkeypatch):
+    """Two threads split a large weight on numba's OpenMP or TBB layer; where only workqueue loads (its per-call
+    wake-up made a 2-thread forward slower than a 1-thread one), the default is one thread and an explicit count
+    still splits. The status line names the layer."""
+    big = torch.zeros(4 * kernels.JB, kernels.PARALLEL_MIN // (4 * kernels.JB))
+    assert kernels.split_layer() in ("omp", "tbb", "workqueue") and kernels.split_layer() in kernels.status()
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        for layer, want in (("omp", 2), ("tbb", 2), ("workqueue", 1)):
+            monkeypatch.setitem(kernels._state, "layer", layer)
+            assert kernels._threads(None, big) == min(want, kernels.numba.config.NUMBA_NUM_THREADS)
+            assert kernels._threads(2, big) == min(2, kernels.numba.config.NUMBA_NUM_THREADS)
+        assert "on one thread" in kernels.status()
+        x = torch.randn(3, big.shape[1])
+        w = torch.randn_like(big)
+        assert torch.equal(kernels.linear(x, w), kernels.linear(x, w, threads=1))  # the serial path, same bits
+    finally:
+        torch.set_num_threads(saved)
+
+
 def test_a_weight_changed_in_place_is_packed_again():
     w = torch.randn(70, 20)
     x = torch.randn(3, 20)
