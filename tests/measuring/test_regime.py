@@ -102,3 +102,17 @@ def test_every_record_names_its_machine():
     assert m["torch"] == torch.__version__ and m["threads"] == torch.get_num_threads()
     line = machine_line("cpu")
     assert m["cpu"] in line and "torch" in line and "last-level cache" in line
+
+
+def test_a_timing_names_which_cpu_generation_ran_it():
+    """A VM's "AMD EPYC" names Zen 3 and Zen 4 alike (threefold apart): the family, model and vector units go with it."""
+    from mtplab.device import cpu_words
+    zen4 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n" \
+           "flags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\nmodel name\t: AMD EPYC\n"
+    zen3 = zen4.replace("model\t\t: 17", "model\t\t: 1").replace(" avx512f avx512_bf16", "")
+    assert cpu_words(zen4) == "AMD EPYC (family 25 model 17; AVX-512, bf16)"
+    assert cpu_words(zen3) == "AMD EPYC (family 25 model 1; AVX2)"
+    xeon = ("cpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+            "flags\t: avx2 avx512f avx512_bf16 amx_tile\n")
+    assert cpu_words(xeon).endswith("(family 6 model 143; AVX-512, bf16, AMX)")
+    assert cpu_words("model name\t: Some CPU\n") == "Some CPU" and cpu_words("") is None
