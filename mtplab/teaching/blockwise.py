@@ -56,7 +56,20 @@ _OVERLAP_CASES = {(12, 4): 4, (8, 2): 5, (7, 4): 3, (9, 4): 3, (13, 3): 5, (1, 3
                   (6, 6): 2, (2, 5): 2}
 
 
-def _check_counts(fn, name, cases, best_case, why_ok, hints):
+def _same_everywhere(fn, cases, formula) -> bool:
+    """Whether fn gives formula(m, k) on every case: a mistake is named from the whole answer, not from one case
+    (one wrong count can fit two mistakes)."""
+    for m, k in cases:
+        got, err = _call(fn, m, k)
+        if err or _number(got) is None or not math.isclose(_number(got), formula(m, k)):
+            return False
+    return True
+
+
+def _check_counts(fn, name, cases, best_case, why_ok, hints, mistakes=(), otherwise=""):
+    """`mistakes`: (formula(m, k), text) pairs: when the answer gives that formula on every case, the text names the
+    mistake; `hints`: (test(m, k, given), text) pairs for the first wrong case; `otherwise`: the hint for a wrong
+    whole number that nothing else names (a way to set the count up, never the count itself)."""
     for (m, k), want in cases.items():
         got, err = _call(fn, m, k)
         if err:
@@ -71,9 +84,14 @@ def _check_counts(fn, name, cases, best_case, why_ok, hints):
                         "k divides m; a last, partial block still costs forwards.")
             elif math.isclose(g, best_case(m, k)) and k > 1:  # k = 1: the hint below says why
                 hint = " That is Stern's formula, exact only when k divides m."
-            for test, text in hints:
+            named = next((text for formula, text in mistakes if _same_everywhere(fn, cases, formula)), None)
+            if named:
+                hint += " " + named
+            for test, text in hints if named is None else ():
                 if test(m, k, g):
                     hint += " " + text
+            if not hint and otherwise:
+                hint = " " + otherwise
             return Check(name, False, f"wrong on a case like m={m}, k={k} (you gave {got!r}).{hint}")
     return Check(name, True, why_ok)
 
@@ -94,8 +112,19 @@ def check_overlap_steps(fn) -> Check:
     return _check_counts(
         fn, "overlapped schedule forwards", _OVERLAP_CASES, lambda m, k: 1 + m / k,
         "the first forward gives one token; each later forward verifies k-1 drafts and adds up to k tokens",
-        [(lambda m, k, g: g == math.ceil(m / k), "Count the first forward too (the prefill that predicts the "
-                                                 "first token and the first drafts).")])
+        [],
+        mistakes=[(lambda m, k: math.ceil(m / k),  # the same whole numbers as 1 + (m - 1) // k: two mistakes fit
+                   "Your count is one forward short: either count the first forward too (the prefill that predicts "
+                   "the first token and the first drafts), or, if you did, a last, partial block of fewer than k "
+                   "tokens still costs a whole forward: round up, not down."),
+                  (lambda m, k: 1 + math.ceil(m / k),
+                   "The first forward already commits one of the m tokens (the first one), so the later forwards "
+                   "carry only the rest. Try m = 1: one forward and nothing left."),
+                  (lambda m, k: 1 + m // k, "A last, partial block of fewer than k tokens still costs a whole "
+                                            "forward: round the number of later forwards up, not down.")],
+        otherwise="Count it in two parts: the first forward, and how many tokens it commits; then the later "
+                  "forwards, each committing at most k tokens, as many as the tokens still left need (a last, partial "
+                  "block counts as a whole forward). Try it by hand on m = 5, k = 2 and on m = 1.")
 
 
 # (drafts, the target's own tokens) -> drafts kept, counted by hand

@@ -272,6 +272,29 @@ def test_a_wrong_answer_is_told_its_case_never_the_expected_value(checker, wrong
     assert not any(w in bad.why for w in GIVEAWAYS), bad.why
 
 
+
+# wrong answers to 02's exercise 2 (the overlapped schedule's forwards), each with the words its hint must hold
+OVERLAP_WRONG = [
+    (lambda m, k: math.ceil(m / k), "first forward too"),          # the prefill left out
+    (lambda m, k: 1 + (m - 1) // k, "round up, not down"),         # a partial block dropped (the same numbers)
+    (lambda m, k: 1 + math.ceil(m / k), "already commits one"),    # every one of the m tokens left to later forwards
+    (lambda m, k: 1 + m // k, "round the number"),                 # a partial block dropped
+    (lambda m, k: m, "Count it in two parts"),                     # none of the above: how to set the count up
+    (lambda m, k: 2 * math.ceil(m / k), "Count it in two parts"),
+]
+
+
+@pytest.mark.parametrize("wrong,hint", OVERLAP_WRONG, ids=[h for _, h in OVERLAP_WRONG])
+def test_every_wrong_overlap_count_gets_a_hint_toward_the_count_never_the_count(wrong, hint):
+    """Issue 40: 02's exercise 2 said only "wrong on a case like m=9, k=4" to most wrong answers (1 + ceil(m/k) among
+    them); now every wrong whole-number answer gets one hint, named from the whole answer (not from one case, which
+    can fit two mistakes), which leads toward the count without writing it."""
+    bad = blockwise.check_overlap_steps(wrong)
+    assert not bad and hint in bad.why, bad.why
+    assert bad.why.count(". ") <= 4, bad.why  # one hint, not several stacked
+    assert not any(w in bad.why for w in GIVEAWAYS + ("ceil", "(m - 1)", "m-1", "//")), bad.why
+
+
 # ---------------------------------------------------------------------------------- checked by properties alone
 from mtplab.teaching import classroom, peers  # noqa: E402
 
