@@ -372,7 +372,7 @@ def _real_model_parsers(sub) -> None:
     d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")
     d.add_argument("--overwrite", action="store_true", help="replace the head trainings saved in --work")
     d.add_argument("--data", default=None, help="the data folder whose answers the answers stage imports (default "
-                                                "data/chat/MODEL; python -m mtplab.hf.chatdata DIR writes one)")
+                                                "data/chat/MODEL; python scripts/make_chat_data.py DIR writes one)")
     d.add_argument("--answers", type=int, default=None, help="import this many of the data's answers, spread over "
                                                              "prompt lengths and categories (default all)")
     d.add_argument("--steps", type=int, default=None, help="head training steps (default: the recipe's)")

@@ -5,7 +5,8 @@
 * `llama`: the lab's own forward for Llama-family checkpoints (SmolLM2), each verify row as the one-token forward's
 * `run`: `train --hf`, `generate --hf`, and the heads' training on a cached trunk (`fit_heads`)
 * `workfiles`: validated, bounded readers of every file the real model's commands read back
-* `chatdata`: the real model's own training data (its questions and greedy answers), read by `distill --data`
+* `chatdata`: the real model's own training data (its questions and greedy answers; scripts/make_chat_data.py
+  writes it), read by `distill --data`
 * `real`: the real models of `paths.REAL_MODELS` (SmolLM2-135M-Instruct), converted once; their bare names anywhere
 * `distill`: heads for a real model: its own answers (from `chatdata`), a trunk cache, training on it (`distill`)
 * `prompts`: the held-out prompts and the task templates (text only)

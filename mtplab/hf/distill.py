@@ -4,10 +4,11 @@ B batch, T time, C channels (hidden size), V vocabulary, N the draft vocabulary'
 
 The pipeline (`python -m mtplab distill`), each stage resumable and saved as it goes into a work folder:
 
-1. `answers`: the model's own questions and greedy answers, imported from the data folder that `mtplab.hf.chatdata`
-   writes (`--data`, default data/chat/MODEL; `stage_import`), as Medusa's self-distillation (Cai et al. 2024,
-   §2.3.2) and FastMTP train heads on the model's own outputs: a head is then trained on exactly the text its drafts
-   will be verified against. chatdata is the one generation loop; nothing here generates.
+1. `answers`: the model's own questions and greedy answers, imported from the data folder that
+   scripts/make_chat_data.py writes (`--data`, default data/chat/MODEL; `stage_import`, through `mtplab.hf.chatdata`),
+   as Medusa's self-distillation (Cai et al. 2024, §2.3.2) and FastMTP train heads on the model's own outputs: a head
+   is then trained on exactly the text its drafts will be verified against. That script is the one generation loop
+   of the training data; nothing here generates it.
 2. `heldout`: the hand-written held-out prompts (never trained on) answered the same way, and their trunk cache:
    what the draft vocabulary's coverage and the heads' held-out agreement are measured on.
 3. `cache`: one trunk forward per answered prompt: the last layer's hidden state at every position (bf16) and the
@@ -39,7 +40,7 @@ from mtplab.device import machine, now, pick
 from mtplab.hf import workfiles as wf
 from mtplab.hf.heads_file import load_heads, save_heads
 from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
-from mtplab.hf.prompts import heldout_prompts, template_prompts  # noqa: F401  (template_prompts: re-exported)
+from mtplab.hf.prompts import heldout_prompts
 from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
 from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads, held_back
 from mtplab.hf.trunkcache import TOPK, TrunkCache, Work, cache_tensors
@@ -51,7 +52,7 @@ from mtplab.training.config import default_name
 from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
 def stage_import(target, work: Work, data, *, limit: int | None = None, per_shard: int = 64, log=None) -> int:
-    """The answers of a data folder written by `mtplab.hf.chatdata` (the model's own questions and greedy answers)
+    """The answers of a data folder of `mtplab.hf.chatdata` (the model's own questions and greedy answers)
     as this work folder's answer shards: each prompt in the chat template's ids, checked against the length the
     generator recorded. With `limit`, that many answers spread over the data (`chatdata.spread` over its rows, which
     lie in prompt-length order), so a subset a slow machine can cache covers every length and category. Returns the
@@ -59,7 +60,7 @@ def stage_import(target, work: Work, data, *, limit: int | None = None, per_shar
     grew since, or another limit) is refused."""
     rows = [r for d in wf.data_shards(data, "answers", vocab_size=target.config.vocab_size) for r in d["rows"]]
     if not rows:
-        raise MtplabError(f"{data} holds no answers; run python -m mtplab.hf.chatdata {data} --stage answers first")
+        raise MtplabError(f"{data} holds no answers; run python scripts/make_chat_data.py {data} --stage answers first")
     if limit is not None and limit < len(rows):
         rows = [rows[i] for i in sorted(spread(len(rows))[:limit])]
     if work.shards("answers"):
@@ -314,7 +315,7 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
                 max_seconds: float | None = None, log=None, data=None, overwrite: bool = False,
                 answers: int | None = None) -> dict:
     """`python -m mtplab distill`: the stages in order, each resumable (a killed run continues with --resume and
-    the same options). `answers` imports `data` (default data/chat/MODEL, written by `mtplab.hf.chatdata`); `ship`
+    the same options). `answers` imports `data` (default data/chat/MODEL, written by scripts/make_chat_data.py); `ship`
     writes the heads (bf16), the draft vocabulary and the record into data/hf/MODEL. `answers` imports that many of
     the data's answers, spread over it (default all)."""
     from mtplab.hf.target import load_hf

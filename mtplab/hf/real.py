@@ -333,7 +333,7 @@ def chat_ids(target, prompt: str) -> list[int]:
 
 def template_ids(tok, prompt: str) -> list[int]:
     """One user turn with the assistant's generation prompt, by the tokenizer's chat template, unchecked (the
-    data generator, `mtplab.hf.chatdata`, and the distillation's import both encode prompts with it)."""
+    data generator, scripts/make_chat_data.py, and the distillation's import both encode prompts with it)."""
     ids = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True)
     if hasattr(ids, "keys"):
         ids = ids["input_ids"]

@@ -1,7 +1,7 @@
 """Validated, bounded readers for every file the real model's commands read back: the distillation's work folder
 (answers/ and cache/ shards, vocab-N.json, times.json; the heads' save sets are read by `mtplab.training.runs`), the
-data generator's work folder (`mtplab.hf.chatdata`: questions/ and answers/ shards, prompts.json) and what ships in
-data/hf/NAME (record.json, draft-vocab.json, the heads files).
+chat data's folder (`mtplab.hf.chatdata`, written by scripts/make_chat_data.py: questions/ and answers/ shards) and
+what ships in data/hf/NAME (record.json, draft-vocab.json, the heads files).
 
 Each reader first checks, from `os.stat` and before anything is opened, that the path is a regular file no larger
 than its kind can be (a FIFO, a device, a directory or a sparse giant is refused, never opened for reading), then
@@ -22,8 +22,6 @@ from mtplab.errors import MtplabError
 from mtplab.files import read_json
 from mtplab.paths import shipped_folder
 
-MAX_PROMPT_CHARS = 6000        # a training prompt (the longest template, a passage of five lines, is ~1,500)
-MAX_PROMPTS = 1_000_000        # prompts in one prompts.json
 MAX_SHARD_JSON = 64 << 20      # bytes of one answers or questions shard
 MAX_CACHE_SHARD = 4 << 30      # bytes of one trunk-cache shard (256 rows of 2,048 positions of a 576-wide trunk: 0.6 GB)
 MAX_HEADS_FILE = 2 << 30       # bytes of a heads .safetensors file
@@ -283,25 +281,6 @@ def read_data_shard(path, kind: str, *, vocab_size: int | None = None) -> dict:
         if kind == "answers" and vocab_size is not None and not _ids_ok(r["answer_ids"], vocab_size):
             raise _bad(path, what, f"row {j}: {_ids_why(r['answer_ids'], vocab_size, 'answer_ids')}", fix)
     return d
-
-
-def read_data_prompts(path) -> list[dict]:
-    """chatdata's prompts.json: {"prompts": [{"category": str, "prompt": str of 1..MAX_PROMPT_CHARS}, ...], ...};
-    returns the prompts."""
-    what, fix = "the selected prompts", "delete it and rerun the select stage"
-    d = json_file(path, limit=256 << 20, what=what, fix=fix)
-    ps = d.get("prompts") if isinstance(d, dict) else None
-    if not isinstance(ps, list) or not ps:
-        raise _bad(path, what, "a JSON object with a non-empty list of prompts", fix)
-    if len(ps) > MAX_PROMPTS:
-        raise _bad(path, what, f"{len(ps)} prompts, more than {MAX_PROMPTS}", fix)
-    for j, r in enumerate(ps):
-        if not isinstance(r, dict) or not isinstance(r.get("category"), str) or not isinstance(r.get("prompt"), str):
-            raise _bad(path, what, f"prompt {j} is not an object with a category and a prompt, both text", fix)
-        if not r["prompt"].strip() or len(r["prompt"]) > MAX_PROMPT_CHARS:
-            raise _bad(path, what, f"prompt {j} has {len(r['prompt'])} characters; a training prompt has 1.."
-                       f"{MAX_PROMPT_CHARS}", fix)
-    return ps
 
 
 def data_shards(folder, kind: str, *, vocab_size: int | None = None) -> list[dict]:

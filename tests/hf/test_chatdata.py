@@ -1,4 +1,5 @@
-"""The real model's training data (mtplab.hf.chatdata): selection, the batched decoder, resumable shards.
+"""The real model's training data (scripts/make_chat_data.py, read through mtplab.hf.chatdata): selection, the
+batched decoder, resumable shards.
 
 A tiny 2-layer Llama with a byte-level BPE tokenizer and a ChatML template stands in for SmolLM2."""
 import json
@@ -10,7 +11,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from mtplab.hf import chatdata as cd  # noqa: E402
+from scripts import make_chat_data as cd  # noqa: E402  (with chatdata's readers, imported there)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

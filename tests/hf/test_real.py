@@ -19,7 +19,8 @@ from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
-from mtplab.hf.distill import TrunkCache, cache_tensors, heldout_prompts, template_prompts  # noqa: E402
+from mtplab.hf.distill import TrunkCache, cache_tensors, heldout_prompts  # noqa: E402
+from scripts.make_chat_data import template_prompts  # noqa: E402
 from mtplab.hf.run import fit_heads, reference_generate  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
 from mtplab.hf.target import load_hf, load_target  # noqa: E402
@@ -142,7 +143,7 @@ def test_fit_heads_saves_one_save_set_and_resumes_bit_for_bit(tiny, tmp_path, mo
 
 
 def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monkeypatch):
-    """The answers stage imports mtplab.hf.chatdata's folder (prompt text, its length in tokens, the answer ids):
+    """The answers stage imports a chat data folder (mtplab.hf.chatdata) (prompt text, its length in tokens, the answer ids):
     prompts re-encoded with the chat template and checked against the recorded length, then cached for training."""
     from mtplab.hf import distill
     t, rows = tiny

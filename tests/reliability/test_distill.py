@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from mtplab.hf import distill, real
 from mtplab.hf import workfiles as wf
+from scripts.make_chat_data import read_data_prompts
 from tests.reliability.realcases import (chat_tokenizer, devzero, fifo, one_line_error, shipped_copy, snapshot,
                                           sparse)
 
@@ -40,7 +41,7 @@ def _cache(rows, **change):
 @pytest.fixture
 def work(tmp_path):
     """A work folder after the cache stage: two answer shards, one cache shard, a vocabulary, times; and the data
-    generator's selected prompts beside them (chatdata's prompts.json, read by the same prompt-list checks)."""
+    generator's selected prompts beside them (scripts/make_chat_data.py's prompts.json, read by its prompt-list checks)."""
     w = distill.Work(tmp_path / "w").limits(FAKE)
     (w.dir / "prompts.json").write_text(json.dumps({"prompts": [{"category": "qa", "prompt": "What is rain?"}] * 3}))
     for b in range(2):
@@ -83,7 +84,7 @@ def _no_cache(edit):
     return both
 
 
-PROMPTS = lambda w: wf.read_data_prompts(w.dir / "prompts.json")  # noqa: E731
+PROMPTS = lambda w: read_data_prompts(w.dir / "prompts.json")  # noqa: E731
 CACHE_STAGE = lambda w: distill.stage_cache(FAKE, w)  # noqa: E731
 TRAIN_READ = lambda w: distill.TrunkCache.load(w)  # noqa: E731
 VOCAB = lambda w: distill.load_vocab(w, 8192)  # noqa: E731
@@ -166,7 +167,7 @@ def test_a_stray_json_among_the_answers_is_not_a_shard(work):
 
 def test_the_answers_come_from_a_data_folder_only(tmp_path):
     """The old generation stages are gone: --stages prompts is refused in one line, and the answers stage of a data
-    folder without answers names chatdata, the one generation loop."""
+    folder without answers names scripts/make_chat_data.py, the one generation loop."""
     one_line_error(lambda: distill.run_distill("smollm2", tmp_path / "w", stages=["prompts", "answers"]),
                    "an unknown stage 'prompts'; choose among answers, heldout, cache, trim, vocab, deepseek, stern, ship",
                    seconds=10)
@@ -174,7 +175,7 @@ def test_the_answers_come_from_a_data_folder_only(tmp_path):
     t = types.SimpleNamespace(tokenizer=chat_tokenizer(), config=FAKE.config)
     (tmp_path / "data" / "answers").mkdir(parents=True)
     one_line_error(lambda: distill.stage_import(t, distill.Work(tmp_path / "w").limits(t), tmp_path / "data"),
-                   "holds no answers; run python -m mtplab.hf.chatdata")
+                   "holds no answers; run python scripts/make_chat_data.py")
 
 
 def test_a_missing_held_out_set_or_vocabulary_choice_names_its_stage(work):
@@ -251,7 +252,7 @@ def test_ship_reads_the_record_before_it_writes(shipped, work):
     assert snapshot(shipped) == before
 
 
-CHAT = {  # mtplab.hf.chatdata's shards (its generator calls these readers)
+CHAT = {  # mtplab.hf.chatdata's shards (scripts/make_chat_data.py, its generator, calls these readers)
     "questions-rows-str": ("questions", {"rows": "x", "tokens": 1, "cpu_s": 1.0, "wall_s": 1.0}, "a list of rows"),
     "questions-no-cpu": ("questions", {"rows": [], "tokens": 1, "wall_s": 1.0}, "cpu_s is None"),
     "questions-row-key": ("questions", {"rows": [{"category": "qa"}], "tokens": 1, "cpu_s": 1, "wall_s": 1},
@@ -276,9 +277,9 @@ def test_a_tampered_data_shard_is_one_line(case, tmp_path):
 def test_chatdata_prompts_are_checked(tmp_path):
     p = tmp_path / "prompts.json"
     p.write_text(json.dumps({"prompts": [{"category": "qa", "prompt": ""}]}))
-    one_line_error(lambda: wf.read_data_prompts(p), "prompt 0 has 0 characters")
+    one_line_error(lambda: read_data_prompts(p), "prompt 0 has 0 characters")
     p.write_text(json.dumps({"prompts": [{"category": "qa", "prompt": "Why?"}]}))
-    assert wf.read_data_prompts(p)[0]["prompt"] == "Why?"
+    assert read_data_prompts(p)[0]["prompt"] == "Why?"
 
 
 def test_the_real_data_shards_read(tmp_path):
