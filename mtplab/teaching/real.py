@@ -23,7 +23,7 @@ from mtplab.decoding.generate import decode_with, k_limit
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
-from mtplab.measuring.record import Record
+from mtplab.measuring.record import Record, machine_text
 from mtplab.teaching.words import range_words
 
 REAL = next(iter(REAL_MODELS))              # the real model the notebooks use (`hf.real.REAL_MODELS`)
@@ -98,6 +98,43 @@ def head_cost(heads, *, context: int = 128, repeats: int = 7) -> dict:
         out.update(reduced_ms=ms["reduced"], reduced_share=ms["reduced"] / ms["forward"])
     out["busy"] = res.busy  # why the race was not valid here (None: valid)
     return out
+
+
+def _cheaper(small_ms: float, big_ms: float, what: str) -> str:
+    """'1.8x cheaper than {what}' or '1.3x the time of {what}: dearer', the direction chosen by the numbers."""
+    if small_ms < big_ms:
+        return f"{big_ms / small_ms:.1f}x cheaper than {what}"
+    return f"{small_ms / big_ms:.1f}x the time of {what}: no cheaper"
+
+
+def projection_lines(hc: dict, train: dict | None = None) -> list[str]:
+    """Notebook 01 §6: `head_cost` in words (a draft's projection over the full vocabulary and over the draft
+    vocabulary, each as a share of t(1), which is cheaper said from the numbers, a busy timing said so), then the
+    draft vocabulary's own study from the heads' record: its size, which branch of the rule chose it (the smallest
+    size reaching the coverage goal, else every token counted), and the projection times measured there."""
+    lines = [f"one draft through the full {hc['vocab']:,}-row projection: {hc['full_ms']:.2f} ms = "
+             f"{hc['full_share']:.0%} of t(1)"]
+    if "reduced_ms" in hc:
+        lines.append(f"one draft through the {hc['draft_vocab']:,}-row draft vocabulary: {hc['reduced_ms']:.2f} ms = "
+                     f"{hc['reduced_share']:.0%} of t(1), " + _cheaper(hc["reduced_ms"], hc["full_ms"], "the full one")
+                     + ("" if hc.get("busy") is None else
+                        " (timed on a busy machine, not valid here: the record's study below is the figure to read)"))
+    train = train if train is not None else (read_train() or {})
+    dv = train.get("draft_vocab") or {}
+    row = next((r for r in dv.get("sizes", []) if r.get("size") == dv.get("chosen")), None)
+    if row is None:
+        return lines + ["the heads' record holds no draft vocabulary study"]
+    goal, cov = dv["goal"], row["coverage_held_out"]
+    rule = (f"the smallest size tried whose coverage of the held-out answers' tokens reached the goal of {goal:.0%} "
+            f"({cov:.1%})" if cov >= goal else
+            f"every distinct token counted in the training answers, since no size tried reached the goal of {goal:.0%} "
+            f"of the held-out answers' tokens (this one holds {cov:.1%})")
+    where = machine_text(dv["machine"]) if dv.get("machine") else "machine not recorded"
+    lines.append(f"the draft vocabulary (data/hf/{REAL}/record.json): {dv['chosen']:,} tokens, {rule}; its projection "
+                 f"took {row['projection_ms']:.2f} ms there against {dv['full_projection_ms']:.2f} ms over the full "
+                 f"vocabulary, " + _cheaper(row["projection_ms"], dv["full_projection_ms"], "the full one")
+                 + f" ({where}" + (")" if dv.get("busy") is None else f"; not valid: {dv['busy']})"))
+    return lines
 
 
 def prompts_by_category(heads, per_category: int = 1) -> tuple[list[list[int]], list[str]]:
@@ -180,9 +217,18 @@ def record_table(rec: dict) -> tuple[str, list[dict]]:
     return caption, rows
 
 
+def _first_draft(row: dict) -> tuple[float, float, float] | None:
+    """A record row's first-draft acceptance (rate, low, high) pooled over its prompts, or None."""
+    a = (row.get("acceptance") or {}).get("pooled")
+    if not a or not a.get("rate"):
+        return None
+    return a["rate"][0], *a["interval"][0]
+
+
 def untrained_words(rec: dict, threads: str = "1") -> str:
     """Notebook 01 §6: the record's fastest exact row that needs no training (prompt lookup, n-gram) against its
-    best exact row with trained heads (`best_row`), and which one wins, with the tokens per forward that explain it."""
+    best exact row with trained heads (`best_row`), and which one wins; the reasons are read from the two rows:
+    tokens per forward, drafts a step, the first draft's acceptance (95% intervals) and the drafter's time a step."""
     best = best_row(rec, threads)
     free = [r for r in _rows(rec, threads) if not r.get("family") and (r.get("tokens_per_forward") or 0) > 1
             and r.get("method") not in ("ar", "hf-generate") and r.get("dtype", "fp32") == "fp32"
@@ -193,11 +239,28 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
     both = (f"in the record, {ng['label']} (n-gram prompt lookup, no training) ran {ng['speedup']:.2f}x AR with "
             f"{ng['tokens_per_forward']:.2f} tokens per forward; the best exact row with trained heads, {best['label']}, "
             f"{best['speedup']:.2f}x with {best['tokens_per_forward']:.2f}")
-    if ng["speedup"] > best["speedup"]:
-        why = ("more of its drafts are accepted" if ng["tokens_per_forward"] > best["tokens_per_forward"] else
-               "its drafter costs less")
-        return both + f": in this record the drafter that needs no training beats the trained heads ({why})"
-    return both + ": the trained heads beat the drafter that needs no training"
+    if (ng["speedup_min"] <= best["speedup_max"]) and (best["speedup_min"] <= ng["speedup_max"]):
+        return both + ": their ranges overlap, so the record does not rank the two"
+    win, lose = (ng, best) if ng["speedup"] > best["speedup"] else (best, ng)
+    why = []
+    if win["tokens_per_forward"] > lose["tokens_per_forward"]:
+        more = "more tokens per forward"
+        dw, dl = (win["k"] or 1) - 1, (lose["k"] or 1) - 1
+        aw, al = _first_draft(win), _first_draft(lose)
+        if dw > dl and aw and al:
+            apart = aw[1] > al[2] or al[1] > aw[2]
+            more += (f", from {dw} drafts a step against {dl} (first draft kept {aw[0]:.2f}, 95% interval "
+                     f"{aw[1]:.2f}-{aw[2]:.2f}, against {al[0]:.2f}, {al[1]:.2f}-{al[2]:.2f}: "
+                     + ("the intervals lie apart)" if apart else
+                        "the intervals overlap, so it is the number of drafts, not a higher acceptance)"))
+        why.append(more)
+    dm_w, dm_l = (win.get("split") or {}).get("draft_ms"), (lose.get("split") or {}).get("draft_ms")
+    if dm_w is not None and dm_l is not None and dm_w < dm_l:
+        why.append(f"a cheaper drafter, {dm_w:.1f} ms a step against {dm_l:.1f}")
+    reason = f". Why, from the two rows: {'; and '.join(why)}" if why else ""
+    if win is ng:
+        return both + f": in this record the drafter that needs no training beats the trained heads{reason}"
+    return both + f": the trained heads beat the drafter that needs no training{reason}"
 
 
 def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
@@ -209,16 +272,40 @@ def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
     return ks, table
 
 
+def _overlap(a: dict, b: dict) -> bool:
+    return a["speedup_min"] <= b["speedup_max"] and b["speedup_min"] <= a["speedup_max"]
+
+
+
+
 def k_sweep_lines(rec: dict, ks: list[dict]) -> list[str]:
-    """The record's cost curve of the real model, and its best k against the k with the most tokens per forward."""
+    """The record's cost curve of the real model, its best k (and the k whose range overlaps it: a tie), and the k
+    with the most tokens per forward, said slower only where the ranges lie apart, with both steps' time split."""
     curve = rec["cost_curves"]["1"][next(iter(REAL_MODELS))]["ratio"]
     best = max(ks, key=lambda r: r["speedup"])
     most = max(ks, key=lambda r: r["tokens_per_forward"])
+    ties = [r for r in ks if r is not best and _overlap(r, best)]
+    line = (f"best k in the record (the highest median): {best['k']} ({best['speedup']:.2f}x, range {best['speedup_min']:.2f}-"
+            f"{best['speedup_max']:.2f})")
+    if ties:
+        line += ("; " + ", ".join(f"k = {r['k']} ({r['speedup']:.2f}x, {r['speedup_min']:.2f}-{r['speedup_max']:.2f})"
+                                  for r in ties)
+                 + " overlap" + ("s" if len(ties) == 1 else "") + " it, so the record does not separate them")
+    if most is best:
+        line += f"; it also makes the most tokens per forward ({most['tokens_per_forward']:.2f})"
+    else:
+        a, b = most.get("split") or {}, best.get("split") or {}
+        steps = (f"verify {a.get('target_ms', 0):.0f} + drafter {a.get('draft_ms', 0):.0f} ms a step, against "
+                 f"{b.get('target_ms', 0):.0f} + {b.get('draft_ms', 0):.0f}")
+        rng = f"range {most['speedup_min']:.2f}-{most['speedup_max']:.2f}"
+        verdict = (f"{rng}, apart from the best's): more tokens per forward, yet slower, because its step costs more "
+                   f"({steps})" if most["speedup_max"] < best["speedup_min"] else
+                   f"{rng}, overlapping the best's): more tokens per forward bought no measured speed, its step "
+                   f"costing more ({steps})")
+        line += (f"; the most tokens per forward: k = {most['k']} ({most['tokens_per_forward']:.2f} against "
+                 f"{best['tokens_per_forward']:.2f}), at {most['speedup']:.2f}x ({verdict}")
     return ["the record's cost curve of SmolLM2: " + ", ".join(f"t({q})/t(1) = {v:.2f}" for q, v in curve.items()
-                                                              if q != "1"),
-            f"best k in the record: {best['k']} ({best['speedup']:.2f}x); the most tokens per forward: k = "
-            f"{most['k']} ({most['tokens_per_forward']:.2f})"
-            + ("" if most is best else ": more tokens per forward, yet slower, because its step costs more")]
+                                                              if q != "1"), line]
 
 
 def category_acceptance(row: dict, position: int = 0) -> list[dict]:
@@ -339,8 +426,15 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
             (row["speedup_min"], row["speedup_max"]), "tokens_per_step": tps, "verify": verify, "draft": draft,
             "rest": rest, "step_cost": cost, "predicted": tps / cost, "what_if": what_if,
             "ar_step_ms": ar_ms, "other_acceptance": other_acceptance,
-            "where": Record("real", REAL_JSON, rec).machine_text().removeprefix("measured on "),
+            "where": _machine_at(rec, threads).machine_text().removeprefix("measured on "),
             "kernel": row.get("kernel") or Record("real", REAL_JSON, rec).kernel()}
+
+
+def _machine_at(rec: dict, threads: str = "1") -> Record:
+    """The record as a `Record` whose machine is the one its rows at `threads` threads ran on (each thread count
+    keeps its own: '1 of 2 cores' for the one-thread rows, not the top level's '2 of 2')."""
+    m = ((rec.get("threads") or {}).get(str(threads)) or {}).get("machine")
+    return Record("real", REAL_JSON, {**rec, "machine": m} if isinstance(m, dict) else rec)
 
 
 def _cents(parts: list[float]) -> list[float]:
@@ -378,22 +472,27 @@ def parts_words(parts: dict) -> str:
 
 
 def training_gap(rec: dict, train: dict | None = None, label: str | None = None) -> dict | None:
-    """The first draft's agreement with the target at the end of training (held-back rows of the training data,
-    teacher forced: `record.json`'s last validation) against its acceptance when decoding the held-out prompts
-    (the record's untimed acceptance study). None when either record lacks it."""
+    """The first draft's agreement with the target at the end of training, teacher forced (`record.json`: on the
+    held-back prompts, of the training data's kind but never trained on, its `agreement` or else its last
+    validation; and on the hand-written held-out prompts, where the record has it), against its acceptance when
+    decoding the held-out prompts (the record's untimed acceptance study). None when either record lacks it."""
     train = train if train is not None else (read_train() or {})
     study = rec.get("acceptance_all") or {}
     label = label or next((lab for lab in study if ", k=2" in lab), None) or next(iter(study), None)
     if label is None or label not in study:
         return None
     family = "deepseek" if label.startswith("DeepSeek") else "stern"
-    hist = next((h["history"] for n, h in train.get("heads", {}).items() if n.startswith(family)), None)
-    if not hist:
+    heads = next((h for n, h in train.get("heads", {}).items() if n.startswith(family)), {})
+    agree, hist = heads.get("agreement") or {}, heads.get("history")
+    if not agree.get("held_back") and not hist:
         return None
     pooled = study[label]["acceptance"]["pooled"]
-    out = {"label": label, "train_agreement": hist[-1]["val_agree_depth"][0], "heldout_rate": pooled["rate"][0],
-           "heldout_interval": tuple(pooled["interval"][0]), "steps": pooled["steps"],
-           "prompts": study[label]["prompts"]}
+    out = {"label": label, "train_agreement": (agree.get("held_back") or hist[-1]["val_agree_depth"])[0],
+           "heldout_rate": pooled["rate"][0], "heldout_interval": tuple(pooled["interval"][0]),
+           "steps": pooled["steps"], "prompts": study[label]["prompts"]}
+    if agree.get("held_out"):
+        out.update(heldout_agreement=agree["held_out"][0], held_back_prompts=agree.get("held_back_prompts"),
+                   held_out_prompts=agree.get("held_out_prompts"))
     row = study[label]
     if "rejected_outside_vocab" in row:
         out.update(rejections=row["rejections"], outside=row["rejected_outside_vocab"])
@@ -407,16 +506,40 @@ def read_train(path=TRAIN_JSON) -> dict | None:
     return Record.load(path).data
 
 
+SAME_AGREEMENT = 0.02  # teacher-forced rates closer than this (2 points) are called the same in words
+
+
 def gap_words(gap: dict | None) -> str:
+    """`training_gap` in words, each direction chosen from the numbers: the teacher-forced agreement on held-back
+    prompts (the training data's kind) against the hand-written held-out ones (a gap there is prompts unlike the
+    training data; none means the heads agree this rarely on either), then the acceptance decoding the held-out
+    prompts, with its interval, against the teacher-forced figure."""
     if gap is None:
         return "the records hold no training agreement and held-out acceptance to compare"
     g = gap
     lo, hi = g["heldout_interval"]
-    ratio = g["heldout_rate"] / max(1e-9, g["train_agreement"])
-    words = (f"{g['label']}: the first draft agreed with the target on {g['train_agreement']:.0%} of held-back "
-             f"training rows (teacher forced, data/hf/{REAL}/record.json), and was accepted in {g['heldout_rate']:.0%} "
-             f"of {g['steps']} drafting steps on {g['prompts']} held-out prompts (95% interval {lo:.0%}-{hi:.0%}): "
-             + (f"{ratio:.0%} of the training figure" if hi < g["train_agreement"] else "no lower, within the interval"))
+    n_back = f"{g['held_back_prompts']} " if g.get("held_back_prompts") else ""
+    words = (f"{g['label']}: teacher forced (data/hf/{REAL}/record.json), the first draft agreed with the target on "
+             f"{g['train_agreement']:.0%} of the positions of {n_back}held-back prompts (of the training data's kind, "
+             "never trained on)")
+    ref = g["train_agreement"]
+    if "heldout_agreement" in g:
+        diff = g["train_agreement"] - g["heldout_agreement"]
+        n_out = f"the {g['held_out_prompts']} " if g.get("held_out_prompts") else "the "
+        words += f" and on {g['heldout_agreement']:.0%} of {n_out}hand-written held-out prompts' answers: " + (
+            f"a gap of {100 * abs(diff):.1f} points, so the heads do as well on prompts unlike their training data's "
+            "as on its kind, and what keeps acceptance low is how rarely they agree with the target at all"
+            if abs(diff) < SAME_AGREEMENT else
+            f"{100 * diff:.0f} points lower on the held-out prompts, so part of the shortfall is prompts unlike the "
+            "training data" if diff > 0 else
+            f"{100 * -diff:.0f} points higher on the held-out prompts than on the held-back ones")
+        ref = g["heldout_agreement"]
+    where = "those held-out prompts" if "heldout_agreement" in g else f"{g['prompts']} held-out prompts"
+    words += (f"; decoding {where} (docs/bench/real.json, {g['prompts']} prompts), it was accepted in "
+              f"{g['heldout_rate']:.0%} of {g['steps']} drafting steps (95% interval {lo:.0%}-{hi:.0%}): "
+              + (f"below the teacher-forced figure ({g['heldout_rate'] / max(1e-9, ref):.0%} of it)" if hi < ref else
+                 "above the teacher-forced figure" if lo > ref else
+                 "the teacher-forced figure lies within the interval"))
     if "outside" in g:
         words += (f"; {g['outside']} of {g['rejections']} rejections were at a position whose token lies outside the "
                   "draft vocabulary, where no draft could be kept")

@@ -67,9 +67,31 @@ def test_untrained_words_set_the_ngram_row_beside_the_heads():
                         "method": "ngram", "threads": 1})
     text = real.untrained_words(rec)
     assert "n-gram, k=4 (n-gram prompt lookup, no training) ran 1.37x" in text and "1.08x with 1.30" in text
-    assert "beats the trained heads (more of its drafts are accepted" in text
+    assert "beats the trained heads. Why, from the two rows: more tokens per forward" in text
+    assert "a cheaper drafter, 1.0 ms a step against 5.0" in text
     rec["rows"][-1]["speedup"] = 1.0
-    assert real.untrained_words(rec).endswith("the trained heads beat the drafter that needs no training")
+    assert "the trained heads beat the drafter that needs no training" in real.untrained_words(rec)
+
+
+def _pooled(rate, lo, hi):
+    return {"pooled": {"steps": 300, "accepted": [round(300 * rate)], "rate": [rate], "interval": [[lo, hi]]}}
+
+
+def test_untrained_words_say_more_drafts_not_more_acceptance_when_the_intervals_overlap():
+    """Issue 40: 01 §6 said the n-gram row wins because "more of its drafts are accepted", read as a higher acceptance;
+    the record's first-draft acceptance was 0.42 (0.35-0.49) against the heads' 0.41 (0.36-0.46): the n-gram row
+    makes more tokens per forward from 3 drafts a step against 1, and its drafter costs next to nothing."""
+    rec = _record()
+    rec["rows"].append({**_row("n-gram, k=4", 4, 1.54, 1.36, (34.0, 0.1, 0.3), family=None, vocab="full"),
+                        "method": "ngram", "threads": 1, "acceptance": _pooled(0.42, 0.35, 0.49)})
+    rec["rows"][1]["acceptance"] = _pooled(0.41, 0.36, 0.46)
+    text = real.untrained_words(rec)
+    assert "from 3 drafts a step against 1" in text and "not a higher acceptance" in text
+    assert "more of its drafts are accepted" not in text and "a cheaper drafter, 0.1 ms" in text
+    rec["rows"][1]["acceptance"] = _pooled(0.20, 0.15, 0.25)  # apart: then the words say so, nothing more
+    assert "the intervals lie apart" in real.untrained_words(rec)
+    rec["rows"][-1].update(speedup=1.09, speedup_min=1.05, speedup_max=1.20)  # ranges overlap: no ranking
+    assert real.untrained_words(rec).endswith("their ranges overlap, so the record does not rank the two")
 
 
 def test_the_words_follow_the_numbers():
@@ -92,11 +114,89 @@ def test_training_gap_reads_both_records():
     gap = real.training_gap(_record(), TRAIN)
     assert gap["train_agreement"] == 0.65 and gap["heldout_rate"] == 0.35 and "outside" not in gap
     words = real.gap_words(gap)
-    assert "65%" in words and "35%" in words and "54% of the training figure" in words
+    assert "65%" in words and "35%" in words and "below the teacher-forced figure (54% of it)" in words
+    assert "never trained on" in words and "training rows" not in words  # held-back prompts were never trained on
     rec = copy.deepcopy(_record())
     rec["acceptance_all"]["DeepSeek D=1, k=2, reduced vocab"].update(rejections=149, rejected_outside_vocab=26)
     assert "26 of 149 rejections" in real.gap_words(real.training_gap(rec, TRAIN))
     assert real.training_gap({}, TRAIN) is None and "no training agreement" in real.gap_words(None)
+
+
+def _agreeing(back, out):
+    return {"heads": {"deepseek-d1": {"history": [{"val_agree_depth": [0.1]}], "agreement": {
+        "held_back": [back, 0.3], "held_out": [out, 0.3], "held_back_prompts": 128, "held_out_prompts": 24}}}}
+
+
+def test_gap_words_read_the_held_out_teacher_forced_agreement():
+    """Issue 40: the retrained heads' record holds teacher-forced agreement on the held-out prompts too (0.435
+    held-back against 0.429 held-out); the words compared decoding with the held-back figure only and named no
+    reason. Now the gap between the two teacher-forced figures says whether prompts unlike the training data are the
+    reason, and decoding is read against the held-out one, each direction from the numbers."""
+    rec = _record()  # decoding: 0.35 (0.33-0.37)
+    words = real.gap_words(real.training_gap(rec, _agreeing(0.434, 0.429)))
+    assert "43% of the positions of 128 held-back prompts" in words and "43% of the 24 hand-written" in words
+    assert "a gap of 0.5 points" in words and "how rarely they agree with the target at all" in words
+    assert "below the teacher-forced figure (82% of it)" in words
+    words = real.gap_words(real.training_gap(rec, _agreeing(0.73, 0.41)))  # the old heads' figures
+    assert "32 points lower on the held-out prompts" in words and "prompts unlike the training data" in words
+    assert "how rarely" not in words
+    words = real.gap_words(real.training_gap(rec, _agreeing(0.36, 0.35)))
+    assert "the teacher-forced figure lies within the interval" in words and "below" not in words
+    assert real.training_gap(rec, _agreeing(0.36, 0.35))["train_agreement"] == 0.36  # the agreement, not history
+
+
+def test_the_parts_name_the_machine_of_the_rows_thread_count():
+    """Issue 40: 01 §6 read the one-thread row's race as measured on '2 of 2 cores' (the record's top-level machine,
+    its two-thread run)."""
+    rec = _record()
+    m = {"cpu": "AMD EPYC", "cores": 2, "llc": "32 MiB", "torch": "2", "device": "cpu"}
+    rec["machine"] = {**m, "threads": 2}
+    rec["threads"] = {"1": {"machine": {**m, "threads": 1}}, "2": {"machine": {**m, "threads": 2}}}
+    words = real.parts_words(real.speedup_parts(rec))
+    assert "AMD EPYC, 1 of 2 cores" in words and "2 of 2 cores" not in words
+
+
+def _k_rec(k3=(1.08, 1.03, 1.12), k4=(0.99, 0.98, 1.05)):
+    def row(k, tps, sp, draft):
+        return {"k": k, "label": f"k={k}", "tokens_per_forward": tps, "speedup": sp[0], "speedup_min": sp[1],
+                "speedup_max": sp[2], "split": {"target_ms": 34.0, "draft_ms": draft, "overhead_ms": 0.2}}
+    rec = {"cost_curves": {"1": {real.REAL: {"ratio": {"1": 1.0, "2": 1.08, "4": 1.06}}}}}
+    return rec, [row(2, 1.40, (1.09, 1.04, 1.11), 6.0), row(3, 1.52, k3, 9.0), row(4, 1.56, k4, 12.0)]
+
+
+def test_the_k_sweep_says_slower_only_where_the_ranges_lie_apart():
+    """Issue 40: 09 §5 said the k with the most tokens per forward was 'yet slower' at 0.99x (0.98-1.05) against the
+    best k's 1.09x (1.04-1.11): the ranges overlap, and k = 3 (1.03-1.12) ties with the best."""
+    rec, ks = _k_rec()
+    line = real.k_sweep_lines(rec, ks)[1]
+    assert "k = 3 (1.08x, 1.03-1.12), k = 4 (0.99x, 0.98-1.05) overlap it" in line
+    assert "yet slower" not in line and "bought no measured speed" in line
+    assert "verify 34 + drafter 12 ms a step, against 34 + 6" in line
+    rec, ks = _k_rec(k3=(1.00, 0.98, 1.02), k4=(0.90, 0.88, 0.92))
+    line = real.k_sweep_lines(rec, ks)[1]
+    assert "overlap" not in line.split("; the most")[0] and "yet slower, because its step costs more" in line
+
+
+def test_projection_lines_say_cheaper_only_when_it_was():
+    """Issue 40: 01 §6 printed '0.3x cheaper' for a draft vocabulary whose projection took 3x the full one's on a
+    busy run; the direction now comes from the numbers, a busy timing points at the record, and the record line says
+    which branch of the vocabulary rule chose the size (15,992 tokens held 97.25% of held-out tokens, below 98%)."""
+    study = {"goal": 0.98, "chosen": 15992, "full_projection_ms": 4.56, "busy": None,
+             "machine": {"cpu": "AMD EPYC", "cores": 2, "threads": 2, "llc": "32 MiB", "torch": "2", "device": "cpu"},
+             "sizes": [{"size": 8192, "coverage_held_out": 0.94, "projection_ms": 1.1},
+                       {"size": 15992, "coverage_held_out": 0.9725, "projection_ms": 2.53}]}
+    hc = {"t1_ms": 478.4, "full_ms": 9.10, "full_share": 0.02, "vocab": 49152, "draft_vocab": 15992,
+          "reduced_ms": 28.42, "reduced_share": 0.06, "busy": "other processes used 1.4 cores"}
+    lines = real.projection_lines(hc, {"draft_vocab": study})
+    assert "3.1x the time of the full one: no cheaper" in lines[1] and "cheaper than" not in lines[1]
+    assert "not valid here" in lines[1]
+    assert "every distinct token counted in the training answers" in lines[2] and "this one holds 97.2%" in lines[2]
+    assert "2.53 ms there against 4.56 ms" in lines[2] and "1.8x cheaper than the full one" in lines[2]
+    hc.update(reduced_ms=2.0, busy=None)
+    lines = real.projection_lines(hc, {"draft_vocab": {**study, "goal": 0.95}})
+    assert lines[1].endswith("4.5x cheaper than the full one")
+    assert "the smallest size tried whose coverage of the held-out answers' tokens reached the goal of 95%" in lines[2]
+    assert real.projection_lines(hc, {})[-1] == "the heads' record holds no draft vocabulary study"
 
 
 def test_rejections_outside_the_draft_vocabulary_are_counted():
