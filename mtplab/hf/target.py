@@ -40,7 +40,7 @@ from mtplab.model.config import FAMILY, ModelConfig
 from mtplab.errors import MtplabError
 from mtplab.model.heads import build_heads
 from mtplab.model.layers import KVCache, RaggedKVCache, rotary_table
-from mtplab.model.gpt import TrunkOutput
+from mtplab.model.gpt import GPT, TrunkOutput
 from mtplab.hf.real import REAL_MODELS, quiet_transformers, real_model, resolve_model
 from mtplab.hf.llama import LlamaForward, unsupported
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: F401  (re-exported for teaching.peers, bench.peers)
@@ -76,10 +76,7 @@ class HFCache:
     """The transformers cache behind the lab's cache contract: `length`, `crop(n)` keeps positions 0..n-1."""
 
     def __init__(self, hf_config):
-        try:
-            self.kv = DynamicCache(config=hf_config)
-        except TypeError:  # older transformers
-            self.kv = DynamicCache()
+        self.kv = DynamicCache(config=hf_config)
 
     @property
     def length(self) -> int:
@@ -171,14 +168,10 @@ class HFTarget(nn.Module):
         return self
 
     # ---- what the head families and drafters use ---------------------------------------
-    def rope(self, start: int, length: int) -> torch.Tensor:
-        """(length, D/2) rotary factors of positions start..start+length-1, for the heads' own layers."""
-        if start + length > self.config.block_size:
-            raise MtplabError(f"positions {start}..{start + length - 1} exceed the context window of "
-                              f"{self.config.block_size}; shorten the prompt or ask for fewer new tokens")
-        if self._rot.device != self.wte.weight.device:
-            self._rot = self._rot.to(self.wte.weight.device)
-        return self._rot[start:start + length]
+    # the heads' own rotary factors and the teacher-forced logits of every depth: the lab model's, read off the
+    # same attributes (config, wte, _rot, mtp, forward)
+    rope = GPT.rope
+    depth_logits = GPT.depth_logits
 
     def unembed(self, h):
         """The model's own output head: final norm, then lm_head."""
@@ -242,13 +235,6 @@ class HFTarget(nn.Module):
         self._seen.clear()
         res = self.hf(input_ids=idx, **kw)
         return TrunkOutput(hidden=self._seen["hidden"], logits=res.logits, pre_last=self._seen["pre_last"])
-
-    def depth_logits(self, idx) -> torch.Tensor:
-        """Teacher-forced logits for every depth: (B, T, K, V) (see `mtplab.model.gpt.GPT.depth_logits`)."""
-        out = self(idx)
-        if self.mtp is None:
-            return out.logits.unsqueeze(2)  # (B, T, 1, V)
-        return torch.cat([out.logits.unsqueeze(2), self.mtp.train_logits(self, idx, out)], dim=2)
 
     # ---- the heads ----------------------------------------------------------------------
     def attach(self, heads: str, n_depths: int) -> "HFTarget":
