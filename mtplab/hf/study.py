@@ -23,6 +23,7 @@ import torch
 from mtplab import paths
 from mtplab.decoding.drafters import METHODS, Pair, method as get_method, pairs, real_label
 from mtplab.decoding.generate import decode_with
+from mtplab.decoding.trace import pooled
 from mtplab.decoding.tree import tree_speculative
 from mtplab.errors import MtplabError
 from mtplab.files import sha256
@@ -135,9 +136,8 @@ def acceptance_table(traces: list, cats: list[str]) -> dict:
     """Acceptance by draft position (unconditional: accepted at position i over drafting steps), pooled and per
     category, each with its counts and 95% Wilson interval."""
     def pool(ts):
-        steps = sum(t.num_drafts for t in ts)
-        n = max((len(t.accepted_per_position) for t in ts), default=0)
-        acc = [sum(t.accepted_per_position[i] for t in ts if len(t.accepted_per_position) > i) for i in range(n)]
+        one = pooled(ts)  # every step of the decodes in one Trace: its counters sum over them
+        steps, acc = one.num_drafts, one.accepted_per_position
         return {"steps": steps, "accepted": acc, "rate": [a / max(1, steps) for a in acc],
                 "interval": [list(wilson(a, steps)) for a in acc]}
     out = {"pooled": pool(traces)}
