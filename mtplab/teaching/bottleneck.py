@@ -236,12 +236,14 @@ def live_kernel(device="cpu") -> str:
     return "exact" if kernels.active() and torch.device(device).type == "cpu" else "stock"
 
 
-def exact_curve_words(ratio: dict, *, attention: bool = True) -> str:
+def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None = None) -> str:
     """Why an exact-kernel t(q)/t(1) ({q: value}) is not flat, from its numbers and the kernel's blocking
     (`kernel_blocks`: 1 to 4 rows one block of 4, more in blocks of 8 or 3 by the CPU): q that run as one block share one
     read of each weight, more blocks read the weights again (above `kernels.MAX_ROWS` rows the stock kernel runs);
     and with a cache the exact path runs attention one query row at a time (`attention`), so each row adds its own
-    attention."""
+    attention. A curve timed on a busy machine (`busy`, the guard's reason) gets the blocking only: its rise is not
+    given a cause."""
+    attention = attention and busy is None
     one = [q for q in sorted(ratio) if 1 < q and len(kernel_blocks(q)) == 1]
     more = [q for q in sorted(ratio) if len(kernel_blocks(q)) > 1 and q <= kernels.MAX_ROWS]
     wide = [q for q in sorted(ratio) if q > kernels.MAX_ROWS]  # a prefill's width: `linear` is F.linear there
@@ -260,6 +262,8 @@ def exact_curve_words(ratio: dict, *, attention: bool = True) -> str:
                      f"{len(b)} times: t({q})/t(1) = {ratio[q]:.2f}")
     if wide:
         parts.append(f"q = {', '.join(map(str, wide))}, above {kernels.MAX_ROWS} rows, run the stock kernel")
+    if busy is not None:
+        parts.append("the rise itself is given no cause here: the curve was timed on a busy machine")
     return "; ".join(parts)
 
 

@@ -52,6 +52,17 @@ def test_the_exact_kernel_blocks_and_its_dips_are_its_own(monkeypatch):
     assert "not the kernel's blocking" in dips[1] and "blocking depends" not in dips[1]  # the exact one
 
 
+def test_a_busy_exact_curve_gets_its_blocking_but_no_cause():
+    """Issue 40: 01 §6 explained SmolLM2's busy-run t(2)/t(1) = 1.76 as per-row work, above all attention; on a
+    busy machine the rise is not read, so the words keep the blocking and give it no cause."""
+    from mtplab.teaching import bottleneck
+    ratio = {1: 1.0, 2: 1.76, 4: 1.75, 8: 1.91}
+    assert "above all attention" in bottleneck.exact_curve_words(ratio)
+    busy = bottleneck.exact_curve_words(ratio, busy="other processes used 1.2 cores")
+    assert "each run as one block" in busy and "above all attention" not in busy
+    assert busy.endswith("the rise itself is given no cause here: the curve was timed on a busy machine")
+
+
 def test_t1_words_say_how_much_the_context_explains():
     from mtplab.model.config import ModelConfig
     from mtplab.teaching import bottleneck
