@@ -496,6 +496,10 @@ def training_gap(rec: dict, train: dict | None = None, label: str | None = None)
     row = study[label]
     if "rejected_outside_vocab" in row:
         out.update(rejections=row["rejections"], outside=row["rejected_outside_vocab"])
+    decoded = next((r.get("heads_sha256") for r in rec.get("rows", []) if r.get("label") == label), None)
+    shipped = shipped_sha256(family) if decoded else None
+    if decoded and shipped and decoded != shipped:  # the bench record decoded heads trained before the shipped ones
+        out.update(decoded_sha256=decoded, shipped_sha256=shipped)
     return out
 
 
@@ -534,6 +538,10 @@ def gap_words(gap: dict | None) -> str:
             "training data" if diff > 0 else
             f"{100 * -diff:.0f} points higher on the held-out prompts than on the held-back ones")
         ref = g["heldout_agreement"]
+    if "decoded_sha256" in g:
+        return words + (f"; docs/bench/real.json decoded other heads (sha256 {g['decoded_sha256'][:12]}) than the "
+                        f"ones shipped now ({g['shipped_sha256'][:12]}), so its acceptance is not set against these "
+                        "figures: rerun python -m mtplab bench real")
     where = "those held-out prompts" if "heldout_agreement" in g else f"{g['prompts']} held-out prompts"
     words += (f"; decoding {where} (docs/bench/real.json, {g['prompts']} prompts), it was accepted in "
               f"{g['heldout_rate']:.0%} of {g['steps']} drafting steps (95% interval {lo:.0%}-{hi:.0%}): "

@@ -145,6 +145,20 @@ def test_gap_words_read_the_held_out_teacher_forced_agreement():
     assert real.training_gap(rec, _agreeing(0.36, 0.35))["train_agreement"] == 0.36  # the agreement, not history
 
 
+def test_gap_words_set_no_decode_of_other_heads_against_the_shipped_heads_training(monkeypatch):
+    """Issue 40: the heads were trained longer after docs/bench/real.json was measured; the words set the new heads'
+    teacher-forced agreement against the old heads' acceptance. A record whose row names other heads (sha256) than
+    the shipped file now says so instead of comparing."""
+    rec = _record()
+    rec["rows"][1]["heads_sha256"] = "a" * 64
+    monkeypatch.setattr(real, "shipped_sha256", lambda family: "b" * 64)
+    words = real.gap_words(real.training_gap(rec, _agreeing(0.555, 0.524)))
+    assert "56% of the positions" in words and "decoded other heads (sha256 aaaaaaaaaaaa)" in words
+    assert "rerun python -m mtplab bench real" in words and "accepted in" not in words
+    monkeypatch.setattr(real, "shipped_sha256", lambda family: "a" * 64)
+    assert "accepted in 35%" in real.gap_words(real.training_gap(rec, _agreeing(0.555, 0.524)))
+
+
 def test_the_parts_name_the_machine_of_the_rows_thread_count():
     """Issue 40: 01 §6 read the one-thread row's race as measured on '2 of 2 cores' (the record's top-level machine,
     its two-thread run)."""
