@@ -27,7 +27,7 @@ threads split the panels (outputs), so each output is still computed by one thre
 threads give the same bits. The split runs on numba's OpenMP layer (or TBB's) where one loads: its threads wait
 spinning, so a forward's 210 calls each start at once. numba's own `workqueue` layer wakes its threads through the
 operating system at every call; measured on a 2-core Zen 4 with SmolLM2, that made a one-row forward slower at two
-threads than at one (83 ms against 35), where the OpenMP layer made it faster (26-28 ms). So where only `workqueue`
+threads than at one (83 ms against 35), where the OpenMP layer did not (26-36 ms over three runs). So where only `workqueue`
 loads, the kernel keeps to one thread unless a caller asks for more (`split_layer()` says which).
 
 The kernel is compiled by numba (cached on disk after the first call). Where numba is missing or fails, `linear` is

@@ -24,7 +24,7 @@ from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
 from mtplab.measuring.record import Record, machine_text
-from mtplab.teaching.words import range_words
+from mtplab.teaching.words import overlap, range_words
 
 REAL = next(iter(REAL_MODELS))              # the real model the notebooks use (`hf.real.REAL_MODELS`)
 REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
@@ -272,19 +272,13 @@ def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
     return ks, table
 
 
-def _overlap(a: dict, b: dict) -> bool:
-    return a["speedup_min"] <= b["speedup_max"] and b["speedup_min"] <= a["speedup_max"]
-
-
-
-
 def k_sweep_lines(rec: dict, ks: list[dict]) -> list[str]:
     """The record's cost curve of the real model, its best k (and the k whose range overlaps it: a tie), and the k
     with the most tokens per forward, said slower only where the ranges lie apart, with both steps' time split."""
     curve = rec["cost_curves"]["1"][next(iter(REAL_MODELS))]["ratio"]
     best = max(ks, key=lambda r: r["speedup"])
     most = max(ks, key=lambda r: r["tokens_per_forward"])
-    ties = [r for r in ks if r is not best and _overlap(r, best)]
+    ties = [r for r in ks if r is not best and overlap(r, best)]
     line = (f"best k in the record (the highest median): {best['k']} ({best['speedup']:.2f}x, range {best['speedup_min']:.2f}-"
             f"{best['speedup_max']:.2f})")
     if ties:
