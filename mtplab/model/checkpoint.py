@@ -26,7 +26,6 @@ from mtplab import files, paths
 from mtplab.device import pick
 from mtplab.errors import MtplabError
 from mtplab.files import MAX_JSON, os_reason, read_json
-from mtplab.files import atomic_write_text  # noqa: F401  (hf/chatdata imports it from here)
 from mtplab.model.gpt import GPT
 
 # module attributes (tests point them elsewhere); MTPLAB_CHECKPOINTS and MTPLAB_DATA are read in mtplab.paths
