@@ -239,7 +239,7 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
     both = (f"in the record, {ng['label']} (n-gram prompt lookup, no training) ran {ng['speedup']:.2f}x AR with "
             f"{ng['tokens_per_forward']:.2f} tokens per forward; the best exact row with trained heads, {best['label']}, "
             f"{best['speedup']:.2f}x with {best['tokens_per_forward']:.2f}")
-    if (ng["speedup_min"] <= best["speedup_max"]) and (best["speedup_min"] <= ng["speedup_max"]):
+    if overlap(ng, best):
         return both + ": their ranges overlap, so the record does not rank the two"
     win, lose = (ng, best) if ng["speedup"] > best["speedup"] else (best, ng)
     why = []
@@ -248,7 +248,7 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
         dw, dl = (win["k"] or 1) - 1, (lose["k"] or 1) - 1
         aw, al = _first_draft(win), _first_draft(lose)
         if dw > dl and aw and al:
-            apart = aw[1] > al[2] or al[1] > aw[2]
+            apart = not overlap(aw[1:], al[1:])
             more += (f", from {dw} drafts a step against {dl} (first draft kept {aw[0]:.2f}, 95% interval "
                      f"{aw[1]:.2f}-{aw[2]:.2f}, against {al[0]:.2f}, {al[1]:.2f}-{al[2]:.2f}: "
                      + ("the intervals lie apart)" if apart else
