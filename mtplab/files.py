@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import stat
 import tempfile
@@ -109,3 +110,43 @@ def read_json(path: Path, *, limit: int, what: str, fix: str, invalid_fix: str |
         raise MtplabError(f"{path} is not {what} (JSON nested too deeply); {fix}") from None
     except OSError as e:
         raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
+
+
+# bytes per element of every dtype safetensors writes
+SAFETENSORS_WIDTH = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
+                     "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
+MAX_HEADER = 100 << 20  # bytes of a safetensors header we are willing to read
+
+
+def safetensors_header(path) -> tuple[dict, dict, dict]:
+    """(shapes, dtypes, metadata) of a safetensors file from its header alone, without loading (or trusting) the
+    tensors: the header's length is bounded before it is read, every tensor fills exactly its shape's bytes, and the
+    tensors exactly cover the file (a truncated or padded file is refused, never handed to safetensors). Read here,
+    not through safe_open, which maps the whole file: a header naming a 40 GB tensor in a sparse file is refused from
+    its few bytes of JSON. Raises ValueError (or OSError, RecursionError, TypeError, KeyError) for the caller to word."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        n = int.from_bytes(f.read(8), "little")
+        if not 0 < n <= min(MAX_HEADER, size - 8):
+            raise ValueError(f"header length {n} in a file of {size} bytes")
+        head = json.loads(f.read(n))
+    if not isinstance(head, dict):
+        raise ValueError("the header is not a JSON object")
+    meta = head.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not an object")
+    shapes, dtypes, spans = {}, {}, []
+    for k, v in head.items():
+        shape, dtype = tuple(v["shape"]), str(v["dtype"])
+        if not all(type(s) is int and s >= 0 for s in shape) or dtype not in SAFETENSORS_WIDTH:
+            raise ValueError(f"tensor {k}: shape {list(shape)[:4]} dtype {dtype[:8]}")
+        begin, end = (int(o) for o in v["data_offsets"])
+        if end - begin != SAFETENSORS_WIDTH[dtype] * math.prod(shape):
+            raise ValueError(f"tensor {k} does not fill its bytes")
+        shapes[k], dtypes[k] = shape, dtype
+        spans.append((begin, end))
+    spans.sort()
+    if [b for b, _ in spans] != [0] + [e for _, e in spans][:-1] or (spans[-1][1] if spans else 0) != size - 8 - n:
+        raise ValueError("the tensors do not cover the file (truncated, or bytes beyond what the header declares)")
+    return shapes, dtypes, meta

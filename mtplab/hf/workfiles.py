@@ -19,6 +19,7 @@ import stat
 from pathlib import Path
 
 from mtplab.errors import MtplabError
+from mtplab import files
 from mtplab.files import read_json
 from mtplab.paths import shipped_folder
 
@@ -29,7 +30,6 @@ MAX_SMALL_JSON = 16 << 20      # times.json, record.json, vocab-N.json, draft-vo
 SHARD_NAME = re.compile(r"^[0-9]{5}\.(json|safetensors)$")
 CACHE_KEYS = {"tokens": ("I64", 2), "hidden": ("BF16", 3), "top_i": ("I32", 3), "top_p": ("F16", 3),
               "length": ("I64", 1), "prompt_len": ("I64", 1)}
-_WIDTH = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 def rerun(stage: str) -> str:
@@ -124,42 +124,17 @@ def read_answer_shard(path, *, vocab_size: int, context: int) -> list[dict]:
 
 
 def safetensors_header(path, *, limit: int, what: str, fix: str) -> tuple[dict, dict, dict]:
-    """(shapes, dtypes, metadata) of a safetensors file, from its header alone, after `regular`: the header's length
-    is bounded before it is read, and the tensors must exactly cover the file (a truncated or padded file is one
-    line here, never handed to safetensors)."""
-    size = regular(path, limit=limit, what=what, fix=fix)
+    """(shapes, dtypes, metadata) of a safetensors file, after `regular`, from `mtplab.files.safetensors_header`
+    (bounded header; the tensors must exactly cover the file)."""
+    regular(path, limit=limit, what=what, fix=fix)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if not 0 < n <= min(100 << 20, size - 8):
-                raise ValueError(f"header length {n} in a file of {size} bytes")
-            head = json.loads(f.read(n))
-        if not isinstance(head, dict):
-            raise ValueError("the header is not a JSON object")
-        meta = head.pop("__metadata__", None) or {}
-        shapes, dtypes, spans = {}, {}, []
-        for k, v in head.items():
-            shape, dtype = tuple(v["shape"]), str(v["dtype"])
-            if not all(_is_int(s) and s >= 0 for s in shape) or dtype not in _WIDTH:
-                raise ValueError(f"tensor {k}: shape {list(shape)[:4]} dtype {dtype[:8]}")
-            begin, end = (int(o) for o in v["data_offsets"])
-            if end - begin != _WIDTH[dtype] * math.prod(shape):
-                raise ValueError(f"tensor {k} does not fill its bytes")
-            shapes[k], dtypes[k] = shape, dtype
-            spans.append((begin, end))
-        spans.sort()
-        if [b for b, _ in spans] != [0] + [e for _, e in spans][:-1] or (spans[-1][1] if spans else 0) != size - 8 - n:
-            raise ValueError("the tensors do not cover the file: truncated, or bytes beyond what the header declares")
-        if not isinstance(meta, dict):
-            raise ValueError("its metadata is not an object")
+        return files.safetensors_header(path)
     except RecursionError:
         raise _bad(path, what, "its header is nested too deeply", fix) from None
     except OSError as e:
         raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise _bad(path, what, f"corrupt or truncated: {str(e)[:160]}", fix) from None
-    return shapes, dtypes, meta
 
 
 def read_cache_shard(path, *, vocab_size: int, hidden: int | None, topk: int, context: int) -> dict:

@@ -15,7 +15,6 @@ anything in the current directory; give a path ('./ntp', 'runs/x/ntp') to load a
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 import torch
@@ -31,7 +30,6 @@ from mtplab.model.gpt import GPT
 # module attributes (tests point them elsewhere); MTPLAB_CHECKPOINTS and MTPLAB_DATA are read in mtplab.paths
 SHIPPED_DIR = paths.SHIPPED_DIR
 CHECKPOINT_DIR = paths.CHECKPOINT_DIR
-MAX_HEADER = 100 << 20  # bytes of safetensors header we are willing to read
 WEIGHT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 SAVE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 _ = MAX_BLOCK  # re-exported: callers read checkpoint.MAX_BLOCK
@@ -178,32 +176,14 @@ def _read_tensors(path: Path) -> dict:
 
 
 def _header(path: Path, *, with_meta: bool = False):
-    """name -> shape from the safetensors header, read without loading (or trusting) the tensors; with_meta:
-    also the header's metadata. Tensors that are not F32, F16 or BF16 are refused (weights are floats)."""
+    """name -> shape from the safetensors header (`files.safetensors_header`: read without loading or trusting the
+    tensors); with_meta: also the header's metadata. Tensors that are not F32, F16 or BF16 are refused (weights are
+    floats)."""
     try:
-        # read here, not through safe_open, which maps the whole file: a header naming a 40 GB tensor in a sparse
-        # file must be refused from its few bytes of JSON, not mapped (MemoryError under a memory limit)
-        with open(path, "rb") as f:  # the header's length first: a crafted length must not be read into memory
-            size = os.fstat(f.fileno()).st_size
-            n = int.from_bytes(f.read(8), "little")
-            if not 0 < n <= min(MAX_HEADER, size - 8):
-                raise ValueError(f"header length {n}")
-            head = json.loads(f.read(n))
-        meta = head.pop("__metadata__", None) or {}
-        shapes, dtypes, spans = {}, {}, []
-        for k, v in head.items():
-            shapes[k], dtypes[k] = tuple(int(d) for d in v["shape"]), str(v["dtype"])
-            begin, end = (int(o) for o in v["data_offsets"])
-            width = {"F32": 4, "F16": 2, "BF16": 2}.get(dtypes[k])
-            if min(shapes[k], default=0) < 0 or width is not None and end - begin != width * math.prod(shapes[k]):
-                raise ValueError(f"tensor {k} does not fill its bytes")
-            spans.append((begin, end))
-        if [b for b, _ in sorted(spans)] != [0] + [e for _, e in sorted(spans)][:-1] \
-                or max((e for _, e in spans), default=0) != size - 8 - n or not isinstance(meta, dict):
-            raise ValueError("the tensors do not cover the file (truncated, or bytes beyond what the header declares)")
+        shapes, dtypes, meta = files.safetensors_header(path)
     except RecursionError:
         raise MtplabError(f"{path} is corrupt (its header is nested too deeply); restore it from git or retrain") from None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, SafetensorError) as e:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         raise MtplabError(f"{path} is corrupt or truncated ({str(e)[:160]}); restore it from git or retrain") from None
     odd = sorted(k for k, d in dtypes.items() if d not in WEIGHT_DTYPES)
     if odd:
