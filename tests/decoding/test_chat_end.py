@@ -122,7 +122,7 @@ def test_end_of_turn_comes_from_the_chat_template(chat_model):
 def test_generate_chat_json_answer_is_the_whole_answer(chat_model, method, capsys):
     from mtplab.cli import main as cli_main
     from mtplab.hf.real import chat_ids
-    from mtplab.hf.run import reference_generate
+    from tests.hf.reference import reference_generate
     from mtplab.hf.target import load_hf
     d, end = chat_model
     t = load_hf(d)

@@ -20,9 +20,10 @@ from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
 from mtplab.hf.target import load_hf, load_target  # noqa: E402
-from mtplab.hf.run import reference_generate, train_heads  # noqa: E402
+from mtplab.hf.run import train_heads  # noqa: E402
 from mtplab.training.steps import train_step  # noqa: E402
 from mtplab.training.losses import self_distill_cross_entropies  # noqa: E402
+from tests.hf.reference import reference_generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 V = 320

@@ -13,8 +13,8 @@ pytest.importorskip("tokenizers")
 from mtplab import tokenizer  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from scripts import train_hf_model as own  # noqa: E402
-from mtplab.hf.run import reference_generate  # noqa: E402
 from mtplab.hf.target import load_hf  # noqa: E402
+from tests.hf.reference import reference_generate  # noqa: E402
 
 TEXT = "def f(x):\n\treturn x  # é ✓ 漢字\r\n"
 SMALL = dict(preset="hf-draft", corpus="code", batch_size=2, seq_len=32, log=None, device="cpu")

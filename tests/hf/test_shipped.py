@@ -80,7 +80,7 @@ def test_the_labs_own_hugging_face_models():
     every method on them reproduces transformers' own greedy generate."""
     pytest.importorskip("transformers")
     from mtplab import paths, tokenizer
-    from mtplab.hf.run import reference_generate
+    from tests.hf.reference import reference_generate
     from mtplab.teaching import peers
 
     real = paths.HF_DIR / "smollm2"  # the real model's heads: their own budget (tests/hf/test_real.py)

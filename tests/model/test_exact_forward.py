@@ -13,10 +13,10 @@ pytest.importorskip("tokenizers")
 
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
-from mtplab.hf.run import reference_generate  # noqa: E402
 from mtplab.hf.target import load_hf  # noqa: E402
 from mtplab.model import kernels  # noqa: E402
 
+from tests.hf.reference import reference_generate  # noqa: E402
 from tests.hf.test_hf import V, _gpt2, _tokenizer  # noqa: E402
 from tests.hf.test_real import needs_smollm2, smollm2  # noqa: E402,F401 (a fixture)
 
