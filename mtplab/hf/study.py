@@ -51,6 +51,7 @@ QUICK = (real_label("ar", None), real_label("hf-generate", None), real_label("de
          real_label("deepseek-reuse", 4, "reduced"))
 _AR, _DS2 = real_label("ar", None), real_label("deepseek", 2, "reduced")
 _STERN4 = real_label("blockwise-overlap", 4, "reduced")
+_DS_TREE2 = real_label("deepseek", 2, "reduced", widths=(2,))  # the module's top 2 at depth 1, verified in one forward
 # `bench real --rows NAME`: one comparison each; 'default' is the informative set (one row of each comparison)
 GRIDS = {
     "baselines": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4)),
@@ -61,11 +62,12 @@ GRIDS = {
           real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4),
     "kernels": (_AR, real_label("ar", None, kernel="stock"), _DS2, real_label("deepseek", 2, "reduced", kernel="stock")),
     "tree": (real_label("blockwise-overlap", 3, "reduced"), real_label("blockwise-overlap", 3, "reduced", widths=(2, 2)),
-             _STERN4, real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1))),
+             _STERN4, real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)), _DS2, _DS_TREE2,
+             real_label("deepseek", 2, "reduced", widths=(3,))),
     "bf16": (real_label("ar", None, dtype="bf16"), real_label("deepseek-reuse", 4, "reduced", "bf16")),
     "default": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4),
                 real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 3, "reduced"),
-                real_label("deepseek-reuse", 4, "reduced"), _STERN4,
+                real_label("deepseek-reuse", 4, "reduced"), _DS_TREE2, _STERN4,
                 real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)),
                 real_label("ar", None, kernel="stock"), real_label("deepseek", 2, "reduced", kernel="stock")),
 }
@@ -266,16 +268,20 @@ def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Pair]:
 
 # ---------------------------------------------------------------------------------- the default k, from the record
 REAL_JSON = paths.BENCH_DIR / "real.json"  # `bench real`'s record
+RERUN = "python -m mtplab bench real --out docs/bench"  # what rewrites REAL_JSON (bench's default --out is build/bench)
 FALLBACK_K = 4  # no matching row: the most the heads support, at most this (`decode_with` alone takes the most)
 
 
 @dataclass(frozen=True)
 class KChoice:
-    """The k a decode runs with, and where it came from: 'given' (--k), 'record' (the fastest exact row of these
-    heads in `bench real`'s record) or 'default' (no such row: `FALLBACK_K`, or fewer where the heads allow fewer)."""
+    """The k a decode runs with, and where it came from: 'given' (--k), 'record' (the exact row of these heads with
+    the highest median in `bench real`'s record; `why` gives every compared row's median and range and makes no
+    ranking of its own: `teaching.real.k_words` says whether the ranges rank them) or 'default' (no such row:
+    `FALLBACK_K`, or fewer where the heads allow fewer)."""
     k: int
     source: str
     why: str
+    rows: tuple = ()  # 'record': the rows compared, at one thread count, the chosen one first
 
 
 def heads_sha256(path) -> str | None:
@@ -302,10 +308,12 @@ def record_rows(rec: Record, name: str, method: str, *, heads_sha: str | None, d
 def choose_k(name: str, method: str, *, k: int | None = None, heads=None, draft_vocab: str = "full",
              kernel: str = "exact", limit: int | None = None, dtype: str = "fp32", threads: int | None = None,
              record=None) -> KChoice:
-    """The k of a decode of `method` on the real model `name`: k when given; else the k of the record's fastest
-    exact row of these heads (`heads`: the heads file, by its sha256) on this kernel, draft vocabulary and dtype, at
-    `threads` (default: torch's now) when the record has such rows, else at any thread count; else `FALLBACK_K`,
-    capped at `limit` (the most the heads support). `record`: default `REAL_JSON`. `why` says which, in one line."""
+    """The k of a decode of `method` on the real model `name`: k when given; else the k of the record's exact row
+    with the highest median of these heads (`heads`: the heads file, by its sha256) on this kernel, draft vocabulary
+    and dtype, at `threads` (default: torch's now) when the record has such rows, else at any thread count; else `FALLBACK_K`,
+    capped at `limit` (the most the heads support). `record`: default `REAL_JSON`. `why` says which, in one line:
+    the only row, or the highest median of several with every one's median and range (at the chosen row's thread
+    count), never 'fastest', which their ranges may not carry."""
     if k is not None:
         return KChoice(k, "given", f"k={k}, given")
     record = REAL_JSON if record is None else record
@@ -324,11 +332,27 @@ def choose_k(name: str, method: str, *, k: int | None = None, heads=None, draft_
         of = f" with these heads (sha256 {sha[:12]})" if sha else ""
         return KChoice(fallback, "default", f"k={fallback}, the default (the most the heads support, at most "
                        f"{FALLBACK_K}): {where} has no exact row of {method}{of}, {draft_vocab} vocabulary, "
-                       f"{kernel} kernel; python -m mtplab bench real measures them")
+                       f"{kernel} kernel; {RERUN} measures them")
     best = max(here, key=lambda r: r["speedup"])
-    return KChoice(best["k"], "record", f"k={best['k']}, the fastest exact row of {method} in {where}"
-                   + (" with these heads" if sha else "") + f" ({best['label']}, {best['threads']} "
-                   f"thread{'s' if best['threads'] != 1 else ''}: {best['speedup']:.2f}x AR)")
+    same = [best] + sorted((r for r in here if r is not best and r.get("threads") == best.get("threads")),
+                           key=lambda r: -r["speedup"])  # like with like: one thread count
+    of = (f"exact row{'s' if len(same) > 1 else ''} of {method} in {where}" + (" with these heads" if sha else "")
+          + f" at {best['threads']} thread{'s' if best['threads'] != 1 else ''}")
+    if len(same) == 1:
+        why = f"k={best['k']}, the only {of} ({best['label']}: {_ratio(best)}), so the record compares no other k"
+        if limit == best["k"]:
+            why += f"; {method} drafts at most k={limit} with these heads"
+    else:  # the highest median, every compared row with its range: 'fastest' is the teaching layer's verdict to make
+        why = (f"k={best['k']}, the highest median of the {len(same)} {of} ("
+               + "; ".join(f"{r['label']}: {_ratio(r)}" for r in same) + ")")
+    return KChoice(best["k"], "record", why, tuple(same))
+
+
+def _ratio(row: dict) -> str:
+    """'1.22x AR, range 1.15-1.40': a record row's speedup with its range over rounds, where it has one."""
+    rng = (f", range {row['speedup_min']:.2f}-{row['speedup_max']:.2f}" if "speedup_min" in row and "speedup_max" in row
+           else "")
+    return f"{row['speedup']:.2f}x AR{rng}"
 
 
 def generate_defaults(name: str, method: str, *, heads=None, draft_vocab: str | None = None, k: int | None = None,

@@ -24,10 +24,11 @@ from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
 from mtplab.measuring.record import Record, machine_text
-from mtplab.teaching.words import overlap, range_words
+from mtplab.teaching.words import fastest_words, overlap, range_words
 
 REAL = next(iter(REAL_MODELS))              # the real model the notebooks use (`hf.real.REAL_MODELS`)
 REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
+RERUN = "python -m mtplab bench real --out docs/bench"  # what rewrites REAL_JSON (bench's default --out is build/bench)
 _LOADED: dict = {}
 
 
@@ -168,7 +169,8 @@ def label_of(spec, rec: dict | None = None) -> str:
     """A real-model row's label, as a notebook's parameters name it: "best" (the record's best exact row with
     trained heads, `best_row`), a label as text, or (method, k, draft vocabulary) of a `PAIRS` row of the real model,
     whose label is made from those fields (`drafters.real_label`; a label holds '=', which papermill cannot parse in a parameters
-    cell). fp32 rows only: the bf16 ones are lossy."""
+    cell). fp32 rows only: the bf16 ones are lossy. A label carries no flag: a caller that reads the record's row
+    prints `record_heads_note(rec, label)` (the row was measured with other heads than the shipped ones)."""
     if isinstance(spec, str) and spec != "best":
         return spec
     if spec == "best":
@@ -226,21 +228,25 @@ def _first_draft(row: dict) -> tuple[float, float, float] | None:
 
 
 def untrained_words(rec: dict, threads: str = "1") -> str:
-    """Notebook 01 §6: the record's fastest exact row that needs no training (prompt lookup, n-gram) against its
-    best exact row with trained heads (`best_row`), and which one wins; the reasons are read from the two rows:
-    tokens per forward, drafts a step, the first draft's acceptance (95% intervals) and the drafter's time a step."""
+    """Notebook 01 §6: the record's exact row that needs no training (prompt lookup, n-gram) of the highest median
+    against its exact row with trained heads of the highest median (`best_row`, whose flag it prints), and which one
+    wins where their ranges lie apart; the reasons are read from the two rows: tokens per forward, drafts a step,
+    the first draft's acceptance (95% intervals) and the drafter's time a step."""
     best = best_row(rec, threads)
+    flag = f". {best['other_heads']}" if best["other_heads"] else ""  # measured with other heads: said, not hidden
     free = [r for r in _rows(rec, threads) if not r.get("family") and (r.get("tokens_per_forward") or 0) > 1
             and r.get("method") not in ("ar", "hf-generate") and r.get("dtype", "fp32") == "fp32"
             and r.get("kernel", "exact") == "exact"]
     if not free:
-        return "the record has no exact row that drafts without training (n-gram, prompt lookup) to set beside the heads"
+        return ("the record has no exact row that drafts without training (n-gram, prompt lookup) to set beside the "
+                "heads" + flag)
     ng = max(free, key=lambda r: r["speedup"])
     both = (f"in the record, {ng['label']} (n-gram prompt lookup, no training) ran {ng['speedup']:.2f}x AR with "
-            f"{ng['tokens_per_forward']:.2f} tokens per forward; the best exact row with trained heads, {best['label']}, "
+            f"{ng['tokens_per_forward']:.2f} tokens per forward; the exact row with trained heads of the highest median, "
+            f"{best['label']}, "
             f"{best['speedup']:.2f}x with {best['tokens_per_forward']:.2f}")
     if overlap(ng, best):
-        return both + ": their ranges overlap, so the record does not rank the two"
+        return both + ": their ranges overlap, so the record does not rank the two" + flag
     win, lose = (ng, best) if ng["speedup"] > best["speedup"] else (best, ng)
     why = []
     if win["tokens_per_forward"] > lose["tokens_per_forward"]:
@@ -257,7 +263,7 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
     dm_w, dm_l = (win.get("split") or {}).get("draft_ms"), (lose.get("split") or {}).get("draft_ms")
     if dm_w is not None and dm_l is not None and dm_w < dm_l:
         why.append(f"a cheaper drafter, {dm_w:.1f} ms a step against {dm_l:.1f}")
-    reason = f". Why, from the two rows: {'; and '.join(why)}" if why else ""
+    reason = (f". Why, from the two rows: {'; and '.join(why)}" if why else "") + flag
     if win is ng:
         return both + f": in this record the drafter that needs no training beats the trained heads{reason}"
     return both + f": the trained heads beat the drafter that needs no training{reason}"
@@ -359,13 +365,59 @@ def exact_rows(rec: dict, threads: str = "1") -> list[dict]:
 
 
 def best_row(rec: dict, threads: str = "1") -> dict:
-    """The exact MTP row with the best wall clock against AR in the record: among the rows of the heads the lab ships
-    now (by the heads file's sha256, `hf.study.heads_sha256`) when the record names its heads and some rows match."""
+    """The exact MTP row with the highest median wall clock against AR in the record, among the rows of the heads
+    the lab ships now (by the heads file's sha256, `hf.study.heads_sha256`). When no row is of those heads (they were
+    retrained and the record not rerun, or the record names no heads), the highest among the rows the record has,
+    flagged: the returned copy's `other_heads` is `heads_note`'s line (None for a row of the shipped heads), and
+    every caller prints it. `best_words` says whether the ranges make it the fastest."""
     rows = exact_rows(rec, threads)
     if not rows:
-        raise MtplabError("the bench real record has no exact row with trained heads; rerun python -m mtplab bench real")
-    ours = [r for r in rows if r.get("heads_sha256") and r["heads_sha256"] == shipped_sha256(r.get("family"))]
-    return max(ours or rows, key=lambda r: r["speedup"])
+        raise MtplabError(f"the bench real record has no exact row with trained heads; rerun {RERUN}")
+    ours = [r for r in rows if heads_note(r) is None]
+    best = max(ours or rows, key=lambda r: r["speedup"])
+    return {**best, "other_heads": heads_note(best)}
+
+
+def heads_note(row: dict) -> str | None:
+    """None when a record row decoded with no heads or with the heads file the lab ships now for its family (by
+    sha256); else one line saying that it measured other heads (or heads the record does not name), so its numbers
+    are not the shipped heads', and how to measure those."""
+    family = row.get("family")
+    if not family:
+        return None
+    ours, theirs = shipped_sha256(family), row.get("heads_sha256")
+    if theirs and theirs == ours:
+        return None
+    measured = f"sha256 {theirs[:12]}" if theirs else "the record does not name them"
+    now = f"the lab ships {ours[:12]}" if ours else f"the lab ships no {family} heads now"
+    return f"{row['label']} was measured with other heads ({measured}; {now}): re-run {RERUN} to measure the shipped ones"
+
+
+def record_heads_note(rec: dict, label: str) -> str | None:
+    """`heads_note` of the record's row `label` (None when the record has no such row)."""
+    return next((heads_note(r) for r in rec.get("rows", []) if r.get("label") == label), None)
+
+
+def best_words(rec: dict, threads: str = "1") -> str:
+    """`best_row` in words the record carries: the fastest exact row with trained heads only when its range lies
+    apart from every other's (`words.fastest_words`), else the fastest by median within the rows it overlaps; and
+    `best_row`'s flag when it was measured with other heads than the shipped ones."""
+    best = best_row(rec, threads)
+    pool = [r for r in exact_rows(rec, threads) if (heads_note(r) is None) == (best["other_heads"] is None)]
+    others = [r for r in pool if r["label"] != best["label"]]
+    words = (f"in {REAL_JSON.name}, " + fastest_words(best, others, lambda r: r["label"],
+                                                       among=f"exact row with trained heads at {threads} thread"
+                                                       + ("s" if str(threads) != "1" else "")))
+    return words + (f". {best['other_heads']}" if best["other_heads"] else "")
+
+
+def k_words(choice) -> str:
+    """`hf.study.choose_k`'s choice in words: its `why` (every compared row's median and range), and, when the record
+    compared several k, whether their ranges make the chosen k the fastest (`words.fastest_words`)."""
+    if choice.source != "record" or len(choice.rows) < 2:
+        return choice.why
+    best, *others = choice.rows
+    return choice.why + ": " + fastest_words(best, others, lambda r: f"k={r['k']}", among="k")
 
 
 def shipped_sha256(family: str | None) -> str | None:
@@ -393,7 +445,8 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
     change one side: this acceptance with a verify that costs at most one AR step (a flat cost curve; a verify that
     measured less keeps its cost), the same with a free drafter too (the acceptance's own ceiling), and
     `other_acceptance` per draft (DeepSeek-V3's second-token figure) on this row's measured cost. Everything is
-    read from the record, so new heads change it without code."""
+    read from the record, so new heads change it without code. `other_heads`: `heads_note`'s line when the row
+    measured other heads than the shipped ones (`parts_words` prints it first), else None."""
     rows = {r["label"]: r for r in _rows(rec, threads)}
     row = rows[label] if label is not None else best_row(rec, threads)
     ar = rows["AR"]
@@ -421,7 +474,7 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
             "rest": rest, "step_cost": cost, "predicted": tps / cost, "what_if": what_if,
             "ar_step_ms": ar_ms, "other_acceptance": other_acceptance,
             "where": _machine_at(rec, threads).machine_text().removeprefix("measured on "),
-            "kernel": row.get("kernel") or Record("real", REAL_JSON, rec).kernel()}
+            "kernel": row.get("kernel") or Record("real", REAL_JSON, rec).kernel(), "other_heads": heads_note(row)}
 
 
 def _machine_at(rec: dict, threads: str = "1") -> Record:
@@ -456,7 +509,8 @@ def parts_words(parts: dict) -> str:
     rec_race = "the record's race"
     if p.get("where"):
         rec_race += f" ({p['where']}, {p.get('kernel', 'stock')} kernel)"
-    return (f"{p['label']}: {p['tokens_per_step']:.2f} tokens per step over a step that costs {p['step_cost']:.2f} "
+    flag = f"{p['other_heads']}. " if p.get("other_heads") else ""  # before any number of those other heads
+    return (flag + f"{p['label']}: {p['tokens_per_step']:.2f} tokens per step over a step that costs {p['step_cost']:.2f} "
             f"AR steps (verify {verify:.2f} + drafter {draft:.2f} + the rest {rest:.2f}) predicts "
             f"{p['predicted']:.2f}x; {rec_race} measured {p['measured']:.2f}x (range {p['measured_range'][0]:.2f}-"
             f"{p['measured_range'][1]:.2f}). {flat_words}, and even a free drafter "
@@ -511,31 +565,34 @@ def gap_words(gap: dict | None) -> str:
     """`training_gap` in words, each direction chosen from the numbers: the teacher-forced agreement on held-back
     prompts (the training data's kind) against the hand-written held-out ones (a gap there is prompts unlike the
     training data; none means the heads agree this rarely on either), then the acceptance decoding the held-out
-    prompts, with its interval, against the teacher-forced figure."""
+    prompts, with its interval, against the teacher-forced figure. The two teacher-forced figures are printed to a
+    tenth of a point and their gap is the gap of the printed figures (55.5% and 52.4%: 3.1 points; whole percents
+    printed 56% and 52% beside '3 points')."""
     if gap is None:
         return "the records hold no training agreement and held-out acceptance to compare"
     g = gap
     lo, hi = g["heldout_interval"]
     n_back = f"{g['held_back_prompts']} " if g.get("held_back_prompts") else ""
+    pct = ".1%" if "heldout_agreement" in g else ".0%"  # two figures compared: a tenth of a point, as their gap
     words = (f"{g['label']}: teacher forced (data/hf/{REAL}/record.json), the first draft agreed with the target on "
-             f"{g['train_agreement']:.0%} of the positions of {n_back}held-back prompts (of the training data's kind, "
+             f"{g['train_agreement']:{pct}} of the positions of {n_back}held-back prompts (of the training data's kind, "
              "never trained on)")
     ref = g["train_agreement"]
     if "heldout_agreement" in g:
-        diff = g["train_agreement"] - g["heldout_agreement"]
+        diff = (round(1000 * g["train_agreement"]) - round(1000 * g["heldout_agreement"])) / 1000  # as printed
         n_out = f"the {g['held_out_prompts']} " if g.get("held_out_prompts") else "the "
-        words += f" and on {g['heldout_agreement']:.0%} of {n_out}hand-written held-out prompts' answers: " + (
+        words += f" and on {g['heldout_agreement']:{pct}} of {n_out}hand-written held-out prompts' answers: " + (
             f"a gap of {100 * abs(diff):.1f} points, so the heads do as well on prompts unlike their training data's "
             "as on its kind, and what keeps acceptance low is how rarely they agree with the target at all"
             if abs(diff) < SAME_AGREEMENT else
-            f"{100 * diff:.0f} points lower on the held-out prompts, so part of the shortfall is prompts unlike the "
+            f"{100 * diff:.1f} points lower on the held-out prompts, so part of the shortfall is prompts unlike the "
             "training data" if diff > 0 else
-            f"{100 * -diff:.0f} points higher on the held-out prompts than on the held-back ones")
+            f"{100 * -diff:.1f} points higher on the held-out prompts than on the held-back ones")
         ref = g["heldout_agreement"]
     if "decoded_sha256" in g:
         return words + (f"; docs/bench/real.json decoded other heads (sha256 {g['decoded_sha256'][:12]}) than the "
                         f"ones shipped now ({g['shipped_sha256'][:12]}), so its acceptance is not set against these "
-                        "figures: rerun python -m mtplab bench real")
+                        f"figures: re-run {RERUN}")
     where = "those held-out prompts" if "heldout_agreement" in g else f"{g['prompts']} held-out prompts"
     words += (f"; decoding {where} (docs/bench/real.json, {g['prompts']} prompts), it was accepted in "
               f"{g['heldout_rate']:.0%} of {g['steps']} drafting steps (95% interval {lo:.0%}-{hi:.0%}): "
@@ -592,7 +649,8 @@ def chat_answer(smol, method: str, k: int, prompt: str, *, max_new_tokens: int):
 
 def default_k(smol, method: str):
     """k for `method` on the real model as `generate --hf` takes it with no --k (`hf.study.choose_k`): the record's
-    fastest exact row of the heads that ship now, else the documented default; its `why` says which."""
+    exact row of the heads that ship now with the highest median, else the documented default; its `why` says which
+    (`k_words` adds whether the ranges make it the fastest)."""
     from mtplab.hf.study import choose_k  # transformers
     family = METHODS[method].family
     target = smol.use(family, "reduced" if family and smol.vocab is not None else "full")
@@ -605,7 +663,7 @@ def answer_line(trace, vocab, method: str, k: int, *, from_record: bool) -> str:
     """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
     token outside the draft vocabulary (which no draft could match)."""
     outside, rejections = outside_vocab(trace, vocab)
-    best = " (the record’s best exact row with trained heads)" if from_record else ""
+    best = " (the record’s exact row with trained heads of the highest median)" if from_record else ""
     return (f"{method}, k = {k}{best}: {len(trace.tokens)} tokens "
             f"in {trace.forwards} target forwards ({trace.tokens_per_forward:.2f} per forward); "
             f"{trace.num_accepted_tokens} of {trace.num_draft_tokens} drafts accepted "

@@ -2,7 +2,8 @@
 
 * the busy-machine guard: `busy_line`, with `NOT_VALID` and `NOT_MEASURED` as `measuring.race` says them;
 * ranges: `overlap` (do two ranges share a point), `side_of_one` and `range_words` (a speedup is faster or slower
-  only when its whole range lies on one side of 1), `spread` and `range_text` (how a live timing is printed);
+  only when its whole range lies on one side of 1), `fastest_words` (a record's highest median called the fastest
+  only when its range lies apart from the others'), `spread` and `range_text` (how a live timing is printed);
 * rates: `rate_text` (a rate with its 95% Wilson interval and n), `compare_rates` (up or down only when the
   intervals do not overlap);
 * a live race beside a shipped record: `live_text`, `agree`, `bench_speedup_text`.
@@ -17,8 +18,8 @@ from mtplab.measuring.race import NOT_MEASURED, NOT_VALID
 from mtplab.device import machine
 from mtplab.model import kernels
 
-__all__ = ["NOT_MEASURED", "NOT_VALID", "agree", "bench_speedup_text", "busy_line", "compare_rates", "live_text",
-           "overlap", "range_text", "range_words", "rate_text", "side_of_one", "spread"]
+__all__ = ["NOT_MEASURED", "NOT_VALID", "agree", "bench_speedup_text", "busy_line", "compare_rates", "fastest_words",
+           "live_text", "overlap", "range_text", "range_words", "rate_text", "side_of_one", "spread"]
 
 
 # ---------------------------------------------------------------------------------- the busy-machine guard
@@ -53,6 +54,33 @@ def range_words(ratio: float, low: float, high: float, *, than: str = "AR") -> s
     nums = f"{ratio:.2f}x, range {low:.2f}-{high:.2f}"
     side = side_of_one(low, high)
     return f"{side} {than} here ({nums}{' spans 1' if side == 'not distinguishable from' else ''})"
+
+
+def _span(row: dict) -> tuple[float, float]:
+    """A record row's speedup range; a row measured once (no speedup_min/max) is its own range."""
+    return row.get("speedup_min", row["speedup"]), row.get("speedup_max", row["speedup"])
+
+
+def _ratio_text(row: dict) -> str:
+    lo, hi = _span(row)
+    return f"{row['speedup']:.2f}x AR" + (f", range {lo:.2f}-{hi:.2f}" if (lo, hi) != (row["speedup"],) * 2 else "")
+
+
+def fastest_words(best: dict, others: list[dict], name, *, among: str) -> str:
+    """How `best` (a record row: speedup, and speedup_min/max where it has them) stands against `others`, the rows it
+    was picked from by its median, in the words their ranges carry: 'the only {among}' when there is no other;
+    'the fastest {among}' only when its range lies apart from every other's; else 'the fastest {among} by median',
+    within the range of each row that overlaps it, which the record does not rank. `name(row)` names a row."""
+    nums = _ratio_text(best)
+    if not others:
+        return f"the only {among} ({name(best)}: {nums}), so the record compares it with no other"
+    ties = [r for r in others if overlap(_span(r), _span(best))]
+    if not ties:
+        return (f"the fastest {among} ({name(best)}: {nums}), its range apart from every other's ("
+                + "; ".join(f"{name(r)}: {_ratio_text(r)}" for r in others) + ")")
+    return (f"the fastest {among} by median ({name(best)}: {nums}), within the range of "
+            + " and of ".join(f"{name(r)} ({_ratio_text(r)})" for r in ties)
+            + ": the record does not rank " + ("the two" if len(ties) == 1 else "them"))
 
 
 def spread(values) -> str:

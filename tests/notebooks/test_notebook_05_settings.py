@@ -32,3 +32,19 @@ def test_nb05_bad_settings_give_the_labs_message_and_run_to_the_end(params, word
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert words in printed
     assert "What we learnt" in "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+
+
+def test_nb05_real_cells_print_the_records_verdict_and_the_other_heads_flag():
+    """Issue 40, round 5: 05 §5 printed `choose_k`'s line alone, which called k = 2 "the fastest" where the record's
+    ranges overlap; and it read `best_row`, which fell back to rows of other heads without a word. The cells now
+    print `best_words` (the ranges' verdict and `best_row`'s flag), `k_words`, and each record row's heads note."""
+    nb = nbformat.read(NB05, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    answer = next(s for s in code if "real.chat_answer(" in s)
+    assert "real.best_words(rec)" in answer and "real.k_words(choice)" in answer and "choice.why" not in answer
+    per_category = next(s for s in code if "real.label_of(REAL_RECORD_ROW, rec)" in s)
+    assert "real.record_heads_note(rec, label)" in per_category
+    for s in code:  # no caller of best_row drops its flag silently
+        for line in s.splitlines():
+            if "real.best_row(" in line:
+                assert "record_best" in line, line  # the one caller, whose flag best_words prints
