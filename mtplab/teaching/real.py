@@ -241,10 +241,10 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
         return ("the record has no exact row that drafts without training (n-gram, prompt lookup) to set beside the "
                 "heads" + flag)
     ng = max(free, key=lambda r: r["speedup"])
-    both = (f"in the record, {ng['label']} (n-gram prompt lookup, no training) ran {ng['speedup']:.2f}x AR with "
-            f"{ng['tokens_per_forward']:.2f} tokens per forward; the exact row with trained heads of the highest median, "
-            f"{best['label']}, "
-            f"{best['speedup']:.2f}x with {best['tokens_per_forward']:.2f}")
+    both = (f"in the record, {ng['label']} (n-gram prompt lookup, no training) ran {ng['speedup']:.2f}x AR (range "
+            f"{ng['speedup_min']:.2f}-{ng['speedup_max']:.2f}) with {ng['tokens_per_forward']:.2f} tokens per forward; "
+            f"the exact row with trained heads of the highest median, {best['label']}, {best['speedup']:.2f}x with "
+            f"{best['tokens_per_forward']:.2f} (range {best['speedup_min']:.2f}-{best['speedup_max']:.2f})")
     if overlap(ng, best):
         return both + ": their ranges overlap, so the record does not rank the two" + flag
     win, lose = (ng, best) if ng["speedup"] > best["speedup"] else (best, ng)
@@ -263,10 +263,18 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
     dm_w, dm_l = (win.get("split") or {}).get("draft_ms"), (lose.get("split") or {}).get("draft_ms")
     if dm_w is not None and dm_l is not None and dm_w < dm_l:
         why.append(f"a cheaper drafter, {dm_w:.1f} ms a step against {dm_l:.1f}")
-    reason = (f". Why, from the two rows: {'; and '.join(why)}" if why else "") + flag
-    if win is ng:
-        return both + f": in this record the drafter that needs no training beats the trained heads{reason}"
-    return both + f": the trained heads beat the drafter that needs no training{reason}"
+    reason = f". Why, from the two rows: {'; and '.join(why)}" if why else ""
+    if win is ng:  # above the best row; every other trained row too only where none of their ranges reaches its own
+        rivals = [r for r in exact_rows(rec, threads) if r["label"] != best["label"] and overlap(r, ng)
+                  and (heads_note(r) is None) == (best["other_heads"] is None)]
+        if not rivals:
+            return both + f": in this record the drafter that needs no training beats the trained heads{reason}{flag}"
+        tie = (". Beside the other trained rows: " + " and ".join(
+            f"{r['label']} ({r['speedup']:.2f}x, range {r['speedup_min']:.2f}-{r['speedup_max']:.2f})" for r in rivals)
+            + f" reach{'es' if len(rivals) == 1 else ''} into the n-gram row's range, so the record does not rank the "
+            "drafter that needs no training above every trained row")
+        return both + f": in this record the drafter that needs no training beats that row{reason}{tie}{flag}"
+    return both + f": the trained heads beat the drafter that needs no training{reason}{flag}"
 
 
 def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:

@@ -127,3 +127,18 @@ def test_gap_words_print_a_gap_equal_to_the_printed_figures():
         a, b, gap = map(float, re.search(r"on ([\d.]+)% of the positions.*? on ([\d.]+)% of the 24 .*?: ([\d.]+) points "
                                          r"lower", text).groups())
         assert round(a - b, 1) == gap, text
+
+
+def test_untrained_words_rank_the_ngram_row_above_every_trained_row_only_where_the_ranges_allow(shipped):
+    """The shipped record's n-gram row (1.39x, 1.38-1.49) lies above the best trained row (1.27x, 1.11-1.33), but
+    the reused k = 3 row's range (1.15-1.40) reaches into it: 'beats the trained heads' was more than the record
+    carries."""
+    rec = _record(k3=(1.22, 1.15, 1.40))
+    text = real.untrained_words(rec)
+    assert "ran 1.39x AR (range 1.38-1.49)" in text and "1.27x with 1.50 (range 1.11-1.33)" in text
+    assert "beats that row" in text and "beats the trained heads" not in text
+    assert text.endswith("DeepSeek D=1 reused, k=3, reduced vocab (1.22x, range 1.15-1.40) reaches into the n-gram "
+                         "row's range, so the record does not rank the drafter that needs no training above every "
+                         "trained row")
+    rec = _record(k3=(1.22, 1.15, 1.30))  # every trained row's range below the n-gram row's
+    assert "beats the trained heads" in real.untrained_words(rec)
