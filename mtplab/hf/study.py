@@ -15,7 +15,7 @@ take the best k for a method from rows of the very heads that are loaded, and sa
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -281,7 +281,8 @@ class KChoice:
     k: int
     source: str
     why: str
-    rows: tuple = ()  # 'record': the rows compared, at one thread count, the chosen one first
+    rows: tuple = field(default=(), compare=False)  # 'record': the rows compared, at one thread count, the chosen
+    # one first (record rows are dicts: left out of == and hash(), which the three fields above decide)
 
 
 def heads_sha256(path) -> str | None:

@@ -79,3 +79,10 @@ def test_the_shipped_records_deepseek_k_is_not_called_the_fastest():
         assert "fastest" not in c.why and (c.source == "default" or len(c.rows) >= 1)
         if len(c.rows) == 1:
             assert "the only exact row of deepseek" in c.why
+
+
+def test_a_choice_stays_hashable_and_compares_by_its_k_source_and_why(setup):
+    from mtplab.hf.study import KChoice, choose_k
+    heads, rec = setup
+    c = choose_k("smollm2", "deepseek-reuse", heads=heads, draft_vocab="reduced", limit=8, threads=1, record=rec)
+    assert hash(c) == hash(KChoice(c.k, c.source, c.why)) and c == KChoice(c.k, c.source, c.why)
