@@ -199,12 +199,13 @@ class DeepSeekDrafter(BaseDrafter):
         L = len(tokens) - 1  # target cache length
         self.H[0][:, L - n_keep:L] = out.hidden[:, :n_keep]
 
-    def propose(self, n):
+    def _depths(self, n, pick):
+        """Module k = 1..n in turn, each reading the token `pick` chose from module k-1's logits; then every module's
+        cache is cropped back to its committed positions. Returns each depth's logits (1, V)."""
         model, tokens = self.model, self.tokens
         L = len(tokens) - 1  # positions 0..L-1 are in the target cache; tokens[L] is the last committed
         ext = list(tokens)
-        drafts: list[int] = []
-        conf: list[float] = []
+        out = []
         for k in range(1, n + 1):
             cache = self.caches[k - 1]
             a = cache.length
@@ -212,14 +213,26 @@ class DeepSeekDrafter(BaseDrafter):
             emb = model.wte(torch.tensor([ext[a + k:L + k]], device=self.H[0].device))  # (1, L-a, C)
             h = self._module(k)(model, self.H[k - 1][:, a:L], emb, cache)  # (1, L-a, C)
             self.H[k][:, a:L] = h
-            logits = model.draft_unembed(h[:, -1]).float()  # (1, V): the draft vocabulary's rows, where one is set
-            d = int(logits.argmax(-1))
-            drafts.append(d)
-            conf.append(float(torch.softmax(logits, -1).max()))
-            ext.append(d)
+            out.append(model.draft_unembed(h[:, -1]).float())  # (1, V): the draft vocabulary's rows, where one is set
+            ext.append(pick(out[-1]))
         for k in range(1, n + 1):  # drop provisional entries: keep positions j with t_{j+k} committed
             self.caches[k - 1].crop(max(0, min(self.caches[k - 1].length, L - k + 1)))
-        return Draft(drafts, calls=n, confidence=conf)
+        return out
+
+    def propose(self, n):
+        logits = self._depths(n, lambda lg: int(lg.argmax(-1)))
+        return Draft([int(lg.argmax(-1)) for lg in logits], calls=n,
+                     confidence=[float(torch.softmax(lg, -1).max()) for lg in logits])
+
+    def candidates(self, n: int, width: int) -> list[list[int]]:
+        """The top-`width` tokens of depth 2 (a token tree one depth deep: `n` must be 1). Deeper, a module reads the
+        token drafted before it, so its candidates differ for each candidate above it: not the tree `build_tree`
+        makes, whose depths share one list of candidates."""
+        if n != 1:
+            raise MtplabError(f"a token tree of DeepSeek modules is one depth deep here (widths=(w,)), not {n}: module 2 "
+                              "reads the token module 1 drafted, so its candidates depend on which depth-1 candidate "
+                              "precedes them")
+        return _top(self._depths(1, lambda lg: 0)[0], width)
 
 
 class DraftModelDrafter(BaseDrafter):
@@ -442,6 +455,7 @@ PAIRS: list[Pair] = [
     _real("blockwise-overlap", 2, "reduced"), _real("blockwise-overlap", 3, "reduced"),
     _real("blockwise-overlap", 4), _real("blockwise-overlap", 4, "reduced"),
     _real("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)), _real("blockwise-overlap", 3, "reduced", widths=(2, 2)),
+    _real("deepseek", 2, "reduced", widths=(2,)), _real("deepseek", 2, "reduced", widths=(3,)),
     _real("ar", None, kernel="stock"), _real("deepseek", 2, "reduced", kernel="stock"),
     _real("ar", None, dtype="bf16"), _real("deepseek-reuse", 4, "reduced", "bf16"),
 ]

@@ -81,10 +81,12 @@ def check_widths(widths) -> tuple[int, ...]:
 
 def head_candidates(drafter, n: int, widest: int) -> list[list[int]]:
     """Top-`widest` tokens of depths 2..n+1, asked of the drafter itself (`candidates(n, width)`: Stern and Meta
-    heads offer it, since their depths read one hidden state and one head pass gives every depth)."""
+    heads offer it, since their depths read one hidden state and one head pass gives every depth; a DeepSeek module
+    offers its one depth, n = 1)."""
     if not callable(getattr(drafter, "candidates", None)):
-        raise MtplabError(f"token trees are built from stern or meta heads, not {drafter.name!r}: their depths "
-                          "read one hidden state, so one head pass gives every depth's candidates")
+        raise MtplabError(f"token trees are built from stern or meta heads (or a DeepSeek module, one depth deep), "
+                          f"not {drafter.name!r}: their depths read one hidden state, so one head pass gives every "
+                          "depth's candidates")
     return drafter.candidates(n, widest)
 
 

@@ -122,8 +122,31 @@ def test_trees_refuse_sampling_and_bad_input(family_models):
     with pytest.raises(MtplabError, match="at most 6 widths"):
         tree_speculative(model, SternDrafter(model), [1], max_new_tokens=4, widths=(1,) * 7)
     ds = family_models["deepseek"]
-    with pytest.raises(MtplabError, match="stern or meta"):
-        tree_speculative(ds, DeepSeekDrafter(ds), [1], max_new_tokens=4, widths=(2,))
+    with pytest.raises(MtplabError, match="one depth deep"):
+        tree_speculative(ds, DeepSeekDrafter(ds), [1], max_new_tokens=4, widths=(2, 2))
+
+
+@settings(max_examples=6, deadline=None)
+@given(prompt=st.lists(st.integers(0, 255), min_size=1, max_size=12), m=st.integers(1, 20), width=st.integers(1, 4),
+       reuse=st.sampled_from([None, 2]))
+def test_deepseek_trees_one_depth_deep_equal_autoregressive(family_models, prompt, m, width, reuse):
+    """A DeepSeek module's top-w at depth 1 as a tree: AR's tokens, the cache exactly the committed tokens, and the
+    module's own caches kept in step (the next step's candidates read them)."""
+    model = family_models["deepseek"]
+    ref = autoregressive(model, prompt, max_new_tokens=m).tokens
+    tokens, steps = run_checked(model, DeepSeekDrafter(model, reuse=reuse), prompt, m, (width,))
+    assert tokens == ref
+    assert {len(ts.tree) for ts in steps[1:-1]} <= {width}  # every step but the last (which may draft none) is full
+
+
+def test_deepseek_tree_of_width_one_is_its_chain(family_models):
+    """widths (1,) is DeepSeek's k=2 chain: the same tokens, drafts and forwards."""
+    from mtplab.decoding.loop import speculative
+    model = family_models["deepseek"]
+    chain = speculative(model, DeepSeekDrafter(model), [1, 2, 3], max_new_tokens=30, k=2)
+    tree = tree_speculative(model, DeepSeekDrafter(model), [1, 2, 3], max_new_tokens=30, widths=(1,))
+    assert tree.tokens == chain.tokens and tree.forwards == chain.forwards
+    assert [s.drafted for s in tree.steps] == [s.drafted for s in chain.steps]
 
 
 def test_tree_figures_are_figures(family_models):
