@@ -118,20 +118,10 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
     seq_len = min(seq_len, target.config.block_size - 1)
     data, windows = _training_data(target, heads, depths, corpus=corpus, batch_size=batch_size, seq_len=seq_len,
                                    eval_windows=eval_windows)
-    torch.manual_seed(seed)
-    target.attach(heads, depths)
+    params, opt, gen = _fresh_heads(target, heads, depths, seed=seed, lr=lr)
     target.train()
-    params = [p for p in target.mtp.parameters()]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)
     warmup = warmup if warmup is not None else max(1, min(100, steps // 20))
     dev = target.wte.weight.device
-    start, history = 0, []
-    if manifest is not None:
-        runs.check_settings(manifest["settings"], settings or {}, out)
-        runs.restore(runs.load_state(out, name, manifest), manifest, model=target.mtp, opt=opt, gen=gen, out=out,
-                     tied=False)
-        start, history = manifest["step"], manifest["history"]
 
     def step_fn(step: int) -> float:
         x = get_batch(data, batch_size, seq_len, gen).to(dev)
@@ -144,18 +134,39 @@ def train_heads(target, *, heads: str, n_depths: int | None = None, n_modules: i
                 + " ".join(f"{a:.3f}" for a in rec["val_agree_depth"]))
         return rec
 
-    def save(done: int, hist: list, early: bool) -> None:
-        m = {**(meta or {}), "step": done, "history": hist}
-        runs.save(out, name, model=target.mtp, opt=opt, gen=gen, step=done, history=hist, settings=settings,
-                  live=target.mtp.state_dict(), write_weights=lambda path: save_heads(target, path, meta=m))
-
     t0 = now()
-    history = fit.run(step_fn, opt, params, steps=steps, lr=lr, warmup=warmup, start=start, history=history,
-                      record=record, eval_every=max(1, steps // 10) if log is not None else steps,
-                      save=save if out is not None else None, save_every=save_every or max(1, steps // 10),
-                      save_seconds=save_seconds, max_seconds=max_seconds, stop=stop, out=out, t0=t0)
+    kw = dict(steps=steps, lr=lr, warmup=warmup, record=record, eval_every=max(1, steps // 10) if log is not None
+              else steps, save_every=save_every or max(1, steps // 10), save_seconds=save_seconds,
+              max_seconds=max_seconds, stop=stop, t0=t0)
+    history = fit.run(step_fn, opt, params, **kw) if out is None else _fit_set(
+        target, out, name, step_fn, opt, params, gen, settings=settings, manifest=manifest,
+        meta=lambda done, hist: {**(meta or {}), "step": done, "history": hist}, **kw)
     target.eval()
     return history
+
+
+def _fresh_heads(target, heads: str, depths: int, *, seed: int, lr: float):
+    """A fresh, seeded head family attached to `target`: its parameters, their AdamW and the batch generator that
+    the save set carries."""
+    torch.manual_seed(seed)
+    target.attach(heads, depths)
+    params = list(target.mtp.parameters())
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    return params, opt, torch.Generator().manual_seed(seed)
+
+
+def _fit_set(target, out: Path, name: str, step_fn, opt, params, gen, *, settings, manifest, meta, vocab=None,
+             **kw) -> list[dict]:
+    """The heads' run in the lab's one loop as one save set OUT/NAME of `mtplab.training.runs`, continued from
+    `manifest` (--resume) after its settings are checked; the heads file records `meta(done, history)` and `vocab`."""
+    start, history = runs.resume(out, name, manifest, settings or {}, model=target.mtp, opt=opt, gen=gen, tied=False)
+
+    def save(done: int, hist: list, early: bool) -> None:
+        runs.save(out, name, model=target.mtp, opt=opt, gen=gen, step=done, history=hist, settings=settings,
+                  live=target.mtp.state_dict(),
+                  write_weights=lambda path: save_heads(target, path, meta=meta(done, hist), vocab=vocab))
+
+    return fit.run(step_fn, opt, params, start=start, history=history, save=save, out=out, **kw)
 
 
 # ---- heads on a cached trunk (mtplab.hf.distill): the same loop, the cached-trunk losses ------------------------
@@ -191,15 +202,11 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
     continued with `resume`. Returns the history (per-depth agreement on held-back rows)."""
     if resume and overwrite:
         raise MtplabError("--resume continues the head trainings in --work and --overwrite replaces them; give one")
-    torch.manual_seed(seed)
-    target.attach(heads, n_depths)
+    params, opt, gen = _fresh_heads(target, heads, n_depths, seed=seed, lr=lr)  # gen: saved; the batches are `_rows`
     dev = target.wte.weight.device
     vocab = vocab.to(dev)
     where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
     val, train = held_back(len(cache.rows), val_rows=val_rows, seed=seed)
-    params = list(target.mtp.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)  # saved with the set (the batches themselves are `_rows`)
 
     def step_fn(step: int) -> float:
         with autocast_context(dev, "auto"):
@@ -222,36 +229,18 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
         return fit.run(step_fn, opt, params, **kw)
     settings = {"heads": heads, "n_depths": n_depths, "batch_size": batch_size, "lr": lr, "unroll": unroll,
                 "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {})}
-    return _fit_saved(target, Path(out), heads, step_fn, opt, params, gen, vocab, settings, resume=resume,
-                      overwrite=overwrite, **kw)
-
-
-def _fit_saved(target, out: Path, heads: str, step_fn, opt, params, gen, vocab, settings: dict, *, resume: bool,
-               overwrite: bool, **kw) -> list[dict]:
-    """`fit_heads`' run as one save set OUT/FAMILY: locked, saved by steps, by time and at SIGINT/SIGTERM, continued
-    with `resume` (after its settings are checked) or replaced with `overwrite`."""
+    out = Path(out)
     old = out / f"{heads}.pt"
     if os.path.lexists(old) and not os.path.lexists(runs.paths(out, heads)["manifest"]) and not overwrite:
         raise MtplabError(f"{old} is a save set of an older distill; the head training now saves {heads}.safetensors "
                           f"and {heads}.state.*: delete {old} and rerun the {heads} stage")
     runs.check_out(out, heads, resume=resume, overwrite=overwrite)
     manifest = runs.read_manifest(out, heads) if resume and runs.paths(out, heads)["manifest"].exists() else None
-
-    def save(done: int, history: list, early: bool) -> None:
-        meta = {"trained": TRAINED, "steps": done}
-        runs.save(out, heads, model=target.mtp, opt=opt, gen=gen, step=done, history=history, settings=settings,
-                  live=target.mtp.state_dict(), write_weights=lambda p: save_heads(target, p, meta=meta, vocab=vocab))
-
     with runs.lock(out, heads), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(out, heads)
-        start, history = 0, []
-        if manifest is not None:
-            runs.check_settings(manifest["settings"], settings, out)
-            runs.restore(runs.load_state(out, heads, manifest), manifest, model=target.mtp, opt=opt, gen=gen, out=out,
-                         tied=False)
-            start, history = manifest["step"], manifest["history"]
-        return fit.run(step_fn, opt, params, start=start, history=history, save=save, stop=stop, out=out, **kw)
+        return _fit_set(target, out, heads, step_fn, opt, params, gen, settings=settings, manifest=manifest,
+                        meta=lambda done, _: {"trained": TRAINED, "steps": done}, vocab=vocab, stop=stop, **kw)
 
 
 @torch.no_grad()

@@ -131,11 +131,7 @@ def _begin(c: TrainConfig, rank: int, world: int, dev: torch.device) -> _Run:
     params, opt = _optimizer(model, c, dev)
     run = _Run(c, model, opt, params, torch.Generator().manual_seed(c.seed), out, name, dev, rank, world, warmup,
                _settings(c, depths, warmup, dev, world))
-    if manifest:
-        runs.check_settings(saved, run.settings, out)
-        runs.restore(runs.load_state(out, name, manifest), manifest, model=model, opt=opt, gen=run.gen, out=out)
-        run.start = manifest["step"]
-        run.history = manifest["history"]
+    run.start, run.history = runs.resume(out, name, manifest, run.settings, model=model, opt=opt, gen=run.gen)
     run.tokens = run.start * c.batch_size * model.config.block_size
     if c.progress and rank == 0:
         from tqdm.auto import tqdm

@@ -248,6 +248,17 @@ def load_state(out: Path, name: str, manifest: dict) -> dict:
                       f"{p['manifest'].name} names; start again with --overwrite")
 
 
+def resume(out: Path, name: str, manifest: dict | None, settings: dict, *, model, opt, gen,
+           tied: bool = True) -> tuple[int, list]:
+    """Where a run starts, (step, history): (0, []) for a new run; for a --resume (its `manifest`), after its
+    settings are checked against the saved ones, the saved weights, optimizer and generators put back."""
+    if not manifest:
+        return 0, []
+    check_settings(manifest["settings"], settings, out)
+    restore(load_state(out, name, manifest), manifest, model=model, opt=opt, gen=gen, out=out, tied=tied)
+    return manifest["step"], manifest["history"]
+
+
 def restore(tensors: dict, manifest: dict, *, model, opt, gen, out: Path | None = None, tied: bool = True) -> None:
     """Put the saved weights, optimizer state and generators back. A state whose parts do not fit this run
     (a hand-edited manifest, another optimizer) is refused in one line."""
