@@ -134,8 +134,8 @@ def safetensors_header(path) -> tuple[dict, dict, dict]:
     if not isinstance(head, dict):
         raise ValueError("the header is not a JSON object")
     meta = head.pop("__metadata__", None) or {}
-    if not isinstance(meta, dict):
-        raise ValueError("its metadata is not an object")
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ValueError("its metadata is not an object of strings")
     shapes, dtypes, spans = {}, {}, []
     for k, v in head.items():
         shape, dtype = tuple(v["shape"]), str(v["dtype"])

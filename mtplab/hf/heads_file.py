@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write
+from mtplab.files import atomic_write, safetensors_header
 from mtplab.hf.workfiles import check_heads_file, in_shipped, shipped_fix
 from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS
 from mtplab.model.heads import build_heads
@@ -65,7 +65,7 @@ def save_heads(target, path, *, meta: dict | None = None, dtype=torch.float32, v
 def read_heads_info(path, *, tensors: bool = True) -> dict:
     """The metadata of a heads file written by `save_heads`, checked (types, family, depths) and with the
     tensors' shapes from the header; `tensors=True` also loads the weights (after the checks)."""
-    from safetensors import safe_open
+    from safetensors.torch import load_file
     if isinstance(path, bool) or not isinstance(path, (str, Path)) or str(path) == "":
         raise MtplabError(f"a heads checkpoint is a path to a .safetensors file (got {path!r})")
     p = Path(path)
@@ -75,13 +75,10 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
         raise MtplabError(f"{path} is a directory; give the heads file that train --hf wrote (OUT/NAME.safetensors)")
     if not p.exists():
         raise MtplabError(f"heads checkpoint {path} not found; train one with python -m mtplab train --hf ...")
-    check_heads_file(p)  # a regular file of bounded size: safe_open would block on a FIFO
+    check_heads_file(p)  # a regular file of bounded size, before it is opened
     try:
-        with safe_open(str(p), "pt") as f:
-            meta = f.metadata() or {}
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-            dtypes = {k: str(f.get_slice(k).get_dtype()) for k in f.keys()}
-    except Exception as e:  # safetensors raises its own error types for corrupt files
+        shapes, dtypes, meta = safetensors_header(p)
+    except Exception as e:
         raise MtplabError(f"{p} is corrupt or truncated ({e}); retrain the heads") from None
     bad = f"{p} has heads metadata mtplab does not understand"
     try:
@@ -109,8 +106,7 @@ def read_heads_info(path, *, tensors: bool = True) -> dict:
     info["path"] = p
     if tensors:
         try:
-            with safe_open(str(p), "pt") as f:
-                info["tensors"] = {k: f.get_tensor(k) for k in f.keys()}
+            info["tensors"] = load_file(str(p))
         except Exception as e:
             raise MtplabError(f"{p} is corrupt or truncated ({e}); retrain the heads") from None
     return info
