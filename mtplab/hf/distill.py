@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write, atomic_write_text
+from mtplab.files import atomic_write_text
 from mtplab.device import machine, now, pick
 from mtplab.hf import workfiles as wf
 from mtplab.hf.heads_file import load_heads, save_heads
@@ -43,12 +43,12 @@ from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
 from mtplab.hf.prompts import heldout_prompts
 from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
 from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads, held_back
-from mtplab.hf.trunkcache import TOPK, TrunkCache, Work, cache_tensors
+from mtplab.hf.trunkcache import TOPK, TrunkCache, Work, write_cache
 from mtplab.measuring.race import LoadMeter, busy_reason
 from mtplab.model import kernels
 from mtplab.paths import DATA_DIR, may_write_shipped, shipped_folder
 from mtplab.training import runs
-from mtplab.training.config import default_name
+from mtplab.training.config import default_name, need_int
 from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
 def stage_import(target, work: Work, data, *, limit: int | None = None, per_shard: int = 64, log=None) -> int:
@@ -89,7 +89,6 @@ def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = Non
     """One trunk forward per answer shard: hidden (bf16), the target's top-k ids and probabilities, the tokens. The
     shards are taken in `spread` order (the answers lie in prompt-length order), so that a cache cut by `max_seconds`
     covers every length; `keep_cached` then trims the answers to the shards cached."""
-    from safetensors.torch import save_file
     t0 = now()
     done = 0
     answers = {s: work.read_answers(s) for s in work.shards("answers")}  # every shard checked before the first forward
@@ -102,8 +101,7 @@ def stage_cache(target, work: Work, *, log=None, max_seconds: float | None = Non
             continue
         if max_seconds is not None and now() - t0 > max_seconds:
             break
-        tensors = cache_tensors(target, rows)
-        atomic_write(out, lambda tmp, t=tensors: save_file({k: v.contiguous() for k, v in t.items()}, tmp))
+        write_cache(out, target, rows)
         done += 1
         if log:
             log(f"cache: shard {shard.stem} ({now() - t0:.0f} s)")
@@ -179,7 +177,6 @@ def stage_heldout(target, work: Work, *, max_new: int | None = None, log=None) -
     """The hand-written held-out prompts (never trained on) with the model's greedy answers, up to its end of turn or
     256 tokens, made as the training answers are (`chatdata.decode_rows`), and their trunk cache: heldout.json and
     heldout.safetensors. The draft vocabulary's coverage and the heads' held-out agreement are measured on them."""
-    from safetensors.torch import save_file
     path, cpath = work.dir / "heldout.json", work.dir / "heldout.safetensors"
     if not os.path.lexists(path):
         held = [(c, p) for c, ps in heldout_prompts().items() for p in ps]
@@ -193,8 +190,7 @@ def stage_heldout(target, work: Work, *, max_new: int | None = None, log=None) -
             log(f"held-out: {len(held)} prompts answered, {sum(map(len, new))} tokens")
     rows = work.read_answers(path)
     if not os.path.lexists(cpath):
-        tensors = cache_tensors(target, rows)
-        atomic_write(cpath, lambda tmp: save_file({k: v.contiguous() for k, v in tensors.items()}, tmp))
+        write_cache(cpath, target, rows)
     return rows
 
 
@@ -253,9 +249,7 @@ def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE
         log(f"vocab: the projection times are not valid: {study['busy']}")
     good = [r["size"] for r in study["sizes"] if r["coverage_held_out"] >= goal]
     study["chosen"] = good[0] if good else study["sizes"][-1]["size"]
-    ids = draft_vocabulary(work, study["chosen"])
-    work.write_json(f"vocab-{study['chosen']}.json", {"n": len(ids), "ids": ids.tolist(),
-                                                      "coverage": vocab_coverage(work, ids)})
+    load_vocab(work, study["chosen"], again=True)
     work.write_json("vocab-study.json", study)
     return study
 
@@ -273,15 +267,14 @@ def chosen_vocab(work: Work) -> int:
 
 
 # ------------------------------------------------------------------------------------------- training on the cache
-def load_vocab(work: Work, n: int) -> torch.Tensor:
-    """The draft vocabulary of size n, computed once from the answers and kept in the work folder."""
+def load_vocab(work: Work, n: int, *, again: bool = False) -> torch.Tensor:
+    """The draft vocabulary of size n, computed once from the answers (`again`: anew) and kept in the work folder."""
     name = f"vocab-{n}.json"
-    if os.path.lexists(work.dir / name):
+    if os.path.lexists(work.dir / name) and not again:
         return torch.tensor(wf.read_vocab(work.dir / name, vocab_size=work.V), dtype=torch.long)
     ids = draft_vocabulary(work, n)
-    have = {"n": len(ids), "ids": ids.tolist(), "coverage": vocab_coverage(work, ids)}
-    work.write_json(name, have)
-    return torch.tensor(have["ids"], dtype=torch.long)
+    work.write_json(name, {"n": len(ids), "ids": ids.tolist(), "coverage": vocab_coverage(work, ids)})
+    return ids
 
 
 def stage_heads(target, work: Work, fam: str, recipe: dict, *, steps: int | None = None, log=None,
@@ -361,8 +354,7 @@ def check_distill_options(model, work_dir, stages, steps, max_seconds):
     rm = real_model(model)
     if rm is None:
         raise MtplabError(f"distill trains heads for a real model the lab knows: {', '.join(REAL_MODELS)}")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise MtplabError(f"--steps must be an integer >= 1 (got {steps!r})")
+    need_int("--steps", steps, 1, optional=True)
     if max_seconds is not None and (not isinstance(max_seconds, (int, float)) or not math.isfinite(max_seconds)
                                     or max_seconds <= 0):
         raise MtplabError(f"--max-seconds must be a positive number of seconds (got {max_seconds!r})")
@@ -416,7 +408,7 @@ def ship(target, work: Work, rm, *, log=None, data=None) -> None:
               if (data / "answers").is_dir() else {},
               "cpu_and_wall_seconds_by_stage": wf.read_times(work.dir / "times.json")
               if os.path.lexists(work.dir / "times.json") else {}}
-    answers = [r for s in work.shards("answers") for r in work.read_answers(s)]
+    answers = _answers(work)
     record["data"] = {"prompts": len(answers), "answer_tokens": sum(len(r["answer_ids"]) for r in answers),
                       "by_category": dict(sorted(Counter(r["category"] for r in answers).items())),
                       "of_generated": {"prompts": sum(len(d["rows"]) for d in wf.data_shards(data, "answers")),

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from mtplab.device import now
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write_text
+from mtplab.files import atomic_write, atomic_write_text
 from mtplab.hf import workfiles as wf
 
 TOPK = 8  # target probabilities kept per position in the cache
@@ -76,6 +76,13 @@ def cache_tensors(target, rows: list[dict]) -> dict:
         out["hidden"][b, :n] = res.hidden[0].to(torch.bfloat16).cpu()
         out["top_i"][b, :n], out["top_p"][b, :n] = top_i.int().cpu(), top_p.half().cpu()
     return out
+
+
+def write_cache(path: Path, target, rows: list[dict]) -> None:
+    """`cache_tensors` of the rows, written atomically as one safetensors shard."""
+    from safetensors.torch import save_file
+    t = cache_tensors(target, rows)
+    atomic_write(path, lambda tmp: save_file({k: v.contiguous() for k, v in t.items()}, tmp))
 
 
 # ------------------------------------------------------------------------------------------- training on the cache

@@ -75,10 +75,6 @@ def _bad(path, what: str, why: str, fix: str) -> MtplabError:
     return MtplabError(f"{path} is not {what} ({why}); {fix}")
 
 
-def _is_int(x) -> bool:
-    return type(x) is int
-
-
 def _num(x) -> bool:
     return (type(x) is int or type(x) is float) and math.isfinite(x)
 
@@ -191,7 +187,7 @@ def read_vocab(path, *, vocab_size: int, shipped: bool = False) -> list[int]:
     if not _ids_ok(ids, vocab_size):
         raise _bad(path, what, _ids_why(ids, vocab_size, "ids"), fix)
     n = d.get("n", len(set(ids)))
-    if not _is_int(n) or n != len(set(ids)):
+    if type(n) is not int or n != len(set(ids)):
         raise _bad(path, what, f"n = {str(n)[:20]} but it lists {len(set(ids))} distinct ids", fix)
     if "coverage" in d and not (_num(d["coverage"]) and 0 <= d["coverage"] <= 1):
         raise _bad(path, what, "its coverage is not a fraction in 0..1", fix)

@@ -19,7 +19,8 @@ from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
-from mtplab.hf.distill import TrunkCache, cache_tensors, heldout_prompts  # noqa: E402
+from mtplab.hf.distill import TrunkCache, heldout_prompts  # noqa: E402
+from mtplab.hf.trunkcache import cache_tensors  # noqa: E402
 from scripts.make_chat_data import template_prompts  # noqa: E402
 from mtplab.hf.run import fit_heads  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
