@@ -279,13 +279,14 @@ def real_headline(path: Path | None = None) -> str:
                 f"({html.escape(str(e))}).</p>")
     acc = best.get("acceptance", {}).get("pooled", {})
     first = (f"{acc['rate'][0]:.2f}" if acc.get("rate") else "-")
-    return (f"<table class='headline'><thead><tr><th>real model</th><th>best exact row</th><th>tokens per forward</th>"
+    return (f"<table class='headline'><thead><tr><th>real model</th><th>exact row, highest median</th><th>tokens per forward</th>"
             f"<th>first draft accepted</th><th>wall clock against AR (range)</th><th>= AR</th></tr></thead><tbody>"
             f"<tr><td>SmolLM2-135M-Instruct</td><td>{html.escape(best['label'])}</td>"
             f"<td>{best.get('tokens_per_forward', 0):.2f}</td><td>{first}</td>"
             f"<td><b>{best['speedup']:.2f}x</b> ({best['speedup_min']:.2f}-{best['speedup_max']:.2f})</td>"
             f"<td>{best['identical_to_ar']}/{best['prompts']}</td></tr></tbody></table>"
-            f"<p class='small'>From <code>docs/bench/real.json</code> (<code>python -m mtplab bench real</code>): "
+            f"<p class='small'>{html.escape(real.best_words(record))}. From <code>docs/bench/real.json</code> "
+            f"(<code>{html.escape(real.RERUN)}</code>): "
             f"{best['prompts']} held-out chat prompts, at most m = {record.get('m', '?')} new tokens each, 1 thread, "
             f"against AR of the same weights and kernels ({ar_ms:.0f} ms a token); measured on <b class='machine'>"
             f"{html.escape(bench_machine(record['threads']['1']))}</b>. Notebook 01 §6 takes this speedup apart into "

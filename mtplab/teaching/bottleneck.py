@@ -408,7 +408,7 @@ def fastest_line(speedups: dict[str, tuple[float, float, float]], where: str) ->
     within their ranges, so the run does not rank them."""
     best = max(speedups, key=lambda n: speedups[n][0])
     m, lo, hi = speedups[best]
-    ties = [n for n, (mm, a, b) in speedups.items() if n != best and a <= hi and lo <= b]
+    ties = [n for n, (_, a, b) in speedups.items() if n != best and overlap((a, b), (lo, hi))]
     text = f"{best} at {m:.2f}x (range {lo:.2f}-{hi:.2f})"
     if not ties:
         return f"{where} the fastest was {text}, its range apart from every other's"
@@ -437,7 +437,7 @@ def forwards_not_seconds(rows: list[dict], speedups: dict[str, tuple[float, floa
         return ("in the benchmark every method's wall clock ranks as its tokens per forward do, so this record does "
                 "not show it; the cost of a step (drafter, verify width) still sets the speedup, not forwards alone")
     a, b = max(pairs, key=lambda p: speedups[p[1]][0] - speedups[p[0]][0])
-    apart = speedups[a][2] < speedups[b][1]
+    apart = not overlap(speedups[a][1:], speedups[b][1:])
     return (f"in the benchmark {a} made {tpf[a]:.2f} tokens per forward at {speedups[a][0]:.2f}x, {b} fewer, "
             f"{tpf[b]:.2f}, at {speedups[b][0]:.2f}x: more tokens per forward, less speed, "
             + ("their ranges apart" if apart else "though their ranges overlap, so this run does not rank the two")

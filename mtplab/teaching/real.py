@@ -459,18 +459,20 @@ def speedup_parts(rec: dict, label: str | None = None, *, threads: str = "1",
     row = rows[label] if label is not None else best_row(rec, threads)
     ar = rows["AR"]
     ar_ms = _step_ms(ar)
-    tps = row["tokens_per_forward"]  # overlapped schedule: one target forward a step
+    # every figure as printed (2 decimals), the parts summing to the printed cost, and each quotient taken of the
+    # printed figures: a reader who divides them gets the printed result
+    tps = round(row["tokens_per_forward"], 2)  # overlapped schedule: one target forward a step
     sp = row["split"]
-    verify, draft, rest = sp["target_ms"] / ar_ms, sp["draft_ms"] / ar_ms, sp["overhead_ms"] / ar_ms
-    cost = verify + draft + rest
+    verify, draft, rest = _cents([sp["target_ms"] / ar_ms, sp["draft_ms"] / ar_ms, sp["overhead_ms"] / ar_ms])
+    cost = round(verify + draft + rest, 2)
     drafts = (row["k"] or 1) - 1
-    other_tps = sum(other_acceptance ** i for i in range(drafts + 1))  # 1 + a + a^2 + ...: i.i.d. per draft
+    other_tps = round(sum(other_acceptance ** i for i in range(drafts + 1)), 2)  # 1 + a + a^2 + ...: i.i.d. per draft
     flat = min(verify, 1.0)  # a flat cost curve: the verify costs t(1), or what it measured where that was less
     what_if = [
         {"case": "as measured", "tokens_per_step": tps, "step_cost": cost, "speedup": tps / cost},
         {"case": "this acceptance, a flat verify (t(k) = t(1))" if verify > 1 else
          "this acceptance, a flat verify (already at most t(1): as measured)", "tokens_per_step": tps,
-         "step_cost": flat + draft + rest, "speedup": tps / (flat + draft + rest)},
+         "step_cost": round(flat + draft + rest, 2), "speedup": tps / round(flat + draft + rest, 2)},
         {"case": "this acceptance, flat verify and free drafter", "tokens_per_step": tps, "step_cost": flat,
          "speedup": tps / flat},
         {"case": f"acceptance {other_acceptance:.2f} per draft" + (" (each draft alike)" if drafts > 1 else "")
@@ -510,7 +512,7 @@ def parts_words(parts: dict) -> str:
     acc_gain = other / p["predicted"]
     side = ("acceptance holds it back more than the cost" if acc_gain > cost_gain else
             "the cost of a step holds it back more than acceptance")
-    verify, draft, rest = _cents([p["verify"], p["draft"], p["rest"]])  # the printed parts add up to the total
+    verify, draft, rest = p["verify"], p["draft"], p["rest"]  # as printed: they add up to the total
     flat_words = (f"A verify that costs one AR step (a flat cost curve) would give {flat:.2f}x" if p["verify"] > 1
                   else f"The verify already costs less than one AR step ({p['verify']:.2f}), so a flat cost curve "
                   f"would change nothing ({flat:.2f}x)")

@@ -288,3 +288,9 @@ def test_the_headline_carries_the_real_models_best_exact_row(tmp_path):
     (tmp_path / "real.json").write_text(json.dumps(rec))
     assert f"{other['label']}</td>" in report.real_headline(tmp_path / "real.json")
     assert "could not be read" in report.real_headline(tmp_path / "missing.json")
+    # rows of other heads than the shipped ones: the headline says so and how to measure the shipped ones
+    for r in rec["rows"]:
+        r["heads_sha256"] = "0" * 64 if r.get("family") else r.get("heads_sha256")
+    (tmp_path / "real.json").write_text(json.dumps(rec))
+    assert "measured with other heads" in report.real_headline(tmp_path / "real.json")
+    assert real.RERUN in report.real_headline(tmp_path / "real.json")

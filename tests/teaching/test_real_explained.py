@@ -49,13 +49,16 @@ def test_the_best_row_is_the_fastest_exact_one_and_names_the_default():
 
 def test_speedup_parts_adds_up_from_the_time_split():
     p = real.speedup_parts(_record())
-    assert p["step_cost"] == pytest.approx(86 / 70) and p["predicted"] == pytest.approx(1.3 * 70 / 86)
+    # the parts as printed: 80/70, 5/70, 1/70 -> 1.14 + 0.07 + 0.02 (largest remainder) = 1.23, the printed 86/70;
+    # every quotient is of the printed figures, so a reader dividing them gets the printed result
+    assert (p["verify"], p["draft"], p["rest"]) == (1.14, 0.07, 0.02) and p["step_cost"] == 1.23
+    assert p["predicted"] == pytest.approx(1.3 / 1.23)
     cases = {w["case"]: w["speedup"] for w in p["what_if"]}
-    assert cases["this acceptance, a flat verify (t(k) = t(1))"] == pytest.approx(1.3 / (1 + 6 / 70))
+    assert cases["this acceptance, a flat verify (t(k) = t(1))"] == pytest.approx(1.3 / 1.09)
     assert cases["this acceptance, flat verify and free drafter"] == pytest.approx(1.3)
     assert p["what_if"][3]["tokens_per_step"] == pytest.approx(1.85)  # 1 + 0.85 for one draft
     k4 = real.speedup_parts(_record(), "DeepSeek D=1 reused, k=4, reduced vocab")
-    assert k4["what_if"][3]["tokens_per_step"] == pytest.approx(1 + 0.85 + 0.85 ** 2 + 0.85 ** 3)
+    assert k4["what_if"][3]["tokens_per_step"] == round(1 + 0.85 + 0.85 ** 2 + 0.85 ** 3, 2)  # 3.19, as printed
     assert "(each draft alike)" in k4["what_if"][3]["case"]
 
 
@@ -64,7 +67,7 @@ def test_a_verify_cheaper_than_one_step_keeps_its_cost_in_the_flat_case():
     rec["rows"][1]["split"]["target_ms"] = 62.0  # verify 62/70 of an AR step: already below a flat curve's t(1)
     p = real.speedup_parts(rec)
     measured, flat, free = (w["speedup"] for w in p["what_if"][:3])
-    assert flat == pytest.approx(measured) and free == pytest.approx(1.3 / (62 / 70)) and free > measured
+    assert flat == pytest.approx(measured) and free == pytest.approx(1.3 / 0.89) and free > measured
     assert "already at most t(1)" in p["what_if"][1]["case"]
     words = real.parts_words(p)
     assert "already costs less than one AR step (0.89)" in words and "would give" not in words.split("Acceptance")[0]

@@ -180,9 +180,10 @@ def check_k_fits(state: LabState, models: ModelCache, *, clamp: bool = False) ->
 
 
 def record_k(state: LabState, models: ModelCache) -> LabState:
-    """For a real model named bare (smollm2) and a speculative method: k from `bench real`'s record, the fastest exact
-    row of the heads loaded (`hf.study.choose_k`; without such a row, its documented default), and a note that says
-    which. Anything else is left as it is."""
+    """For a real model named bare (smollm2) and a speculative method: k from `bench real`'s record, the exact row of
+    the heads loaded with the highest median (`hf.study.choose_k`; without such a row, its documented default), and a
+    note that says which and whether the record's ranges make it the fastest (`teaching.real.k_words`). Anything
+    else is left as it is."""
     if state.checkpoint not in REAL_MODELS or state.method not in METHODS or not METHODS[state.method].speculative:
         return state
     try:
@@ -191,10 +192,11 @@ def record_k(state: LabState, models: ModelCache) -> LabState:
     except MtplabError:
         return state  # the decode names the control
     from mtplab.hf.study import choose_k  # transformers, as the model itself
+    from mtplab.teaching.real import k_words
     vocab = "reduced" if getattr(model, "draft_vocab", None) is not None else "full"
     c = choose_k(state.checkpoint, state.method, heads=heads or None, draft_vocab=vocab,
                  kernel=getattr(model, "kernel", "exact"), limit=generate.k_limit(state.method, model))
-    return replace(state, k=c.k, note=f"{state.method} on {state.checkpoint}: {c.why}")
+    return replace(state, k=c.k, note=f"{state.method} on {state.checkpoint}: {k_words(c)}")
 
 
 def change(state: LabState, models: ModelCache, **settings) -> LabState:
