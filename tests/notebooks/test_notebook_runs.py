@@ -1,4 +1,6 @@
 """Every notebook runs top to bottom with SMOKE=True (notebook 05 under bad settings: test_notebook_05_settings.py).
+The real model's sections (a notebook's `REAL` parameter) are left out here: `pytest --nbval-lax notebooks/` (in
+`make test`) runs them at the defaults a class runs, and each loads SmolLM2 (half a gigabyte) once more.
 
 The runs use papermill (parameters injected after the cell tagged `parameters`) and write the executed copies to
 build/nbtest/ (git-ignored). `pytest --nbval-lax notebooks/` separately runs the defaults and compares the cells
@@ -26,7 +28,10 @@ def test_runs_in_smoke_mode(path):
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / path.name
     # raises PapermillExecutionError, naming the cell, if any cell fails
-    pm.execute_notebook(str(path), str(out), parameters={"SMOKE": True}, kernel_name="python3",
+    nb = nbformat.read(path, as_version=4)
+    declared = next((c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])), "")
+    params = {"SMOKE": True, **({"REAL": False} if "\nREAL = " in "\n" + declared else {})}
+    pm.execute_notebook(str(path), str(out), parameters=params, kernel_name="python3",
                         cwd=str(path.parent), progress_bar=False, execution_timeout=600)
     ran = nbformat.read(out, as_version=4)
     errors = [o for c in ran.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
