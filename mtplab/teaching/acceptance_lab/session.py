@@ -23,6 +23,7 @@ from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
 from mtplab.model import checkpoint as ckpt
 from mtplab.paths import DECODE_JSON
+from mtplab.teaching.real import k_words
 from mtplab.teaching.acceptance_lab.state import (AUTO, DEFAULT_CHECKPOINT, DEMO, LabState, configure, failed,
                                                   fit_k, validate)
 from mtplab.tokenizer import decode as decode_bytes, encode, token_repr
@@ -192,7 +193,6 @@ def record_k(state: LabState, models: ModelCache) -> LabState:
     except MtplabError:
         return state  # the decode names the control
     from mtplab.hf.study import choose_k  # transformers, as the model itself
-    from mtplab.teaching.real import k_words
     vocab = "reduced" if getattr(model, "draft_vocab", None) is not None else "full"
     c = choose_k(state.checkpoint, state.method, heads=heads or None, draft_vocab=vocab,
                  kernel=getattr(model, "kernel", "exact"), limit=generate.k_limit(state.method, model))
