@@ -201,7 +201,7 @@ class DeepSeekDrafter(BaseDrafter):
 
     def _depths(self, n, pick):
         """Module k = 1..n in turn, each reading the token `pick` chose from module k-1's logits; then every module's
-        cache is cropped back to its committed positions. Returns each depth's logits (1, V)."""
+        cache is cropped back to its committed positions. Returns each depth's logits (1, V) and the tokens picked."""
         model, tokens = self.model, self.tokens
         L = len(tokens) - 1  # positions 0..L-1 are in the target cache; tokens[L] is the last committed
         ext = list(tokens)
@@ -217,12 +217,11 @@ class DeepSeekDrafter(BaseDrafter):
             ext.append(pick(out[-1]))
         for k in range(1, n + 1):  # drop provisional entries: keep positions j with t_{j+k} committed
             self.caches[k - 1].crop(max(0, min(self.caches[k - 1].length, L - k + 1)))
-        return out
+        return out, ext[L + 1:]
 
     def propose(self, n):
-        logits = self._depths(n, lambda lg: int(lg.argmax(-1)))
-        return Draft([int(lg.argmax(-1)) for lg in logits], calls=n,
-                     confidence=[float(torch.softmax(lg, -1).max()) for lg in logits])
+        logits, drafts = self._depths(n, lambda lg: int(lg.argmax(-1)))
+        return Draft(drafts, calls=n, confidence=[float(torch.softmax(lg, -1).max()) for lg in logits])
 
     def candidates(self, n: int, width: int) -> list[list[int]]:
         """The top-`width` tokens of depth 2 (a token tree one depth deep: `n` must be 1). Deeper, a module reads the
@@ -232,7 +231,7 @@ class DeepSeekDrafter(BaseDrafter):
             raise MtplabError(f"a token tree of DeepSeek modules is one depth deep here (widths=(w,)), not {n}: module 2 "
                               "reads the token module 1 drafted, so its candidates depend on which depth-1 candidate "
                               "precedes them")
-        return _top(self._depths(1, lambda lg: 0)[0], width)
+        return _top(self._depths(1, lambda lg: 0)[0][0], width)
 
 
 class DraftModelDrafter(BaseDrafter):
