@@ -22,6 +22,8 @@ DECODE_JSON = BENCH_DIR / "decode.json"                  # `bench decode`'s reco
 HF_DIR = DATA_DIR / "hf"                                 # the lab's own Hugging Face models (train-hf-model)
 PEERS_JSON = BENCH_DIR / "peers.json"                    # `bench peers`' record, read by notebook 10
 DOMAIN_JSON = BENCH_DIR / "domain.json"                  # `bench domain`'s record, read by notebook 10
+REAL_JSON = BENCH_DIR / "real.json"                      # `bench real`'s record, read by notebooks 01, 05, 09
+REAL_RERUN = "python -m mtplab bench real --out docs/bench"  # what rewrites REAL_JSON (bench's --out is build/bench)
 
 SHIPPED = (SHIPPED_DIR, HF_DIR)                          # what the lab ships: never replaced by a run's --out
 

@@ -34,7 +34,7 @@ from mtplab.hf.target import load_hf
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_period
 from mtplab.measuring.race import race
-from mtplab.measuring.record import Record
+from mtplab.measuring.record import Record, speedup_text
 from mtplab.model import kernels
 from mtplab.model.config import ModelConfig
 from mtplab.training.losses import CACHED_LOSSES
@@ -267,8 +267,7 @@ def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Pair]:
 
 
 # ---------------------------------------------------------------------------------- the default k, from the record
-REAL_JSON = paths.BENCH_DIR / "real.json"  # `bench real`'s record
-RERUN = "python -m mtplab bench real --out docs/bench"  # what rewrites REAL_JSON (bench's default --out is build/bench)
+REAL_JSON, RERUN = paths.REAL_JSON, paths.REAL_RERUN  # `bench real`'s record, and what rewrites it
 FALLBACK_K = 4  # no matching row: the most the heads support, at most this (`decode_with` alone takes the most)
 
 
@@ -340,20 +339,13 @@ def choose_k(name: str, method: str, *, k: int | None = None, heads=None, draft_
     of = (f"exact row{'s' if len(same) > 1 else ''} of {method} in {where}" + (" with these heads" if sha else "")
           + f" at {best['threads']} thread{'s' if best['threads'] != 1 else ''}")
     if len(same) == 1:
-        why = f"k={best['k']}, the only {of} ({best['label']}: {_ratio(best)}), so the record compares no other k"
+        why = f"k={best['k']}, the only {of} ({best['label']}: {speedup_text(best)}), so the record compares no other k"
         if limit == best["k"]:
             why += f"; {method} drafts at most k={limit} with these heads"
     else:  # the highest median, every compared row with its range: 'fastest' is the teaching layer's verdict to make
         why = (f"k={best['k']}, the highest median of the {len(same)} {of} ("
-               + "; ".join(f"{r['label']}: {_ratio(r)}" for r in same) + ")")
+               + "; ".join(f"{r['label']}: {speedup_text(r)}" for r in same) + ")")
     return KChoice(best["k"], "record", why, tuple(same))
-
-
-def _ratio(row: dict) -> str:
-    """'1.22x AR, range 1.15-1.40': a record row's speedup with its range over rounds, where it has one."""
-    rng = (f", range {row['speedup_min']:.2f}-{row['speedup_max']:.2f}" if "speedup_min" in row and "speedup_max" in row
-           else "")
-    return f"{row['speedup']:.2f}x AR{rng}"
 
 
 def generate_defaults(name: str, method: str, *, heads=None, draft_vocab: str | None = None, k: int | None = None,

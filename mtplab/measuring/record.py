@@ -153,3 +153,14 @@ class Record:
         """The device the record was measured on ('cpu', 'cuda (NVIDIA H200)'), '' when it does not say."""
         m = self.data.get("machine")
         return str((m.get("device") if isinstance(m, dict) else None) or self.data.get("device") or "")
+
+
+def speedup_span(row: dict) -> tuple[float, float]:
+    """A record row's speedup range over its rounds; a row measured once (no speedup_min/max) is its own range."""
+    return row.get("speedup_min", row["speedup"]), row.get("speedup_max", row["speedup"])
+
+
+def speedup_text(row: dict) -> str:
+    """'1.22x AR, range 1.15-1.40': a record row's speedup, with its range where the rounds gave one."""
+    lo, hi = speedup_span(row)
+    return f"{row['speedup']:.2f}x AR" + (f", range {lo:.2f}-{hi:.2f}" if (lo, hi) != (row["speedup"],) * 2 else "")

@@ -27,8 +27,7 @@ from mtplab.measuring.record import Record, machine_text
 from mtplab.teaching.words import fastest_words, overlap, range_words
 
 REAL = next(iter(REAL_MODELS))              # the real model the notebooks use (`hf.real.REAL_MODELS`)
-REAL_JSON = paths.BENCH_DIR / "real.json"   # `bench real`'s record
-RERUN = "python -m mtplab bench real --out docs/bench"  # what rewrites REAL_JSON (bench's default --out is build/bench)
+REAL_JSON, RERUN = paths.REAL_JSON, paths.REAL_RERUN  # `bench real`'s record, and what rewrites it
 _LOADED: dict = {}
 
 

@@ -15,6 +15,7 @@ import statistics
 
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.race import NOT_MEASURED, NOT_VALID
+from mtplab.measuring.record import speedup_span, speedup_text
 from mtplab.device import machine
 from mtplab.model import kernels
 
@@ -56,30 +57,20 @@ def range_words(ratio: float, low: float, high: float, *, than: str = "AR") -> s
     return f"{side} {than} here ({nums}{' spans 1' if side == 'not distinguishable from' else ''})"
 
 
-def _span(row: dict) -> tuple[float, float]:
-    """A record row's speedup range; a row measured once (no speedup_min/max) is its own range."""
-    return row.get("speedup_min", row["speedup"]), row.get("speedup_max", row["speedup"])
-
-
-def _ratio_text(row: dict) -> str:
-    lo, hi = _span(row)
-    return f"{row['speedup']:.2f}x AR" + (f", range {lo:.2f}-{hi:.2f}" if (lo, hi) != (row["speedup"],) * 2 else "")
-
-
 def fastest_words(best: dict, others: list[dict], name, *, among: str) -> str:
     """How `best` (a record row: speedup, and speedup_min/max where it has them) stands against `others`, the rows it
     was picked from by its median, in the words their ranges carry: 'the only {among}' when there is no other;
     'the fastest {among}' only when its range lies apart from every other's; else 'the fastest {among} by median',
     within the range of each row that overlaps it, which the record does not rank. `name(row)` names a row."""
-    nums = _ratio_text(best)
+    nums = speedup_text(best)
     if not others:
         return f"the only {among} ({name(best)}: {nums}), so the record compares it with no other"
-    ties = [r for r in others if overlap(_span(r), _span(best))]
+    ties = [r for r in others if overlap(speedup_span(r), speedup_span(best))]
     if not ties:
         return (f"the fastest {among} ({name(best)}: {nums}), its range apart from every other's ("
-                + "; ".join(f"{name(r)}: {_ratio_text(r)}" for r in others) + ")")
+                + "; ".join(f"{name(r)}: {speedup_text(r)}" for r in others) + ")")
     return (f"the fastest {among} by median ({name(best)}: {nums}), within the range of "
-            + " and of ".join(f"{name(r)} ({_ratio_text(r)})" for r in ties)
+            + " and of ".join(f"{name(r)} ({speedup_text(r)})" for r in ties)
             + ": the record does not rank " + ("the two" if len(ties) == 1 else "them"))
 
 
