@@ -366,7 +366,8 @@ def _real_model_parsers(sub) -> None:
     d.add_argument("model", help=", ".join(REAL_MODELS))
     d.add_argument("--work", required=True, help="the work folder (prompts, answers, cache, save sets)")
     d.add_argument("--stages", default="answers,heldout,cache,vocab,deepseek,stern",
-                   help="comma-separated: answers, heldout, cache, trim (keep the answers a cut cache reached), "
+                   help="comma-separated: answers, grow (the data's other answers added to a trained folder; then "
+                        "cache, trim and --resume), heldout, cache, trim (keep the answers a cut cache reached), "
                         "vocab (times the projection: run it alone), "
                         "deepseek, stern, ship (ship writes data/hf/MODEL)")
     d.add_argument("--resume", action="store_true", help="continue the head trainings saved in --work")

@@ -9,6 +9,8 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
    as Medusa's self-distillation (Cai et al. 2024, §2.3.2) and FastMTP train heads on the model's own outputs: a head
    is then trained on exactly the text its drafts will be verified against. That script is the one generation loop
    of the training data; nothing here generates it.
+   `grow`: a work folder trained on a subset takes the data's other answers as new shards (`stage_grow`), and a
+   --resume continues the heads on them; the held-back prompts stay the ones drawn before it grew.
 2. `heldout`: the hand-written held-out prompts (never trained on) answered the same way, and their trunk cache:
    what the draft vocabulary's coverage and the heads' held-out agreement are measured on.
 3. `cache`: one trunk forward per answered prompt: the last layer's hidden state at every position (bf16) and the
@@ -27,6 +29,7 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -51,6 +54,11 @@ from mtplab.training import runs
 from mtplab.training.config import default_name, need_int
 from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
+VAL_ROWS = 128             # prompts held back for validation (`run.held_back`), never counted or trained on
+VOCAB_SIZES = (4096, 8192, 12288, 16384, 24576, 32768)   # the draft vocabulary's sizes the vocab stage measures
+COVERAGE_GOAL = 0.98       # share of held-out answer tokens the chosen draft vocabulary must hold
+
+
 def stage_import(target, work: Work, data, *, limit: int | None = None, per_shard: int = 64, log=None) -> int:
     """The answers of a data folder of `mtplab.hf.chatdata` (the model's own questions and greedy answers)
     as this work folder's answer shards: each prompt in the chat template's ids, checked against the length the
@@ -67,7 +75,8 @@ def stage_import(target, work: Work, data, *, limit: int | None = None, per_shar
         have = sum(len(work.read_answers(s)) for s in work.shards("answers"))
         if have != len(rows):
             raise MtplabError(f"{work.dir / 'answers'} holds {have} answers, {data} now {len(rows)} (--answers); delete "
-                              f"{work.dir / 'answers'} and {work.dir / 'cache'} and rerun the answers stage")
+                              f"{work.dir / 'answers'} and {work.dir / 'cache'} and rerun the answers stage, or add "
+                              "the others to the trained ones with --stages grow")
         return 0
     out = []
     for r in rows:
@@ -77,11 +86,73 @@ def stage_import(target, work: Work, data, *, limit: int | None = None, per_shar
                               "when its answer was generated (another tokenizer or chat template); regenerate the data "
                               "with this model")
         out.append({"category": r["category"], "prompt_ids": ids, "answer_ids": r["answer_ids"]})
-    for b in range(0, len(out), per_shard):
-        atomic_write_text(work.dir / "answers" / f"{b // per_shard:05d}.json", json.dumps(out[b:b + per_shard]) + "\n")
+    _write_shards(work, out, 0, per_shard)
     if log:
         log(f"imported {len(out)} answers from {data}")
     return len(out)
+
+
+def _write_shards(work: Work, rows: list[dict], first: int, per_shard: int) -> None:
+    for b in range(0, len(rows), per_shard):
+        atomic_write_text(work.dir / "answers" / f"{first + b // per_shard:05d}.json",
+                          json.dumps(rows[b:b + per_shard]) + "\n")
+
+
+def _fingerprint(rows: list[dict]) -> str:
+    return hashlib.sha256(json.dumps([r["prompt_ids"] for r in rows]).encode()).hexdigest()
+
+
+def stage_grow(target, work: Work, data, *, per_shard: int = 64, log=None) -> int:
+    """The `grow` stage: a work folder whose heads trained on part of the data takes the rest, so that a --resume
+    trains on more prompts. The shards a trim moved out come back, and the data's answers not yet here are imported
+    (in the chat template's ids, as `stage_import` does), both numbered after the last shard, so that the rows
+    trained on so far stay first. split.json records their count and fingerprint: the held-back prompts stay the
+    ones drawn from them (`split`), every new row trains. Then cache (resumable, --max-seconds), trim and --resume.
+    Returns the rows added."""
+    have = _answers(work)
+    if not have:
+        raise MtplabError(f"{work.dir / 'answers'} holds no answers to grow; run the answers stage first")
+    if not os.path.lexists(work.dir / "split.json"):
+        work.write_json("split.json", {"rows": len(have), "fingerprint": _fingerprint(have)})
+    split(work, have)  # a split.json that no longer fits is refused before anything moves
+    parked = wf.shards(work.dir / "answers-uncached", suffix=".json")
+    last = max(int(p.stem) for p in work.shards("answers") + parked)
+    back = sum(len(work.read_answers(p)) for p in parked)
+    for i, p in enumerate(parked, start=last + 1):
+        os.replace(p, work.dir / "answers" / f"{i:05d}.json")
+    seen = {tuple(r["prompt_ids"]) for r in _answers(work)}
+    new = []
+    for r in (r for d in wf.data_shards(data, "answers", vocab_size=target.config.vocab_size) for r in d["rows"]):
+        ids = template_ids(target.tokenizer, r["prompt"])
+        if tuple(ids) not in seen and len(ids) == r["prompt_len"]:
+            seen.add(tuple(ids))
+            new.append({"category": r["category"], "prompt_ids": ids, "answer_ids": r["answer_ids"]})
+    _write_shards(work, new, last + 1 + len(parked), per_shard)
+    if log:
+        log(f"grow: {len(parked)} trimmed shards back, {len(new)} answers imported from {data}; the held-back "
+            f"prompts stay those drawn from the first {len(have)}")
+    return back + len(new)
+
+
+def split(work: Work, rows: list[dict] | None = None, *, val_rows: int = VAL_ROWS, seed: int = 0):
+    """(held back, trained): `run.held_back` over this work folder's rows, drawn from the rows before it grew when
+    it did (split.json, checked against their fingerprint)."""
+    rows = _answers(work) if rows is None else rows
+    return held_back(len(rows), val_rows=val_rows, seed=seed, drawn=drawn_rows(work, rows))
+
+
+def drawn_rows(work: Work, rows: list[dict]) -> int | None:
+    """The rows the held-back split is drawn from: all (None) unless the folder grew (split.json)."""
+    path = work.dir / "split.json"
+    if not os.path.lexists(path):
+        return None
+    s = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the held-back split", fix="restore it from a backup")
+    n = s.get("rows") if isinstance(s, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or not VAL_ROWS < n <= len(rows) \
+            or _fingerprint(rows[:n]) != s.get("fingerprint"):
+        raise MtplabError(f"{path} does not fit the answers in {work.dir / 'answers'} (the first rows were moved or "
+                          "changed since the folder grew); put them back, or start a new work folder")
+    return n
 
 
 @torch.inference_mode()
@@ -132,11 +203,6 @@ def check_cached(work: Work) -> None:
                           "stage to the end, or the trim stage to train on the shards cached")
 
 
-VAL_ROWS = 128             # prompts held back for validation (`run.held_back`), never counted or trained on
-VOCAB_SIZES = (4096, 8192, 12288, 16384, 24576, 32768)   # the draft vocabulary's sizes the vocab stage measures
-COVERAGE_GOAL = 0.98       # share of held-out answer tokens the chosen draft vocabulary must hold
-
-
 def _answers(work: Work) -> list[dict]:
     return [r for s in work.shards("answers") for r in work.read_answers(s)]
 
@@ -149,7 +215,7 @@ def _ranked(work: Work, val_rows: int = VAL_ROWS) -> list[int]:
     """Token ids by their count in the training answers (the held-back prompts' answers are not counted) and in the
     answers a cut cache did not reach (`trim`: never trained on, but the model's own text all the same), ties by id."""
     rows = _answers(work)
-    counts = _counts(rows[i] for i in held_back(len(rows), val_rows=val_rows)[1])
+    counts = _counts(rows[i] for i in split(work, rows, val_rows=val_rows)[1])
     counts.update(_counts(r for p in wf.shards(work.dir / "answers-uncached", suffix=".json")
                           for r in work.read_answers(p)))
     return sorted(counts, key=lambda t: (-counts[t], t))
@@ -169,7 +235,7 @@ def coverage(counts: Counter, keep) -> float:
 def vocab_coverage(work: Work, vocab: torch.Tensor) -> float:
     """The share of the held-back prompts' answer tokens that lie inside the draft vocabulary."""
     rows = _answers(work)
-    return coverage(_counts(rows[i] for i in held_back(len(rows), val_rows=VAL_ROWS)[0]), vocab.tolist())
+    return coverage(_counts(rows[i] for i in split(work, rows)[0]), vocab.tolist())
 
 
 # ------------------------------------------------------------------------------------------- held-out prompts
@@ -230,7 +296,7 @@ def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE
     check_cached(work)
     V = target.config.vocab_size
     ranked, rows = _ranked(work), _answers(work)
-    back = _counts(rows[i] for i in held_back(len(rows), val_rows=VAL_ROWS)[0])
+    back = _counts(rows[i] for i in split(work, rows)[0])
     out = _counts(heldout_cache(work)[0])
     meter = LoadMeter().start()  # the busy-machine guard over the timings
     study = {"goal": goal, "rule": "the smallest size whose coverage of held-out answer tokens reaches the goal, "
@@ -287,9 +353,12 @@ def stage_heads(target, work: Work, fam: str, recipe: dict, *, steps: int | None
     vocab = load_vocab(work, n)
     if log:
         log(f"{fam}: {len(cache.rows)} sequences, {cache.tokens} answer tokens, draft vocabulary {len(vocab)}")
-    settings = {"heads": fam, "vocab": n, "sequences": len(cache.rows), **opts}
+    drawn = drawn_rows(work, _answers(work))
+    settings = {"heads": fam, "vocab": n, "sequences": len(cache.rows), **opts,
+                **({"split_rows": drawn} if drawn else {})}
     with work.timed(fam):
-        return fit_heads(target, cache, vocab, heads=fam, out=work.dir, settings=settings, log=log, **opts, **fit)
+        return fit_heads(target, cache, vocab, heads=fam, out=work.dir, settings=settings, log=log, drawn=drawn,
+                         **opts, **fit)
 
 
 # ------------------------------------------------------------------------------------------- the whole recipe
@@ -301,7 +370,7 @@ RECIPE = {"vocab": {"sizes": list(VOCAB_SIZES), "goal": COVERAGE_GOAL},
                               "val_rows": VAL_ROWS}}}
 # on a GPU the same stages take minutes: more steps, larger batches (same vocabulary)
 GPU_RECIPE = {**RECIPE, "heads": {f: {**o, "steps": 4000, "batch_size": 32} for f, o in RECIPE["heads"].items()}}
-STAGES = ("answers", "heldout", "cache", "trim", "vocab", "deepseek", "stern", "ship")
+STAGES = ("answers", "grow", "heldout", "cache", "trim", "vocab", "deepseek", "stern", "ship")
 
 
 def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, steps: int | None = None, device="cpu",
@@ -325,6 +394,9 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     if "answers" in stages:
         with work.timed("answers"):
             stage_import(target, work, DATA_DIR / "chat" / rm.name if data is None else data, limit=answers, log=log)
+    if "grow" in stages:
+        with work.timed("answers"):
+            stage_grow(target, work, DATA_DIR / "chat" / rm.name if data is None else data, log=log)
     if "heldout" in stages:
         with work.timed("heldout"):
             stage_heldout(target, work, log=log)
@@ -371,7 +443,7 @@ def agreement(target, work: Work, vocab: torch.Tensor, settings: dict) -> dict:
     well the training prompts match what people type."""
     where = sub_vocab_index(vocab.to(target.wte.weight.device), target.config.vocab_size).to(target.wte.weight.device)
     kw = {"unroll": settings.get("unroll", 3)}
-    val = held_back(len(_answers(work)), val_rows=settings.get("val_rows", VAL_ROWS), seed=settings.get("seed", 0))[0]
+    val = split(work, val_rows=settings.get("val_rows", VAL_ROWS), seed=settings.get("seed", 0))[0]
     back = evaluate_heads(target, TrunkCache.load(work), val, where, vocab, **kw)
     rows, held = heldout_cache(work)
     out = evaluate_heads(target, held, list(range(len(rows))), where, vocab, **kw)

@@ -181,11 +181,25 @@ def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
     return out
 
 
-def held_back(n: int, *, val_rows: int, seed: int = 0) -> tuple[list[int], list[int]]:
+def held_back(n: int, *, val_rows: int, seed: int = 0, drawn: int | None = None) -> tuple[list[int], list[int]]:
     """The cached rows (one prompt each) held back for validation and those trained on: a seeded split by prompt,
-    the same for the training, the draft vocabulary's count and the record."""
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    return order[:val_rows], order[val_rows:] or order
+    the same for the training, the draft vocabulary's count and the record. With `drawn` (a grown work folder,
+    `distill.stage_grow`), the split is drawn from the first `drawn` rows, the ones trained on before it grew, and
+    every later row trains: a row once trained on is never validated on."""
+    m = n if drawn is None else drawn
+    order = torch.randperm(m, generator=torch.Generator().manual_seed(seed)).tolist()
+    return order[:val_rows], (order[val_rows:] or order) + list(range(m, n))
+
+
+def grown_settings(saved: dict, now: dict) -> dict:
+    """A --resume's saved settings as a grown work folder continues them: when the new rows came after the ones the
+    run started on (`split_rows`, the rows its held-back split was drawn from, is what it trained on before), the
+    count of sequences may grow; anything else is left for `runs.check_settings` to refuse."""
+    drawn = now.get("split_rows")
+    before = saved.get("split_rows", saved.get("sequences"))
+    if drawn is None or drawn != before or not now.get("sequences", 0) >= saved.get("sequences", 0):
+        return saved
+    return {**saved, "sequences": now["sequences"], "split_rows": drawn}
 
 
 TRAINED = "self-distilled on the model's own greedy answers (mtplab distill)"  # what a distilled heads file says
@@ -194,7 +208,8 @@ TRAINED = "self-distilled on the model's own greedy answers (mtplab distill)"  #
 def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, steps: int,
               batch_size: int = 8, lr: float = 1e-3, unroll: int = 3, seed: int = 0, val_rows: int = 24,
               weights=(1.0, 0.6, 0.4, 0.3), out=None, resume: bool = False, overwrite: bool = False,
-              settings: dict | None = None, log=None, max_seconds: float | None = None) -> list[dict]:
+              settings: dict | None = None, log=None, max_seconds: float | None = None,
+              drawn: int | None = None) -> list[dict]:
     """Train a fresh head family on the cache with the lab's one loop (`mtplab.training.fit.run`: AdamW, warm-up
     then cosine), bf16 autocast where native, against the cached-trunk losses (`training.losses.head_losses`).
     With `out`, the run is one save set of `mtplab.training.runs` named after the family (OUT/FAMILY.safetensors:
@@ -206,7 +221,7 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
     dev = target.wte.weight.device
     vocab = vocab.to(dev)
     where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
-    val, train = held_back(len(cache.rows), val_rows=val_rows, seed=seed)
+    val, train = held_back(len(cache.rows), val_rows=val_rows, seed=seed, drawn=drawn)
 
     def step_fn(step: int) -> float:
         with autocast_context(dev, "auto"):
@@ -236,6 +251,8 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
                           f"and {heads}.state.*: delete {old} and rerun the {heads} stage")
     runs.check_out(out, heads, resume=resume, overwrite=overwrite)
     manifest = runs.read_manifest(out, heads) if resume and runs.paths(out, heads)["manifest"].exists() else None
+    if manifest:
+        manifest["settings"] = grown_settings(manifest["settings"], settings)
     with runs.lock(out, heads), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(out, heads)

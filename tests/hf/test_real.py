@@ -209,6 +209,56 @@ def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
     assert uncached <= set(distill._ranked(work))  # the draft vocabulary still counts the answers never cached
 
 
+def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained_one(tiny, tmp_path, monkeypatch):
+    """`--stages grow`: heads trained on a spread subset continue (--resume) on the data's other answers. The trimmed
+    shards come back and the new answers follow, numbered after the rows trained on; the held-back prompts stay
+    those drawn from them, every new row trains; a folder whose first rows moved since is refused."""
+    from mtplab.hf import distill, run
+    t, rows = tiny
+    monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
+                                                      "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
+    monkeypatch.setattr(distill, "VAL_ROWS", 2)
+    data = tmp_path / "data"
+    (data / "answers").mkdir(parents=True)
+    got = [{"category": "code", "source": "magpie", "prompt": f"q{i}", "prompt_len": len(real.template_ids(
+        t.tokenizer, f"q{i}")), "answer_ids": rows[i]["answer_ids"]} for i in range(16)]
+    (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    work = distill.Work(tmp_path / "work").limits(t)
+    distill.stage_import(t, work, data, limit=8, per_shard=4)
+    ticks = itertools.chain([0.0, 0.0], itertools.repeat(10.0))
+    monkeypatch.setattr(distill, "now", lambda: next(ticks))
+    distill.stage_cache(t, work, max_seconds=5.0)
+    distill.keep_cached(work)
+    before = distill._answers(work)
+    val_before = [before[i]["prompt_ids"] for i in distill.split(work, before, val_rows=2)[0]]
+    (work.dir / "vocab-study.json").write_text(json.dumps({"chosen": 64}))
+    recipe = {"heads": {"stern": {**distill.RECIPE["heads"]["stern"], "val_rows": 2}}}
+    distill.stage_heads(t, work, "stern", recipe, steps=1)
+
+    assert distill.stage_grow(t, work, data, per_shard=4) == 16 - 4
+    assert [p.stem for p in work.shards("answers")] == ["00000", "00002", "00003", "00004"]  # 00001: trimmed, back
+    grown = distill._answers(work)
+    assert grown[:4] == before and len(grown) == 16
+    assert len({tuple(r["prompt_ids"]) for r in grown}) == 16  # each data row once
+    val, train = distill.split(work, grown, val_rows=2)
+    assert [grown[i]["prompt_ids"] for i in val] == val_before and set(range(4, 16)) <= set(train)
+    assert not set(val) & set(train)
+    assert distill.stage_grow(t, work, data, per_shard=4) == 0  # grown already: nothing added, the split kept
+    distill.stage_cache(t, work)  # the clock has run out for the monkeypatched `now`: caches nothing ...
+    monkeypatch.setattr(distill, "now", lambda: 0.0)
+    distill.stage_cache(t, work)  # ... and with time, every shard
+    hist = distill.stage_heads(t, work, "stern", recipe, steps=2, resume=True)
+    assert hist[-1]["step"] == 2
+    saved = runs.read_manifest(work.dir, "stern")["settings"]
+    assert saved["sequences"] == 16 and saved["split_rows"] == 4
+    assert run.grown_settings({"sequences": 4}, {"sequences": 3, "split_rows": 4}) == {"sequences": 4}  # shrunk
+
+    first = work.shards("answers")[0]
+    first.rename(work.dir / "answers" / "00099.json")  # the rows trained on are no longer first
+    with pytest.raises(MtplabError, match=r"split.json does not fit the answers .*put them back, or start a new"):
+        distill.split(work)
+
+
 def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch):
     """`distill --work W --data D --stages answers,cache,deepseek,stern`, then `--stages ship`: the answers come from
     a chatdata folder (the one way in); a tiny chat Llama stands in for the real model, a folder under tmp_path for
