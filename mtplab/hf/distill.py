@@ -29,7 +29,6 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -45,18 +44,15 @@ from mtplab.hf.heads_file import load_heads, save_heads
 from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
 from mtplab.hf.prompts import heldout_prompts
 from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
-from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads, held_back
-from mtplab.hf.trunkcache import TOPK, TrunkCache, Work, write_cache
-from mtplab.measuring.race import LoadMeter, busy_reason
-from mtplab.model import kernels
+from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads
+from mtplab.hf.trunkcache import (VAL_ROWS, TrunkCache, Work, check_cached, drawn_rows, fingerprint, heldout_cache,
+                                  split, write_cache)
+from mtplab.hf.vocab import COVERAGE_GOAL, VOCAB_SIZES, chosen_vocab, load_vocab, stage_vocab
 from mtplab.paths import DATA_DIR, may_write_shipped, shipped_folder
 from mtplab.training import runs
 from mtplab.training.config import default_name, need_int
 from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
-VAL_ROWS = 128             # prompts held back for validation (`run.held_back`), never counted or trained on
-VOCAB_SIZES = (4096, 8192, 12288, 16384, 24576, 32768)   # the draft vocabulary's sizes the vocab stage measures
-COVERAGE_GOAL = 0.98       # share of held-out answer tokens the chosen draft vocabulary must hold
 
 
 def stage_import(target, work: Work, data, *, limit: int | None = None, per_shard: int = 64, log=None) -> int:
@@ -98,10 +94,6 @@ def _write_shards(work: Work, rows: list[dict], first: int, per_shard: int) -> N
                           json.dumps(rows[b:b + per_shard]) + "\n")
 
 
-def _fingerprint(rows: list[dict]) -> str:
-    return hashlib.sha256(json.dumps([r["prompt_ids"] for r in rows]).encode()).hexdigest()
-
-
 def stage_grow(target, work: Work, data, *, per_shard: int = 64, log=None) -> int:
     """The `grow` stage: a work folder whose heads trained on part of the data takes the rest, so that a --resume
     trains on more prompts. The shards a trim moved out come back, and the data's answers not yet here are imported
@@ -109,18 +101,18 @@ def stage_grow(target, work: Work, data, *, per_shard: int = 64, log=None) -> in
     trained on so far stay first. split.json records their count and fingerprint: the held-back prompts stay the
     ones drawn from them (`split`), every new row trains. Then cache (resumable, --max-seconds), trim and --resume.
     Returns the rows added."""
-    have = _answers(work)
+    have = work.answers()
     if not have:
         raise MtplabError(f"{work.dir / 'answers'} holds no answers to grow; run the answers stage first")
     if not os.path.lexists(work.dir / "split.json"):
-        work.write_json("split.json", {"rows": len(have), "fingerprint": _fingerprint(have)})
+        work.write_json("split.json", {"rows": len(have), "fingerprint": fingerprint(have)})
     split(work, have)  # a split.json that no longer fits is refused before anything moves
     parked = wf.shards(work.dir / "answers-uncached", suffix=".json")
     last = max(int(p.stem) for p in work.shards("answers") + parked)
     back = sum(len(work.read_answers(p)) for p in parked)
     for i, p in enumerate(parked, start=last + 1):
         os.replace(p, work.dir / "answers" / f"{i:05d}.json")
-    seen = {tuple(r["prompt_ids"]) for r in _answers(work)}
+    seen = {tuple(r["prompt_ids"]) for r in work.answers()}
     new = []
     for r in (r for d in wf.data_shards(data, "answers", vocab_size=target.config.vocab_size) for r in d["rows"]):
         ids = template_ids(target.tokenizer, r["prompt"])
@@ -132,27 +124,6 @@ def stage_grow(target, work: Work, data, *, per_shard: int = 64, log=None) -> in
         log(f"grow: {len(parked)} trimmed shards back, {len(new)} answers imported from {data}; the held-back "
             f"prompts stay those drawn from the first {len(have)}")
     return back + len(new)
-
-
-def split(work: Work, rows: list[dict] | None = None, *, val_rows: int = VAL_ROWS, seed: int = 0):
-    """(held back, trained): `run.held_back` over this work folder's rows, drawn from the rows before it grew when
-    it did (split.json, checked against their fingerprint)."""
-    rows = _answers(work) if rows is None else rows
-    return held_back(len(rows), val_rows=val_rows, seed=seed, drawn=drawn_rows(work, rows))
-
-
-def drawn_rows(work: Work, rows: list[dict]) -> int | None:
-    """The rows the held-back split is drawn from: all (None) unless the folder grew (split.json)."""
-    path = work.dir / "split.json"
-    if not os.path.lexists(path):
-        return None
-    s = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the held-back split", fix="restore it from a backup")
-    n = s.get("rows") if isinstance(s, dict) else None
-    if not isinstance(n, int) or isinstance(n, bool) or not VAL_ROWS < n <= len(rows) \
-            or _fingerprint(rows[:n]) != s.get("fingerprint"):
-        raise MtplabError(f"{path} does not fit the answers in {work.dir / 'answers'} (the first rows were moved or "
-                          "changed since the folder grew); put them back, or start a new work folder")
-    return n
 
 
 @torch.inference_mode()
@@ -195,48 +166,6 @@ def keep_cached(work: Work, *, log=None) -> int:
     return len(moved)
 
 
-def check_cached(work: Work) -> None:
-    """Every answer shard has its cache shard, else one line naming both ways on."""
-    have, want = {p.stem for p in work.shards("cache")}, {p.stem for p in work.shards("answers")}
-    if want - have:
-        raise MtplabError(f"{work.dir / 'cache'} holds {len(have & want)} of {len(want)} answer shards: run the cache "
-                          "stage to the end, or the trim stage to train on the shards cached")
-
-
-def _answers(work: Work) -> list[dict]:
-    return [r for s in work.shards("answers") for r in work.read_answers(s)]
-
-
-def _counts(rows) -> Counter:
-    return Counter(t for r in rows for t in r["answer_ids"])
-
-
-def _ranked(work: Work, val_rows: int = VAL_ROWS) -> list[int]:
-    """Token ids by their count in the training answers (the held-back prompts' answers are not counted) and in the
-    answers a cut cache did not reach (`trim`: never trained on, but the model's own text all the same), ties by id."""
-    rows = _answers(work)
-    counts = _counts(rows[i] for i in split(work, rows, val_rows=val_rows)[1])
-    counts.update(_counts(r for p in wf.shards(work.dir / "answers-uncached", suffix=".json")
-                          for r in work.read_answers(p)))
-    return sorted(counts, key=lambda t: (-counts[t], t))
-
-
-def draft_vocabulary(work: Work, n: int) -> torch.Tensor:
-    """The n token ids most frequent in the model's own training answers (ties by id), sorted by id."""
-    return torch.tensor(sorted(_ranked(work)[:n]), dtype=torch.long)
-
-
-def coverage(counts: Counter, keep) -> float:
-    """The share of the counted tokens that lie inside `keep`."""
-    keep = set(keep)
-    return sum(c for t, c in counts.items() if t in keep) / max(1, sum(counts.values()))
-
-
-def vocab_coverage(work: Work, vocab: torch.Tensor) -> float:
-    """The share of the held-back prompts' answer tokens that lie inside the draft vocabulary."""
-    rows = _answers(work)
-    return coverage(_counts(rows[i] for i in split(work, rows)[0]), vocab.tolist())
-
 
 # ------------------------------------------------------------------------------------------- held-out prompts
 def stage_heldout(target, work: Work, *, max_new: int | None = None, log=None) -> list[dict]:
@@ -260,89 +189,6 @@ def stage_heldout(target, work: Work, *, max_new: int | None = None, log=None) -
     return rows
 
 
-def heldout_cache(work: Work) -> tuple[list[dict], "TrunkCache"]:
-    """The held-out prompts' answers and their trunk cache (the heldout stage's files)."""
-    path, cpath = work.dir / "heldout.json", work.dir / "heldout.safetensors"
-    if not (os.path.lexists(path) and os.path.lexists(cpath)):
-        raise MtplabError(f"{work.dir} holds no held-out answers and cache; run the heldout stage first "
-                          "(--stages heldout)")
-    rows = work.read_answers(path)
-    cache = TrunkCache([wf.read_cache_shard(cpath, vocab_size=work.V, hidden=work.C, topk=TOPK, context=work.ctx)])
-    if len(cache.rows) != len(rows):
-        raise MtplabError(f"{work.dir} holds {len(rows)} held-out answers and {len(cache.rows)} cached rows: "
-                          f"{cpath.name} is stale; delete it and rerun the heldout stage")
-    return rows, cache
-
-
-# ------------------------------------------------------------------------------------------- the draft vocabulary
-def projection_ms(target, n: int, *, repeats: int = 25) -> float:
-    """Median milliseconds of one row's projection onto n rows of the output matrix, on the kernel decoding uses."""
-    W = target.lm_head.weight.detach()[:n].contiguous()
-    x = torch.randn(1, W.shape[1])
-    times = []
-    for i in range(repeats + 3):
-        t0 = now()
-        kernels.linear(x, W)
-        if i >= 3:
-            times.append(now() - t0)
-    return 1e3 * sorted(times)[len(times) // 2]
-
-
-def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE_GOAL, log=None) -> dict:
-    """The draft vocabulary's size, chosen by measurement: at each size, the share of the held-back prompts' and of
-    the held-out prompts' answer tokens inside it, and the projection's cost for one row on this machine (run it
-    alone). Sizes are capped at the distinct tokens counted. The smallest size whose held-out coverage reaches `goal`
-    is chosen (else the largest, every token counted): vocab-study.json and vocab-N.json."""
-    check_cached(work)
-    V = target.config.vocab_size
-    ranked, rows = _ranked(work), _answers(work)
-    back = _counts(rows[i] for i in split(work, rows)[0])
-    out = _counts(heldout_cache(work)[0])
-    meter = LoadMeter().start()  # the busy-machine guard over the timings
-    study = {"goal": goal, "rule": "the smallest size whose coverage of held-out answer tokens reaches the goal, "
-                                   "else every token counted",
-             "machine": machine("cpu"), "full_projection_ms": projection_ms(target, V), "sizes": []}
-    for n in sorted({min(n, V, len(ranked)) for n in sizes}):
-        keep = ranked[:n]
-        study["sizes"].append({"size": n, "distinct_in_training": min(n, len(ranked)),
-                               "coverage_held_back": coverage(back, keep), "coverage_held_out": coverage(out, keep),
-                               "projection_ms": projection_ms(target, n)})
-        if log:
-            log("vocab {size}: held-back {coverage_held_back:.4f}, held-out {coverage_held_out:.4f}, "
-                "{projection_ms:.2f} ms".format(**study["sizes"][-1]))
-    study["busy"] = busy_reason(meter.stop(), None)  # None: the projection times hold for this machine
-    if study["busy"] and log:
-        log(f"vocab: the projection times are not valid: {study['busy']}")
-    good = [r["size"] for r in study["sizes"] if r["coverage_held_out"] >= goal]
-    study["chosen"] = good[0] if good else study["sizes"][-1]["size"]
-    load_vocab(work, study["chosen"], again=True)
-    work.write_json("vocab-study.json", study)
-    return study
-
-
-def chosen_vocab(work: Work) -> int:
-    """The draft vocabulary's size the vocab stage chose."""
-    path = work.dir / "vocab-study.json"
-    if not os.path.lexists(path):
-        raise MtplabError(f"{work.dir} has no draft vocabulary chosen yet; run the vocab stage first (--stages vocab)")
-    n = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the draft vocabulary study", fix=wf.rerun("vocab"))
-    n = n.get("chosen") if isinstance(n, dict) else None
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= work.V:
-        raise MtplabError(f"{path} names no draft vocabulary size in 1..{work.V}; {wf.rerun('vocab')}")
-    return n
-
-
-# ------------------------------------------------------------------------------------------- training on the cache
-def load_vocab(work: Work, n: int, *, again: bool = False) -> torch.Tensor:
-    """The draft vocabulary of size n, computed once from the answers (`again`: anew) and kept in the work folder."""
-    name = f"vocab-{n}.json"
-    if os.path.lexists(work.dir / name) and not again:
-        return torch.tensor(wf.read_vocab(work.dir / name, vocab_size=work.V), dtype=torch.long)
-    ids = draft_vocabulary(work, n)
-    work.write_json(name, {"n": len(ids), "ids": ids.tolist(), "coverage": vocab_coverage(work, ids)})
-    return ids
-
-
 def stage_heads(target, work: Work, fam: str, recipe: dict, *, steps: int | None = None, log=None,
                 **fit) -> list[dict]:
     """One family's heads on the cache, with the recipe's options (`steps` overrides its count); the history."""
@@ -353,7 +199,7 @@ def stage_heads(target, work: Work, fam: str, recipe: dict, *, steps: int | None
     vocab = load_vocab(work, n)
     if log:
         log(f"{fam}: {len(cache.rows)} sequences, {cache.tokens} answer tokens, draft vocabulary {len(vocab)}")
-    drawn = drawn_rows(work, _answers(work))
+    drawn = drawn_rows(work, work.answers())
     settings = {"heads": fam, "vocab": n, "sequences": len(cache.rows), **opts,
                 **({"split_rows": drawn} if drawn else {})}
     with work.timed(fam):
@@ -480,7 +326,7 @@ def ship(target, work: Work, rm, *, log=None, data=None) -> None:
               if (data / "answers").is_dir() else {},
               "cpu_and_wall_seconds_by_stage": wf.read_times(work.dir / "times.json")
               if os.path.lexists(work.dir / "times.json") else {}}
-    answers = _answers(work)
+    answers = work.answers()
     record["data"] = {"prompts": len(answers), "answer_tokens": sum(len(r["answer_ids"]) for r in answers),
                       "by_category": dict(sorted(Counter(r["category"] for r in answers).items())),
                       "of_generated": {"prompts": sum(len(d["rows"]) for d in wf.data_shards(data, "answers")),

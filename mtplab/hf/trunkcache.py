@@ -1,10 +1,12 @@
-"""The distillation's trunk cache: its work folder (`Work`), one trunk forward per answered prompt (`cache_tensors`)
-and every cached sequence in memory for training (`TrunkCache`). `mtplab.hf.distill` runs the stages on them.
+"""The distillation's trunk cache: its work folder (`Work`) with its answers and their held-back split (`split`), one
+trunk forward per answered prompt (`cache_tensors`) and every cached sequence in memory for training (`TrunkCache`).
+`mtplab.hf.distill` runs the stages on them.
 
 B batch, T time, C channels (hidden size).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -15,8 +17,10 @@ from mtplab.device import now
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write, atomic_write_text
 from mtplab.hf import workfiles as wf
+from mtplab.hf.run import held_back
 
 TOPK = 8  # target probabilities kept per position in the cache
+VAL_ROWS = 128             # prompts held back for validation (`run.held_back`), never counted or trained on
 
 
 class Work:
@@ -55,6 +59,42 @@ class Work:
 
     def shards(self, sub: str) -> list[Path]:
         return wf.shards(self.dir / sub, suffix=".json" if sub == "answers" else ".safetensors")
+
+    def answers(self) -> list[dict]:
+        """Every answered prompt of answers/, in shard order."""
+        return [r for s in self.shards("answers") for r in self.read_answers(s)]
+
+def check_cached(work: Work) -> None:
+    """Every answer shard has its cache shard, else one line naming both ways on."""
+    have, want = {p.stem for p in work.shards("cache")}, {p.stem for p in work.shards("answers")}
+    if want - have:
+        raise MtplabError(f"{work.dir / 'cache'} holds {len(have & want)} of {len(want)} answer shards: run the cache "
+                          "stage to the end, or the trim stage to train on the shards cached")
+
+
+def fingerprint(rows: list[dict]) -> str:
+    return hashlib.sha256(json.dumps([r["prompt_ids"] for r in rows]).encode()).hexdigest()
+
+
+def split(work: Work, rows: list[dict] | None = None, *, val_rows: int = VAL_ROWS, seed: int = 0):
+    """(held back, trained): `run.held_back` over this work folder's rows, drawn from the rows before it grew when
+    it did (split.json, checked against their fingerprint)."""
+    rows = work.answers() if rows is None else rows
+    return held_back(len(rows), val_rows=val_rows, seed=seed, drawn=drawn_rows(work, rows))
+
+
+def drawn_rows(work: Work, rows: list[dict]) -> int | None:
+    """The rows the held-back split is drawn from: all (None) unless the folder grew (split.json)."""
+    path = work.dir / "split.json"
+    if not os.path.lexists(path):
+        return None
+    s = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the held-back split", fix="restore it from a backup")
+    n = s.get("rows") if isinstance(s, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= len(rows) \
+            or fingerprint(rows[:n]) != s.get("fingerprint"):
+        raise MtplabError(f"{path} does not fit the answers in {work.dir / 'answers'} (the first rows were moved or "
+                          "changed since the folder grew); put them back, or start a new work folder")
+    return n
 
 
 @torch.inference_mode()
@@ -124,3 +164,17 @@ class TrunkCache:
             out["top_p"][b, :n] = r["top_p"]
             out["answer"][b, r["prompt_len"]:n] = True  # positions whose token is part of the answer
         return {k: v.to(device) for k, v in out.items()}
+
+
+def heldout_cache(work: Work) -> tuple[list[dict], "TrunkCache"]:
+    """The held-out prompts' answers and their trunk cache (the heldout stage's files)."""
+    path, cpath = work.dir / "heldout.json", work.dir / "heldout.safetensors"
+    if not (os.path.lexists(path) and os.path.lexists(cpath)):
+        raise MtplabError(f"{work.dir} holds no held-out answers and cache; run the heldout stage first "
+                          "(--stages heldout)")
+    rows = work.read_answers(path)
+    cache = TrunkCache([wf.read_cache_shard(cpath, vocab_size=work.V, hidden=work.C, topk=TOPK, context=work.ctx)])
+    if len(cache.rows) != len(rows):
+        raise MtplabError(f"{work.dir} holds {len(rows)} held-out answers and {len(cache.rows)} cached rows: "
+                          f"{cpath.name} is stale; delete it and rerun the heldout stage")
+    return rows, cache

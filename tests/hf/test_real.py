@@ -20,6 +20,8 @@ from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
 from mtplab.hf.distill import TrunkCache, heldout_prompts  # noqa: E402
+from mtplab.hf import trunkcache  # noqa: E402
+from mtplab.hf import vocab as draft_vocab  # noqa: E402
 from mtplab.hf.trunkcache import cache_tensors  # noqa: E402
 from scripts.make_chat_data import template_prompts  # noqa: E402
 from mtplab.hf.run import fit_heads  # noqa: E402
@@ -204,9 +206,9 @@ def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
         distill.stage_heads(t, work, "stern", distill.RECIPE, steps=1)
     assert distill.keep_cached(work) == 1
     assert [p.stem for p in work.shards("answers")] == ["00000"] and (work.dir / "answers-uncached" / "00001.json").exists()
-    distill.check_cached(work)  # whole again
+    trunkcache.check_cached(work)  # whole again
     uncached = {t for r in work.read_answers(work.dir / "answers-uncached" / "00001.json") for t in r["answer_ids"]}
-    assert uncached <= set(distill._ranked(work))  # the draft vocabulary still counts the answers never cached
+    assert uncached <= set(draft_vocab.by_count(work))  # the draft vocabulary still counts the answers never cached
 
 
 def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained_one(tiny, tmp_path, monkeypatch):
@@ -217,7 +219,6 @@ def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained
     t, rows = tiny
     monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
                                                       "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
-    monkeypatch.setattr(distill, "VAL_ROWS", 2)
     data = tmp_path / "data"
     (data / "answers").mkdir(parents=True)
     got = [{"category": "code", "source": "magpie", "prompt": f"q{i}", "prompt_len": len(real.template_ids(
@@ -229,18 +230,18 @@ def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained
     monkeypatch.setattr(distill, "now", lambda: next(ticks))
     distill.stage_cache(t, work, max_seconds=5.0)
     distill.keep_cached(work)
-    before = distill._answers(work)
-    val_before = [before[i]["prompt_ids"] for i in distill.split(work, before, val_rows=2)[0]]
+    before = work.answers()
+    val_before = [before[i]["prompt_ids"] for i in trunkcache.split(work, before, val_rows=2)[0]]
     (work.dir / "vocab-study.json").write_text(json.dumps({"chosen": 64}))
     recipe = {"heads": {"stern": {**distill.RECIPE["heads"]["stern"], "val_rows": 2}}}
     distill.stage_heads(t, work, "stern", recipe, steps=1)
 
     assert distill.stage_grow(t, work, data, per_shard=4) == 16 - 4
     assert [p.stem for p in work.shards("answers")] == ["00000", "00002", "00003", "00004"]  # 00001: trimmed, back
-    grown = distill._answers(work)
+    grown = work.answers()
     assert grown[:4] == before and len(grown) == 16
     assert len({tuple(r["prompt_ids"]) for r in grown}) == 16  # each data row once
-    val, train = distill.split(work, grown, val_rows=2)
+    val, train = trunkcache.split(work, grown, val_rows=2)
     assert [grown[i]["prompt_ids"] for i in val] == val_before and set(range(4, 16)) <= set(train)
     assert not set(val) & set(train)
     assert distill.stage_grow(t, work, data, per_shard=4) == 0  # grown already: nothing added, the split kept
@@ -256,7 +257,7 @@ def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained
     first = work.shards("answers")[0]
     first.rename(work.dir / "answers" / "00099.json")  # the rows trained on are no longer first
     with pytest.raises(MtplabError, match=r"split.json does not fit the answers .*put them back, or start a new"):
-        distill.split(work)
+        trunkcache.split(work)
 
 
 def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch):
@@ -288,7 +289,7 @@ def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch
     held = json.loads((tmp_path / "w" / "heldout.json").read_text())
     assert [r["category"] for r in held] == ["code", "code", "qa"] and all(len(r["answer_ids"]) <= 12 for r in held)
     study = json.loads((tmp_path / "w" / "vocab-study.json").read_text())
-    distinct = len(distill._ranked(distill.Work(tmp_path / "w")))  # every size clamps to the tokens counted
+    distinct = len(draft_vocab.by_count(distill.Work(tmp_path / "w")))  # every size clamps to the tokens counted
     assert study["chosen"] == study["sizes"][-1]["size"] == distinct <= t.config.vocab_size
     assert all(0 <= r["coverage_held_out"] <= 1 and r["projection_ms"] > 0 for r in study["sizes"])
     assert "busy" in study  # the guard's verdict rides with the projection times

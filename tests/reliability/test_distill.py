@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mtplab.hf import distill, real
+from mtplab.hf import distill, real, trunkcache, vocab
 from mtplab.hf import workfiles as wf
 from scripts.make_chat_data import read_data_prompts
 from tests.reliability.realcases import (chat_tokenizer, devzero, fifo, one_line_error, shipped_copy, snapshot,
@@ -31,8 +31,8 @@ def _cache(rows, **change):
     T = max(len(r["prompt_ids"]) + len(r["answer_ids"]) for r in rows)
     B = len(rows)
     t = {"tokens": torch.zeros(B, T, dtype=torch.long), "hidden": torch.randn(B, T, C).to(torch.bfloat16),
-         "top_i": torch.randint(0, V, (B, T, distill.TOPK), dtype=torch.int32),
-         "top_p": torch.full((B, T, distill.TOPK), 0.1, dtype=torch.float16),
+         "top_i": torch.randint(0, V, (B, T, trunkcache.TOPK), dtype=torch.int32),
+         "top_p": torch.full((B, T, trunkcache.TOPK), 0.1, dtype=torch.float16),
          "length": torch.full((B,), T, dtype=torch.long), "prompt_len": torch.full((B,), 6, dtype=torch.long)}
     t.update(change)
     return {k: v for k, v in t.items() if v is not None}
@@ -87,9 +87,9 @@ def _no_cache(edit):
 PROMPTS = lambda w: read_data_prompts(w.dir / "prompts.json")  # noqa: E731
 CACHE_STAGE = lambda w: distill.stage_cache(FAKE, w)  # noqa: E731
 TRAIN_READ = lambda w: distill.TrunkCache.load(w)  # noqa: E731
-VOCAB = lambda w: distill.load_vocab(w, 8192)  # noqa: E731
-CHOSEN = lambda w: distill.chosen_vocab(w)  # noqa: E731
-HELDOUT = lambda w: distill.heldout_cache(w)  # noqa: E731
+VOCAB = lambda w: vocab.load_vocab(w, 8192)  # noqa: E731
+CHOSEN = lambda w: vocab.chosen_vocab(w)  # noqa: E731
+HELDOUT = lambda w: trunkcache.heldout_cache(w)  # noqa: E731
 
 
 def _timed(w):
@@ -123,11 +123,11 @@ CASES = {  # review case: (edit of the work folder, the stage that reads it, wha
     "d-cache-nokey": (_cache_with(length=None), TRAIN_READ, "'length' is missing or extra"),
     "d-cache-nan": (_cache_with(hidden=torch.full((4, 15, C), float("nan")).to(torch.bfloat16)), TRAIN_READ,
                     "NaN or infinite"),
-    "d-cache-oob": (_cache_with(top_i=torch.full((4, 15, distill.TOPK), 10 ** 6, dtype=torch.int32)), TRAIN_READ,
+    "d-cache-oob": (_cache_with(top_i=torch.full((4, 15, trunkcache.TOPK), 10 ** 6, dtype=torch.int32)), TRAIN_READ,
                     "top_i holds ids outside 0..49151"),
     "d-cache-shape": (_cache_with(hidden=torch.zeros(4, 15, 10).to(torch.bfloat16)), TRAIN_READ,
                       "hidden has shape [4, 15, 10], want [4, 15, 16]"),
-    "d-cache-dtype": (_cache_with(top_i=torch.zeros(4, 15, distill.TOPK)), TRAIN_READ, "top_i is F32"),
+    "d-cache-dtype": (_cache_with(top_i=torch.zeros(4, 15, trunkcache.TOPK)), TRAIN_READ, "top_i is F32"),
     "d-cache-length": (_cache_with(length=torch.full((4,), 99, dtype=torch.long)), TRAIN_READ, "length"),
     "d-cache-fifo": (_set("cache/00000.safetensors", fifo), TRAIN_READ, "not a regular file"),
     "d-cache-sparse": (_set("cache/00000.safetensors", lambda p: sparse(p, 1 << 36)), TRAIN_READ, "more than"),
@@ -162,14 +162,14 @@ def test_a_stray_json_among_the_answers_is_not_a_shard(work):
     (work.dir / "answers" / "notes.json").write_text(json.dumps({"hello": 1}))
     (work.dir / "answers" / ".00002.json.tmp").write_text("partial")
     assert [p.name for p in work.shards("answers")] == ["00000.json", "00001.json"]
-    assert len(distill.draft_vocabulary(work, 8)) == 8
+    assert len(vocab.draft_vocabulary(work, 8)) == 8
 
 
 def test_the_answers_come_from_a_data_folder_only(tmp_path):
     """The old generation stages are gone: --stages prompts is refused in one line, and the answers stage of a data
     folder without answers names scripts/make_chat_data.py, the one generation loop."""
     one_line_error(lambda: distill.run_distill("smollm2", tmp_path / "w", stages=["prompts", "answers"]),
-                   "an unknown stage 'prompts'; choose among answers, heldout, cache, trim, vocab, deepseek, stern, ship",
+                   "an unknown stage 'prompts'; choose among answers, grow, heldout, cache, trim, vocab, deepseek, stern, ship",
                    seconds=10)
     assert not (tmp_path / "w").exists()
     t = types.SimpleNamespace(tokenizer=chat_tokenizer(), config=FAKE.config)

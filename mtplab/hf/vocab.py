@@ -1,0 +1,118 @@
+"""The draft vocabulary of a real model's heads, chosen by measurement (the distillation's `vocab` stage): the N
+tokens most frequent in the model's own training answers, N the smallest size tried that holds the goal's share of
+the held-out answers' tokens, with the projection's cost at each size.
+
+N the draft vocabulary's size, V the model's.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+import torch
+from mtplab.device import machine, now
+from mtplab.errors import MtplabError
+from mtplab.hf import workfiles as wf
+from mtplab.hf.trunkcache import VAL_ROWS, Work, check_cached, heldout_cache, split
+from mtplab.measuring.race import LoadMeter, busy_reason
+from mtplab.model import kernels
+
+VOCAB_SIZES = (4096, 8192, 12288, 16384, 24576, 32768)   # the draft vocabulary's sizes the vocab stage measures
+COVERAGE_GOAL = 0.98       # share of held-out answer tokens the chosen draft vocabulary must hold
+
+
+def token_counts(rows) -> Counter:
+    return Counter(t for r in rows for t in r["answer_ids"])
+
+
+def by_count(work: Work, val_rows: int = VAL_ROWS) -> list[int]:
+    """Token ids by their count in the training answers (the held-back prompts' answers are not counted) and in the
+    answers a cut cache did not reach (`trim`: never trained on, but the model's own text all the same), ties by id."""
+    rows = work.answers()
+    counts = token_counts(rows[i] for i in split(work, rows, val_rows=val_rows)[1])
+    counts.update(token_counts(r for p in wf.shards(work.dir / "answers-uncached", suffix=".json")
+                          for r in work.read_answers(p)))
+    return sorted(counts, key=lambda t: (-counts[t], t))
+
+
+def draft_vocabulary(work: Work, n: int) -> torch.Tensor:
+    """The n token ids most frequent in the model's own training answers (ties by id), sorted by id."""
+    return torch.tensor(sorted(by_count(work)[:n]), dtype=torch.long)
+
+
+def coverage(counts: Counter, keep) -> float:
+    """The share of the counted tokens that lie inside `keep`."""
+    keep = set(keep)
+    return sum(c for t, c in counts.items() if t in keep) / max(1, sum(counts.values()))
+
+
+def vocab_coverage(work: Work, vocab: torch.Tensor) -> float:
+    """The share of the held-back prompts' answer tokens that lie inside the draft vocabulary."""
+    rows = work.answers()
+    return coverage(token_counts(rows[i] for i in split(work, rows)[0]), vocab.tolist())
+
+
+def projection_ms(target, n: int, *, repeats: int = 25) -> float:
+    """Median milliseconds of one row's projection onto n rows of the output matrix, on the kernel decoding uses."""
+    W = target.lm_head.weight.detach()[:n].contiguous()
+    x = torch.randn(1, W.shape[1])
+    times = []
+    for i in range(repeats + 3):
+        t0 = now()
+        kernels.linear(x, W)
+        if i >= 3:
+            times.append(now() - t0)
+    return 1e3 * sorted(times)[len(times) // 2]
+
+
+def stage_vocab(target, work: Work, *, sizes=VOCAB_SIZES, goal: float = COVERAGE_GOAL, log=None) -> dict:
+    """The draft vocabulary's size, chosen by measurement: at each size, the share of the held-back prompts' and of
+    the held-out prompts' answer tokens inside it, and the projection's cost for one row on this machine (run it
+    alone). Sizes are capped at the distinct tokens counted. The smallest size whose held-out coverage reaches `goal`
+    is chosen (else the largest, every token counted): vocab-study.json and vocab-N.json."""
+    check_cached(work)
+    V = target.config.vocab_size
+    ranked, rows = by_count(work), work.answers()
+    back = token_counts(rows[i] for i in split(work, rows)[0])
+    out = token_counts(heldout_cache(work)[0])
+    meter = LoadMeter().start()  # the busy-machine guard over the timings
+    study = {"goal": goal, "rule": "the smallest size whose coverage of held-out answer tokens reaches the goal, "
+                                   "else every token counted",
+             "machine": machine("cpu"), "full_projection_ms": projection_ms(target, V), "sizes": []}
+    for n in sorted({min(n, V, len(ranked)) for n in sizes}):
+        keep = ranked[:n]
+        study["sizes"].append({"size": n, "distinct_in_training": min(n, len(ranked)),
+                               "coverage_held_back": coverage(back, keep), "coverage_held_out": coverage(out, keep),
+                               "projection_ms": projection_ms(target, n)})
+        if log:
+            log("vocab {size}: held-back {coverage_held_back:.4f}, held-out {coverage_held_out:.4f}, "
+                "{projection_ms:.2f} ms".format(**study["sizes"][-1]))
+    study["busy"] = busy_reason(meter.stop(), None)  # None: the projection times hold for this machine
+    if study["busy"] and log:
+        log(f"vocab: the projection times are not valid: {study['busy']}")
+    good = [r["size"] for r in study["sizes"] if r["coverage_held_out"] >= goal]
+    study["chosen"] = good[0] if good else study["sizes"][-1]["size"]
+    load_vocab(work, study["chosen"], again=True)
+    work.write_json("vocab-study.json", study)
+    return study
+
+
+def chosen_vocab(work: Work) -> int:
+    """The draft vocabulary's size the vocab stage chose."""
+    path = work.dir / "vocab-study.json"
+    if not os.path.lexists(path):
+        raise MtplabError(f"{work.dir} has no draft vocabulary chosen yet; run the vocab stage first (--stages vocab)")
+    n = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the draft vocabulary study", fix=wf.rerun("vocab"))
+    n = n.get("chosen") if isinstance(n, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= work.V:
+        raise MtplabError(f"{path} names no draft vocabulary size in 1..{work.V}; {wf.rerun('vocab')}")
+    return n
+
+
+def load_vocab(work: Work, n: int, *, again: bool = False) -> torch.Tensor:
+    """The draft vocabulary of size n, computed once from the answers (`again`: anew) and kept in the work folder."""
+    name = f"vocab-{n}.json"
+    if os.path.lexists(work.dir / name) and not again:
+        return torch.tensor(wf.read_vocab(work.dir / name, vocab_size=work.V), dtype=torch.long)
+    ids = draft_vocabulary(work, n)
+    work.write_json(name, {"n": len(ids), "ids": ids.tolist(), "coverage": vocab_coverage(work, ids)})
+    return ids
