@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -37,18 +36,23 @@ from mtplab.model import kernels
 from mtplab.model.config import HEAD_FAMILIES
 from mtplab.model.heads import build_heads
 from mtplab.training import runs
-from mtplab.training.config import check_memory, check_name, default_name, need_int, need_number
+from mtplab.training.config import check_loop, check_memory, default_name, need_int
 
 HF_LABELS = ("self", "self-argmax")
 MAX_CORPUS = 64 << 20  # bytes of --corpus text: a tokenizer takes about 5x that in memory
 
 
-def corpus_bytes(corpus: str, split: str = "train") -> bytes:
-    """A shipped corpus name (code, prose) or a path to a text file: its bytes, at most MAX_CORPUS."""
-    path = corpus_path(corpus, split) if corpus in CORPORA else Path(corpus)
-    if not path.is_file():
+def corpus_file(corpus, split: str = "train") -> Path:
+    """A shipped corpus name (code, prose) or a path to a text file: the file."""
+    path = corpus_path(corpus, split) if corpus in CORPORA else Path(corpus) if isinstance(corpus, str) else None
+    if path is None or not path.is_file():
         raise MtplabError(f"corpus {corpus!r} is neither one of {', '.join(CORPORA)} nor a text file")
-    return read_bounded(path, limit=MAX_CORPUS, what="a training corpus the lab tokenizes in memory",
+    return path
+
+
+def corpus_bytes(corpus: str, split: str = "train") -> bytes:
+    """A shipped corpus name or a path to a text file (`corpus_file`): its bytes, at most MAX_CORPUS."""
+    return read_bounded(corpus_file(corpus, split), limit=MAX_CORPUS, what="a training corpus the lab tokenizes in memory",
                         fix=f"give at most {MAX_CORPUS >> 20} MiB of text (heads need far less: the shipped corpora "
                             "are 4-5 MB)")
 
@@ -59,28 +63,18 @@ def corpus_ids(target, corpus: str, split: str = "train") -> torch.Tensor:
     return torch.tensor(target.encode(text), dtype=torch.long)
 
 
-def check_train_options(*, heads: str, n_depths=None, n_modules=None, corpus="code", steps=100, batch_size=8,
-                        seq_len=128, lr=1e-3, warmup=None, lam=0.3, labels="self", seed=0, eval_windows=8,
-                        max_seconds=None) -> int:
-    """Every option of `train_heads`, checked before a model is loaded; returns the depths K."""
+def check_train_options(*, heads: str, labels: str = "self", seq_len: int = 128, corpus: str = "code", **loop) -> int:
+    """Every option of `train --hf`, checked before a model is loaded: the few of its own, then what the lab's one
+    loop and run folder take (`loop`: n_depths, n_modules, steps, batch_size, lr, warmup, lam, seed, eval_windows,
+    max_seconds, name, resume, overwrite, save_every, save_seconds), by the lab trainer's own checks
+    (`training.config.check_loop`). Returns the depths K."""
     if heads not in HEAD_FAMILIES[1:]:
         raise MtplabError(f"--hf trains heads on a frozen model: choose --heads stern, meta or deepseek (got {heads!r})")
     if labels not in HF_LABELS:
         raise MtplabError(f"--hf heads learn the model's own predictions: --labels self or self-argmax (got {labels!r})")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise MtplabError(f"steps must be a positive integer (got {steps})")
-    need_int("--batch-size", batch_size, 1)
     need_int("--seq-len", seq_len, 1)
-    need_number("--lr", lr, low=0, strict=True)
-    need_int("--warmup", warmup, 0, optional=True)
-    if not (isinstance(lam, (int, float)) and not isinstance(lam, bool) and math.isfinite(lam) and lam >= 0):
-        raise MtplabError(f"lambda must be >= 0 (got {lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
-    need_int("--seed", seed, 0, 2 ** 63)
-    need_int("eval_windows", eval_windows, 1)
-    need_number("--max-seconds", max_seconds, low=0, strict=True, optional=True)
-    if not isinstance(corpus, str) or not (corpus in CORPORA or Path(corpus).is_file()):
-        raise MtplabError(f"corpus {corpus!r} is neither one of {', '.join(CORPORA)} nor a text file")
-    return TrainConfig(heads=heads, n_depths=n_depths, n_modules=n_modules).depths()
+    corpus_file(corpus)
+    return check_loop(TrainConfig(heads=heads, **loop))
 
 
 def _training_data(target, heads: str, depths: int, *, corpus: str, batch_size: int, seq_len: int,
@@ -271,9 +265,9 @@ def evaluate_heads(target, cache, rows: list[int], where, vocab, *, unroll: int 
     return [float(h / max(1.0, n)) for h, n in tot.tolist()] if tot is not None else []
 
 
-TRAIN_DEFAULTS = {n: p.default for n, p in inspect.signature(train_heads).parameters.items()
-                  if p.kind is p.KEYWORD_ONLY and n in inspect.signature(check_train_options).parameters
-                  and n not in ("heads", "n_depths", "n_modules")}
+# what a --resume of train --hf must repeat, with train_heads' defaults
+RESUME_SETTINGS = {n: inspect.signature(train_heads).parameters[n].default
+                   for n in ("corpus", "batch_size", "seq_len", "lr", "warmup", "lam", "labels", "seed", "eval_windows")}
 
 
 def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str, name: str | None = None,
@@ -282,35 +276,26 @@ def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str
     """`train --hf`: the lab's run directory for heads on a Hugging Face trunk. --out and --name are checked, the
     run is locked, saved as one save set (OUT/NAME.safetensors: heads only, naming their base) by steps, by time
     and at SIGINT/SIGTERM, and continued with --resume or replaced with --overwrite."""
-    depths = check_train_options(heads=heads, n_depths=n_depths, n_modules=n_modules,
+    depths = check_train_options(heads=heads, n_depths=n_depths, n_modules=n_modules, name=name, resume=resume,
+                                 overwrite=overwrite, save_every=save_every, save_seconds=save_seconds,
                                  **{k: v for k, v in kw.items() if k != "log"})
-    check_name(name)
-    if resume and overwrite:
-        raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
     if out is None:
         raise MtplabError("train --hf needs --out DIR")
-    need_int("--save-every", save_every, 1, optional=True)
-    need_number("save_seconds", save_seconds, low=0, strict=True, optional=True)
     name = name or default_name(heads, depths)
     outp = Path(out)
     runs.check_out(outp, name, resume=resume, overwrite=overwrite)
     manifest = runs.read_manifest(outp, name) if resume else None
-    steps = kw.get("steps", 100)
+    if kw.get("warmup") is None:  # the saved run's warm-up, as fit does
+        kw["warmup"] = (manifest or {}).get("settings", {}).get("warmup", max(1, min(100, kw.get("steps", 100) // 20)))
     with runs.lock(outp, name), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(outp, name)
         if overwrite:  # a lab run's NAME.json would sit beside heads that are not its weights
             runs.paths(outp, name)["config"].unlink(missing_ok=True)
         target = load_hf(hf, device=pick(device))
-        opts = {k: v for k, v in {**TRAIN_DEFAULTS, **kw}.items() if k not in ("log", "steps", "max_seconds")}
         settings = {"hf": {k: v for k, v in base_record(target).items() if k not in ("path", "name")},
-                    "heads": heads, "n_depths": depths, **opts,  # --resume on the same text, as train checks
-                    "corpus_sha256": hashlib.sha256(corpus_bytes(kw.get("corpus", "code"))).hexdigest()}
-        saved = manifest["settings"] if manifest else {}
-        if manifest and kw.get("warmup") is None:  # the saved run's warm-up, as fit does
-            kw["warmup"] = settings["warmup"] = saved.get("warmup")
-        elif kw.get("warmup") is None:
-            kw["warmup"] = settings["warmup"] = max(1, min(100, steps // 20))
+                    "heads": heads, "n_depths": depths, **{k: kw.get(k, v) for k, v in RESUME_SETTINGS.items()},
+                    "corpus_sha256": hashlib.sha256(corpus_bytes(kw.get("corpus", "code"))).hexdigest()}  # the same text
         hist = train_heads(target, heads=heads, n_depths=n_depths, n_modules=n_modules, out=outp, name=name,
                            settings=settings, meta={"hf": str(hf), **{k: v for k, v in kw.items() if k != "log"}},
                            manifest=manifest, save_every=save_every, save_seconds=save_seconds, stop=stop, **kw)

@@ -124,30 +124,39 @@ def need_number(flag: str, v, *, low: float, strict: bool, optional: bool = Fals
         raise MtplabError(f"{flag} must be a finite number {span} (got {v!r})")
 
 
-def check(c: TrainConfig) -> None:
-    """Every input check, before anything is loaded or written."""
+def check_loop(c: TrainConfig) -> int:
+    """The checks of what the lab's one loop and its run folder take, shared by every trainer on it (`check`, and
+    `train --hf` in `mtplab.hf.run.check_train_options`); returns the depths K."""
     if isinstance(c.steps, bool) or not isinstance(c.steps, int) or c.steps <= 0:
         raise MtplabError(f"steps must be a positive integer (got {c.steps})")
-    if c.heads not in HEAD_FAMILIES:
-        raise MtplabError(f"unknown head family {c.heads!r}; choose one of {', '.join(HEAD_FAMILIES)}")
-    c.depths()
-    corpus_path(c.corpus, "train")
-    get_preset(c.preset) if c.from_checkpoint is None else ckpt.resolve(c.from_checkpoint)
-    if not (isinstance(c.lam, (int, float)) and math.isfinite(c.lam) and c.lam >= 0):
+    if not (isinstance(c.lam, (int, float)) and not isinstance(c.lam, bool) and math.isfinite(c.lam) and c.lam >= 0):
         raise MtplabError(f"lambda must be >= 0 (got {c.lam}); DeepSeek-V3 used 0.3 early in training, then 0.1")
     need_int("--batch-size", c.batch_size, 1)
     need_number("--lr", c.lr, low=0, strict=True)
-    need_number("--dropout", c.dropout, low=0, strict=False, high=1, optional=True)
     need_int("--seed", c.seed, 0, 2 ** 63)
     need_int("--warmup", c.warmup, 0, optional=True)
+    need_int("eval_windows", c.eval_windows, 1)
+    need_int("--save-every", c.save_every, 1, optional=True)
+    need_number("--max-seconds", c.max_seconds, low=0, strict=True, optional=True)
+    need_number("save_seconds", c.save_seconds, low=0, strict=True, optional=True)
+    check_name(c.name)
+    if c.resume and c.overwrite:
+        raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+    return c.depths()
+
+
+def check(c: TrainConfig) -> None:
+    """Every input check, before anything is loaded or written."""
+    if c.heads not in HEAD_FAMILIES:
+        raise MtplabError(f"unknown head family {c.heads!r}; choose one of {', '.join(HEAD_FAMILIES)}")
+    check_loop(c)
+    corpus_path(c.corpus, "train")
+    get_preset(c.preset) if c.from_checkpoint is None else ckpt.resolve(c.from_checkpoint)
+    need_number("--dropout", c.dropout, low=0, strict=False, high=1, optional=True)
     need_number("weight_decay", c.weight_decay, low=0, strict=False)
     need_number("grad_clip", c.grad_clip, low=0, strict=True)
     need_int("--eval-every", c.eval_every, 1, optional=True)
-    need_int("eval_windows", c.eval_windows, 1)
-    need_int("save_every", c.save_every, 1, optional=True)
     need_int("stop_after", c.stop_after, 1, optional=True)
-    need_number("--max-seconds", c.max_seconds, low=0, strict=True, optional=True)
-    need_number("save_seconds", c.save_seconds, low=0, strict=True, optional=True)
     if c.save_dtype not in SAVE_DTYPES:
         raise MtplabError(f"unknown save dtype {c.save_dtype!r}; choose fp32, fp16 or bf16")
     if c.freeze_trunk and c.from_checkpoint is None:
@@ -161,7 +170,6 @@ def check(c: TrainConfig) -> None:
         raise MtplabError(f"unknown autocast {c.autocast!r}; choose one of {', '.join(AUTOCAST)}")
     if c.freeze_trunk and c.heads == "none":
         raise MtplabError("--freeze-trunk with --heads none has nothing to train; choose stern, meta or deepseek")
-    check_name(c.name)
     need_int("--deepen", c.deepen, 1, 257, optional=True)
     if c.deepen is not None and (c.from_checkpoint is None or c.freeze_trunk):
         raise MtplabError("--deepen N grows a trained trunk and trains it on: give --from CHECKPOINT, without "
@@ -170,8 +178,6 @@ def check(c: TrainConfig) -> None:
         if c.heads == "none" or not c.freeze_trunk:
             raise MtplabError("--heads-from starts heads on a frozen trunk: give --heads FAMILY --freeze-trunk --from CHECKPOINT")
         ckpt.resolve(c.heads_from)
-    if c.resume and c.overwrite:
-        raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
     if (c.resume or c.overwrite) and c.out is None:
         raise MtplabError("--resume and --overwrite need --out DIR")
 
