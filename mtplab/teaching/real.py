@@ -23,7 +23,7 @@ from mtplab.decoding.generate import decode_with, k_limit
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
-from mtplab.measuring.record import Record, machine_text
+from mtplab.measuring.record import Record, machine_text, speedup_text
 from mtplab.teaching.words import fastest_words, overlap, range_words
 
 REAL = next(iter(REAL_MODELS))              # the real model the notebooks use (`hf.real.REAL_MODELS`)
@@ -242,7 +242,7 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
     ng = max(free, key=lambda r: r["speedup"])
     both = (f"in the record, {ng['label']} (n-gram prompt lookup, no training) ran {ng['speedup']:.2f}x AR (range "
             f"{ng['speedup_min']:.2f}-{ng['speedup_max']:.2f}) with {ng['tokens_per_forward']:.2f} tokens per forward; "
-            f"the exact row with trained heads of the highest median, {best['label']}, {best['speedup']:.2f}x with "
+            f"the exact chain row with trained heads of the highest median, {best['label']}, {best['speedup']:.2f}x with "
             f"{best['tokens_per_forward']:.2f} (range {best['speedup_min']:.2f}-{best['speedup_max']:.2f})")
     if overlap(ng, best):
         return both + ": their ranges overlap, so the record does not rank the two" + flag
@@ -413,8 +413,14 @@ def best_words(rec: dict, threads: str = "1") -> str:
     pool = [r for r in exact_rows(rec, threads) if (heads_note(r) is None) == (best["other_heads"] is None)]
     others = [r for r in pool if r["label"] != best["label"]]
     words = (f"in {REAL_JSON.name}, " + fastest_words(best, others, lambda r: r["label"],
-                                                       among=f"exact row with trained heads at {threads} thread"
+                                                       among=f"exact chain row with trained heads at {threads} thread"
                                                        + ("s" if str(threads) != "1" else "")))
+    trees = [r for r in _rows(rec, threads) if r.get("family") and r.get("widths") and r["speedup"] > best["speedup"]
+             and r.get("kernel", "exact") == "exact" and (heads_note(r) is None) == (best["other_heads"] is None)]
+    if trees:  # a token tree (several drafts a position) above the chains by median: said, with its range
+        t = max(trees, key=lambda r: r["speedup"])
+        words += (f"; a token tree beside the chains, {t['label']}, has a higher median: {speedup_text(t)}, "
+                  + ("overlapping the chain's range" if overlap(t, best) else "above the chain's range"))
     return words + (f". {best['other_heads']}" if best["other_heads"] else "")
 
 
@@ -672,7 +678,7 @@ def answer_line(trace, vocab, method: str, k: int, *, from_record: bool) -> str:
     """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
     token outside the draft vocabulary (which no draft could match)."""
     outside, rejections = outside_vocab(trace, vocab)
-    best = " (the record’s exact row with trained heads of the highest median)" if from_record else ""
+    best = " (the record’s exact chain row with trained heads of the highest median)" if from_record else ""
     return (f"{method}, k = {k}{best}: {len(trace.tokens)} tokens "
             f"in {trace.forwards} target forwards ({trace.tokens_per_forward:.2f} per forward); "
             f"{trace.num_accepted_tokens} of {trace.num_draft_tokens} drafts accepted "

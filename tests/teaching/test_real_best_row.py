@@ -50,10 +50,27 @@ def test_fastest_words_call_a_row_the_fastest_only_when_its_range_lies_apart():
 def test_best_words_say_by_median_where_the_ranges_overlap(shipped):
     rec = _record()
     text = real.best_words(rec)
-    assert "the fastest exact row with trained heads at 1 thread by median (DeepSeek D=1, k=2" in text
+    assert "the fastest exact chain row with trained heads at 1 thread by median (DeepSeek D=1, k=2" in text
     assert "within the range of DeepSeek D=1 reused, k=3, reduced vocab (1.22x AR, range 1.15-1.40)" in text
     rec = _record(k3=(1.05, 1.00, 1.10))
     assert "by median" not in real.best_words(rec) and "its range apart" in real.best_words(rec)
+
+
+def test_best_words_name_a_token_tree_above_the_chains(shipped):
+    """A token tree is an exact row with trained heads too; `best_row` ranks the chains (what `generate` decodes by
+    default), so a tree of a higher median is said beside it, with whether the ranges set it apart."""
+    rec = _record()
+    assert "token tree" not in real.best_words(rec)
+    tree = {**_row("DeepSeek D=1 tree 2, k=2, reduced vocab", 2, 1.30, 1.20, 1.36), "widths": [2]}
+    rec["rows"].append(tree)
+    assert real.best_row(rec)["label"] == "DeepSeek D=1, k=2, reduced vocab"  # the chains' best, as before
+    text = real.best_words(rec)
+    assert ("a token tree beside the chains, DeepSeek D=1 tree 2, k=2, reduced vocab, has a higher median: 1.30x AR, "
+            "range 1.20-1.36, overlapping the chain's range") in text
+    tree.update(speedup=1.6, speedup_min=1.5, speedup_max=1.7)
+    assert "1.60x AR, range 1.50-1.70, above the chain's range" in real.best_words(rec)
+    tree.update(speedup=1.1, speedup_min=1.0, speedup_max=1.2)
+    assert "token tree" not in real.best_words(rec)  # below the chain's median: nothing to say
 
 
 def test_best_words_read_the_shipped_record_from_its_ranges():
