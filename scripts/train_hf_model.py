@@ -285,16 +285,13 @@ def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name
                  torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1),
                  torch.Generator().manual_seed(seed), load_corpus(corpus, "train"),
                  val_windows(load_corpus(corpus, "val"), seq_len, 32), dev, save_dtype)
-    start = done = 0
     with runs.lock(outp, name), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(outp, name)
-        if manifest is not None:  # continue: the saved weights, optimizer, generators and history
-            runs.check_settings(manifest["settings"], settings, outp)
-            runs.restore(runs.load_state(outp, name, manifest), manifest, model=model, opt=run.opt, gen=run.gen,
-                         out=outp, tied=False)
-            start = done = manifest["step"]
-            run.history = manifest["history"]
+        # a --resume continues from the saved weights, optimizer, generators and history, its settings checked first
+        start, run.history = runs.resume(outp, name, manifest, settings, model=model, opt=run.opt, gen=run.gen,
+                                         tied=False)
+        done = start
         t0 = time.perf_counter() - (run.history[-1]["train_seconds"] if run.history else 0.0)
         for step in range(start, steps):
             loss = _step(run, step, lr_at(step, steps, lr, warmup), autocast)
