@@ -82,9 +82,6 @@ class HFCache:
     def length(self) -> int:
         return int(self.kv.get_seq_length())
 
-    def __len__(self):
-        return self.length
-
     def crop(self, n: int):
         have = self.length
         if n < 0 or n > have:
@@ -96,7 +93,7 @@ class HFCache:
 class HFTarget(nn.Module):
     """A Hugging Face causal LM (frozen, eval mode) as the lab's target, with an optional head family `mtp`."""
 
-    def __init__(self, hf, tokenizer, *, path: str, max_context: int = MAX_CONTEXT, kernel: str = "exact"):
+    def __init__(self, hf, tokenizer, *, path: str, kernel: str = "exact"):
         super().__init__()
         self.hf = hf.eval().requires_grad_(False)
         self.tokenizer, self.path = tokenizer, str(path)
@@ -111,8 +108,7 @@ class HFTarget(nn.Module):
         C, H, L = hc.hidden_size, hc.num_attention_heads, hc.num_hidden_layers
         if C % H or (C // H) % 2:
             H = 1 if C % 2 == 0 else H  # the heads' own attention needs an even head size
-        ctx = min(int(getattr(hc, "max_position_embeddings", None) or getattr(hc, "n_positions", MAX_CONTEXT)),
-                  max_context)
+        ctx = min(int(getattr(hc, "max_position_embeddings", None) or getattr(hc, "n_positions", MAX_CONTEXT)), MAX_CONTEXT)
         self.config = ModelConfig(vocab_size=self.lm_head.out_features, n_layer=L, n_head=H, n_embd=C,
                                   block_size=ctx)
         self._rot = rotary_table(ctx, C // H)
@@ -155,10 +151,6 @@ class HFTarget(nn.Module):
         return (f"transformers' forward with stock kernels ({self._why_stock}): greedy equality with AR is observed, "
                 "not guaranteed")
 
-    def _linear(self, x, weight, bias=None):
-        """The draft vocabulary's projection under transformers' forward: the exact kernel, unless kernel='stock'."""
-        return nn.functional.linear(x, weight, bias) if self.kernel == "stock" else kernels.linear(x, weight, bias)
-
     def _catch_pre_last(self, module, args, kwargs):
         self._seen["pre_last"] = args[0] if args else kwargs["hidden_states"]
 
@@ -185,7 +177,8 @@ class HFTarget(nn.Module):
         if self.draft_vocab is None:
             return self.unembed(h)
         lab = self.lab_forward
-        small = self._linear(self.norm(h), self._draft_rows) if lab is None else lab.unembed(h, self._draft_rows)  # (..., N)
+        linear = nn.functional.linear if self.kernel == "stock" else kernels.linear  # transformers' forward's projection
+        small = linear(self.norm(h), self._draft_rows) if lab is None else lab.unembed(h, self._draft_rows)  # (..., N)
         full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))
         return full.index_copy_(-1, self.draft_vocab, small)
 
@@ -220,9 +213,6 @@ class HFTarget(nn.Module):
 
         `positions` (B, T) and `mask` (B or 1, 1, T, P+T) bool override that, as `GPT.forward` takes them (token
         trees): the lab's forward only."""
-        start = cache.length if cache is not None else 0
-        if positions is None and start + idx.shape[1] > self.config.block_size:
-            self.rope(start, idx.shape[1])  # raises the context-window error
         lab = self.lab_forward
         if cache is not None and isinstance(cache, (KVCache, RaggedKVCache)) != (lab is not None):
             raise MtplabError("this cache was made for the other forward (before use_kernel); make a new one with "
@@ -231,6 +221,7 @@ class HFTarget(nn.Module):
             return lab(idx, cache, positions=positions, mask=mask)
         if positions is not None or mask is not None:
             raise MtplabError(f"positions and mask (token trees) need the lab's forward; {self.forward_path}")
+        self.rope(cache.length if cache is not None else 0, idx.shape[1])  # the context-window error, as GPT's
         kw = {self._cache_kw: cache.kv, "use_cache": True} if cache is not None else {"use_cache": False}
         self._seen.clear()
         res = self.hf(input_ids=idx, **kw)
@@ -345,8 +336,7 @@ def _from_pretrained(p: Path, path, dtype):
                           "config.json saved with the model") from None
 
 
-def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_CONTEXT,
-            kernel: str = "exact") -> HFTarget:
+def load_hf(path, *, device="cpu", dtype=torch.float32, kernel: str = "exact") -> HFTarget:
     """A local model directory (config.json, weights, tokenizer) as an `HFTarget`. Nothing is downloaded and
     nothing in the folder is run (trust_remote_code=False; an auto_map config is refused). `kernel`: see
     `HFTarget.use_kernel`."""
@@ -396,7 +386,7 @@ def load_hf(path, *, device="cpu", dtype=torch.float32, max_context: int = MAX_C
     if len(tok) <= 1 or not tok.encode("def main(x):", add_special_tokens=False):
         raise MtplabError(f"{path} has no usable tokenizer (it encodes text to no tokens: tokenizer files missing?); "
                           "save the model's tokenizer beside it (tokenizer.save_pretrained)")
-    target = HFTarget(hf, tok, path=str(p), max_context=max_context, kernel=kernel)
+    target = HFTarget(hf, tok, path=str(p), kernel=kernel)
     target.chat = chat  # a real chat model named bare: prompts become one user turn of its chat template
     V = target.config.vocab_size
     if len(tok) > V:
