@@ -7,8 +7,9 @@ data/hf/, and the lab's own trainers are `mtplab.training`). The result is an or
 model.safetensors, tokenizer files) that `--hf`, `bench peers` and transformers' own `generate` load, plus
 `mtplab_record.json`: how it was trained, on which machine, and its held-out bits per byte.
 
-Training is plain next-token cross-entropy (bf16 autocast where the CPU has it), saved as one save set of
-`mtplab.training.runs` (OUT/NAME.state*) beside the folder OUT/NAME, so a killed run continues with --resume.
+Training is plain next-token cross-entropy (bf16 autocast where the CPU has it) in the lab's one training loop
+(`mtplab.training.fit.run`), saved as one save set of `mtplab.training.runs` (OUT/NAME.state*) beside the folder
+OUT/NAME every --save-every steps, every 5 minutes and at SIGINT/SIGTERM, so a killed run continues with --resume.
 """
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import quiet_transformers
 from mtplab.files import atomic_write_text, os_reason, sha256
-from mtplab.training import runs
+from mtplab.training import fit, runs
 from mtplab.model.config import ModelConfig
-from mtplab.training.config import check_memory, check_name, need_int, need_number
-from mtplab.training.steps import autocast_context, autocast_kind, lr_at
+from mtplab.training.config import TrainConfig, check_loop, check_memory, need_int
+from mtplab.training.steps import autocast_context, autocast_kind
 
 try:
     import transformers
@@ -200,11 +201,6 @@ class OwnRun:
                   write_weights=lambda _p: _write_folder(self.model, byte_tokenizer(), self.folder, self.record(done),
                                                          dtype))
 
-    def validate(self, done: int, loss: float, elapsed: float) -> dict:
-        rec = {"step": done, "loss": loss, "train_seconds": elapsed, **evaluate(self.model, self.windows)}
-        self.history.append(rec)
-        return rec
-
 
 def check_options(*, preset, corpus, steps, batch_size, seq_len, lr, warmup, save_every, eval_every, max_seconds,
                   autocast, save_dtype, resume, overwrite, name, seed=0) -> str:
@@ -214,46 +210,22 @@ def check_options(*, preset, corpus, steps, batch_size, seq_len, lr, warmup, sav
         raise MtplabError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if corpus not in CORPORA:
         raise MtplabError(f"--corpus must be one of {', '.join(CORPORA)} (got {corpus!r})")
-    need_int("--steps", steps, 1)
-    need_int("--batch-size", batch_size, 1)
+    name = name or preset
+    check_loop(TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup=warmup, save_every=save_every, seed=seed,
+                           max_seconds=max_seconds, resume=resume, overwrite=overwrite, name=name))  # the lab's checks
     need_int("--seq-len", seq_len, 8, 511)
-    need_number("--lr", lr, low=0, strict=True)
-    need_int("--warmup", warmup, 0, optional=True)
-    need_int("--save-every", save_every, 1)
     need_int("--eval-every", eval_every, 1, optional=True)
-    need_int("--seed", seed, 0, 2 ** 63)
-    need_number("--max-seconds", max_seconds, low=0, strict=True, optional=True)
     if autocast not in ("auto", "bf16", "off"):
         raise MtplabError(f"--autocast must be auto, bf16 or off (got {autocast!r})")
     if save_dtype not in ("fp32", "bf16"):
         raise MtplabError(f"--save-dtype must be fp32 or bf16 (got {save_dtype!r})")
-    if resume and overwrite:
-        raise MtplabError("--resume continues the run in --out and --overwrite replaces it; give one of them")
     s = PRESETS[preset]  # the memory of one step, checked before the lock, the folder or the model exist
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=s["num_hidden_layers"], n_head=s["num_attention_heads"],
                       n_embd=s["hidden_size"], block_size=512)
     n = cfg.n_layer * 12 * cfg.n_embd ** 2 + VOCAB * cfg.n_embd
     check_memory(cfg, batch_size=batch_size, seq_len=seq_len, trainable=n, frozen=0, dev=torch.device("cpu"),
                  hint="use a smaller --seq-len")
-    name = name or preset
-    check_name(name)
     return name
-
-
-def _step(run: OwnRun, step: int, lr: float, autocast: str) -> float:
-    """One next-token step on a fresh batch; returns the loss."""
-    for g in run.opt.param_groups:
-        g["lr"] = lr
-    x = get_batch(run.data, run.settings["batch_size"], run.settings["seq_len"], run.gen).to(run.dev)
-    with autocast_context(run.dev, autocast):
-        loss = _loss(run.model, x)
-    if not math.isfinite(loss.item()):
-        raise MtplabError(f"training diverged at step {step} (loss {loss.item()}); lower --lr")
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(run.model.parameters(), 1.0)
-    run.opt.step()
-    run.opt.zero_grad(set_to_none=True)
-    return loss.item()
 
 
 def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name: str | None = None, steps: int = 1000,
@@ -291,25 +263,31 @@ def train_own(*, preset: str = "hf-target", corpus: str = "code", out: str, name
         # a --resume continues from the saved weights, optimizer, generators and history, its settings checked first
         start, run.history = runs.resume(outp, name, manifest, settings, model=model, opt=run.opt, gen=run.gen,
                                          tied=False)
-        done = start
         t0 = time.perf_counter() - (run.history[-1]["train_seconds"] if run.history else 0.0)
-        for step in range(start, steps):
-            loss = _step(run, step, lr_at(step, steps, lr, warmup), autocast)
-            done, elapsed = step + 1, time.perf_counter() - t0
-            out_of_time = max_seconds is not None and elapsed > max_seconds
-            cut = stop_after is not None and done >= stop_after
-            last = done == steps or out_of_time or cut or stop.signal is not None
-            if done % eval_every == 0 or last:
-                rec = run.validate(done, loss, elapsed)
-                if log is not None:
-                    log(f"step {done}/{steps}: loss {rec['loss']:.3f}, val bpb {rec['val_bpb']:.3f}, top-1 "
-                        f"{rec['val_top1']:.3f}, {done * batch_size * seq_len / elapsed:.0f} tokens/s")
-            if done % save_every == 0 or last:
-                if not run.history or run.history[-1]["step"] != done:
-                    run.validate(done, loss, elapsed)
-                run.save(done)
-            if stop.signal is not None:
-                raise MtplabError(runs.stopped_message(stop.signal, done, outp))
-            if out_of_time or cut:
-                break
-    return run.record(done)
+        last = {"loss": math.nan}
+
+        def step_fn(step: int) -> float:  # one next-token step on a fresh batch (the lab's loop does the rest)
+            x = get_batch(run.data, batch_size, seq_len, run.gen).to(dev)
+            with autocast_context(dev, autocast):
+                loss = _loss(model, x)
+            loss.backward()
+            last["loss"] = loss.item()
+            return last["loss"]
+
+        def validate(done: int, loss: float, say: bool = True) -> dict:
+            rec = {"train_seconds": time.perf_counter() - t0, **evaluate(model, run.windows)}
+            if say and log is not None:
+                log(f"step {done}/{steps}: loss {loss:.3f}, val bpb {rec['val_bpb']:.3f}, top-1 {rec['val_top1']:.3f}, "
+                    f"{done * batch_size * seq_len / rec['train_seconds']:.0f} tokens/s")
+            return rec
+
+        def save(done: int, history: list, early: bool) -> None:
+            if not history or history[-1]["step"] != done:  # the folder's record holds its own weights' numbers,
+                say = early or done == stop_after  # said when the run ends here, measured quietly between validations
+                history.append({"step": done, "loss": last["loss"], **validate(done, last["loss"], say)})
+            run.save(done)
+
+        fit.run(step_fn, run.opt, list(model.parameters()), steps=steps, lr=lr, warmup=warmup, start=start,
+                history=run.history, record=validate, eval_every=eval_every, save=save, save_every=save_every,
+                max_seconds=max_seconds, stop=stop, out=outp, end=stop_after, t0=t0)
+    return run.record(run.history[-1]["step"] if run.history else 0)

@@ -77,7 +77,8 @@ def test_a_failed_write_keeps_the_old_folder(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kw, msg", [
     (dict(preset="huge"), "unknown preset 'huge'; choose one of hf-target, hf-draft"),
     (dict(corpus="poems"), "--corpus must be one of"),
-    (dict(steps=0), "--steps"),
+    (dict(steps=0), r"steps must be a positive integer \(got 0\)"),  # the lab trainer's own check (config.check_loop)
+    (dict(save_every=0), r"--save-every must be an integer >= 1 \(got 0\)"),
     (dict(seq_len=4096), "--seq-len"),
     (dict(resume=True, overwrite=True), "give one of them"),
     (dict(save_dtype="fp8"), "--save-dtype must be fp32 or bf16"),
