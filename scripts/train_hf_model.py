@@ -32,7 +32,7 @@ from mtplab.files import atomic_write_text, os_reason, sha256
 from mtplab.training import fit, runs
 from mtplab.model.config import ModelConfig
 from mtplab.training.config import TrainConfig, check_loop, check_memory, need_int
-from mtplab.training.steps import autocast_context, autocast_kind
+from mtplab.training.steps import AUTOCAST, autocast_context, autocast_kind
 
 try:
     import transformers
@@ -215,7 +215,7 @@ def check_options(*, preset, corpus, steps, batch_size, seq_len, lr, warmup, sav
                            max_seconds=max_seconds, resume=resume, overwrite=overwrite, name=name))  # the lab's checks
     need_int("--seq-len", seq_len, 8, 511)
     need_int("--eval-every", eval_every, 1, optional=True)
-    if autocast not in ("auto", "bf16", "off"):
+    if autocast not in AUTOCAST:
         raise MtplabError(f"--autocast must be auto, bf16 or off (got {autocast!r})")
     if save_dtype not in ("fp32", "bf16"):
         raise MtplabError(f"--save-dtype must be fp32 or bf16 (got {save_dtype!r})")

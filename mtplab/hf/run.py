@@ -23,12 +23,12 @@ from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Trace
 from mtplab.training import fit
 from mtplab.training.losses import head_losses, sub_vocab_index
-from mtplab.training.steps import autocast_context, evaluate, train_step
+from mtplab.training.steps import LABELS, autocast_context, evaluate, train_step
 from mtplab.training.config import TrainConfig
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
 from mtplab.device import describe, now, pick
-from mtplab.hf.real import chat_ids, end_of_turn, shipped_heads
+from mtplab.hf.real import chat_ids, end_of_turn, quiet_transformers, shipped_heads
 from mtplab.hf.heads_file import base_record, save_heads
 from mtplab.hf.target import load_hf, load_target
 from mtplab.files import read_bounded
@@ -38,7 +38,6 @@ from mtplab.model.heads import build_heads
 from mtplab.training import runs
 from mtplab.training.config import check_loop, check_memory, default_name, need_int
 
-HF_LABELS = ("self", "self-argmax")
 MAX_CORPUS = 64 << 20  # bytes of --corpus text: a tokenizer takes about 5x that in memory
 
 
@@ -70,7 +69,7 @@ def check_train_options(*, heads: str, labels: str = "self", seq_len: int = 128,
     (`training.config.check_loop`). Returns the depths K."""
     if heads not in HEAD_FAMILIES[1:]:
         raise MtplabError(f"--hf trains heads on a frozen model: choose --heads stern, meta or deepseek (got {heads!r})")
-    if labels not in HF_LABELS:
+    if labels not in LABELS[1:]:  # self or self-argmax
         raise MtplabError(f"--hf heads learn the model's own predictions: --labels self or self-argmax (got {labels!r})")
     need_int("--seq-len", seq_len, 1)
     corpus_file(corpus)
@@ -306,16 +305,10 @@ def generate_ids(hf, ids: list[int], m: int, stop: int | None = None, **kw) -> l
     """transformers' greedy `generate` for exactly m new tokens (no early stop at end-of-text), the new ids; with
     `stop` (a chat model's end of turn), at most m, ending with it; `kw` goes to `generate` (prompt_lookup_num_tokens,
     assistant_model, ...)."""
-    import transformers
-
     x = torch.tensor([ids], device=hf.device)
-    level = transformers.utils.logging.get_verbosity()
-    transformers.utils.logging.set_verbosity_error()  # its notes about its own argument handling, once per call
-    try:
+    with quiet_transformers():  # its notes about its own argument handling, once per call
         out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m if stop is None
                           else 0, do_sample=False, num_beams=1, pad_token_id=0, eos_token_id=stop, **kw)
-    finally:
-        transformers.utils.logging.set_verbosity(level)
     return out[0, len(ids):].tolist()
 
 
