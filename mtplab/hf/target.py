@@ -174,7 +174,7 @@ class HFTarget(nn.Module):
         """A drafter's projection: over the heads' draft vocabulary when they carry one (`load_heads`), every other token
         at -inf; otherwise `unembed`. Only drafts go through it: the target verifies over the full vocabulary, so
         the output is the same either way and only the drafts' cost and acceptance change."""
-        if self.draft_vocab is None:
+        if self.draft_vocab is None or self._draft_rows is None:  # set together (`_use_draft_vocab`)
             return self.unembed(h)
         lab = self.lab_forward
         linear = nn.functional.linear if self.kernel == "stock" else kernels.linear  # transformers' forward's projection
