@@ -126,6 +126,21 @@ def test_cache_crop_matches_recompute(targets, arch):
     torch.testing.assert_close(t.unembed(full.hidden), full.logits, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("arch, kernel", [("gpt2", "exact"), ("llama", "exact"), ("llama", "stock")])
+def test_the_context_window_is_one_line_on_either_forward(dirs, arch, kernel):
+    """transformers' forward (GPT-2, or kernel='stock') and the lab's (Llama) refuse a call past the window in the
+    same words as the classroom model, before the cache moves."""
+    t = load_hf(dirs / arch, kernel=kernel)
+    cache = t.new_cache()
+    with torch.no_grad():
+        t(torch.zeros(1, 250, dtype=torch.long), cache)
+        for n, c, span in ((300, None, "0..299"), (7, cache, "250..256")):
+            with pytest.raises(MtplabError, match=f"^positions {span} exceed the context window of 256; shorten the "
+                                                  "prompt or ask for fewer new tokens$"):
+                t(torch.zeros(1, n, dtype=torch.long), c)
+    assert cache.length == 250
+
+
 def _distill_loss(t, x):
     with torch.no_grad():
         logits = t.depth_logits(x[:, :-1])
