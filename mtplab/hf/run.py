@@ -284,8 +284,9 @@ def run_hf_train(*, hf: str, heads: str, n_depths=None, n_modules=None, out: str
     outp = Path(out)
     runs.check_out(outp, name, resume=resume, overwrite=overwrite)
     manifest = runs.read_manifest(outp, name) if resume else None
-    if kw.get("warmup") is None:  # the saved run's warm-up, as fit does
-        kw["warmup"] = (manifest or {}).get("settings", {}).get("warmup", max(1, min(100, kw.get("steps", 100) // 20)))
+    if kw.get("warmup") is None:  # the saved run's warm-up, as fit does, else train_heads' default
+        saved = manifest["settings"] if manifest else {}
+        kw["warmup"] = saved.get("warmup", max(1, min(100, kw.get("steps", 100) // 20)))
     with runs.lock(outp, name), runs.Stop() as stop:
         if resume or overwrite:
             runs.remove_orphans(outp, name)
