@@ -195,6 +195,21 @@ def test_bad_inputs(dirs, tmp_path):
         run_hf_generate(hf=str(dirs / "gpt2"), heads_checkpoint=path, method="meta", prompt="x")
 
 
+@pytest.mark.parametrize("kw", [dict(steps=0), dict(lam=-1.0), dict(batch_size=0), dict(lr=float("nan")), dict(seed=-1),
+                                dict(warmup=-1), dict(eval_windows=0), dict(save_every=0), dict(max_seconds=0.0),
+                                dict(save_seconds=-1.0), dict(name="../x"), dict(resume=True, overwrite=True),
+                                dict(n_depths=100)])
+def test_train_hf_and_fit_check_the_loop_in_the_same_words(kw):
+    """The options of the lab's one loop and run folder have one check (`training.config.check_loop`) for both trainers."""
+    from mtplab.hf.run import check_train_options
+    from mtplab.training.config import TrainConfig, check
+    with pytest.raises(MtplabError) as lab:
+        check(TrainConfig(heads="stern", **kw))
+    with pytest.raises(MtplabError) as hf:
+        check_train_options(heads="stern", **kw)
+    assert str(hf.value) == str(lab.value)
+
+
 def _cli(capsys, *args):
     rc = cli_main([str(a) for a in args])
     out = capsys.readouterr()
