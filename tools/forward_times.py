@@ -28,6 +28,7 @@ import torch
 from mtplab.device import machine, machine_words, now
 from mtplab.files import atomic_write_text
 from mtplab.hf import llama
+from mtplab.paths import REAL_NAMES
 from mtplab.hf.target import load_hf
 from mtplab.model import attend, kernels
 
@@ -93,7 +94,7 @@ def split_one_token(target, ids: torch.Tensor, reps: int, P: int) -> dict:
     return {"total_s": t, **{f"{k}_s": v for k, v in parts.items()}, "rest_s": t - sum(parts.values())}
 
 
-def measure(model: str = "smollm2", *, threads: int = 1, P: int = 200, qs=(1, 2, 4, 8), rounds: int = 7,
+def measure(model: str = REAL_NAMES[0], *, threads: int = 1, P: int = 200, qs=(1, 2, 4, 8), rounds: int = 7,
             reps: int = 5, seed: int = 0, forwards=FORWARDS) -> dict:
     torch.set_num_threads(threads)
     target = load_hf(model)
@@ -148,7 +149,7 @@ def report(res: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.forward_times", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2", help="a Llama-family model folder or smollm2")
+    ap.add_argument("--model", default=REAL_NAMES[0], help=f"a Llama-family model folder or {REAL_NAMES[0]}")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cached", type=int, default=200, help="tokens in the cache before the timed forward")
     ap.add_argument("--rounds", type=int, default=7)
