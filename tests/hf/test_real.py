@@ -376,13 +376,14 @@ def test_altered_file_is_refused_in_one_line(tmp_path, monkeypatch):
 
 @needs_smollm2
 def test_conversion_is_atomic(tmp_path, monkeypatch):
-    """A conversion that fails while writing leaves no folder under the final name and no temporary folder."""
+    """A conversion that fails while writing leaves no folder under the final name and no temporary folder. The
+    disk fills after a first file is written (the dequantization itself, 20-30 s, is the smollm2 fixture's)."""
     monkeypatch.setenv("MTPLAB_CACHE", str(tmp_path))
-    from transformers import LlamaForCausalLM
 
-    def full_disk(self, *a, **kw):
+    def full_disk(rm, gguf, digest, tmp, log):
+        (tmp / "config.json").write_text("{}")
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(LlamaForCausalLM, "save_pretrained", full_disk)
+    monkeypatch.setattr(real, "_dequantize", full_disk)
     with pytest.raises(MtplabError, match="free space or set MTPLAB_CACHE"):
         real.convert(real.REAL_MODELS["smollm2"])
     assert list(tmp_path.iterdir()) == []
