@@ -74,18 +74,22 @@ def stage_import(target, work: Work, data, *, limit: int | None = None, per_shar
                               f"{work.dir / 'answers'} and {work.dir / 'cache'} and rerun the answers stage, or add "
                               "the others to the trained ones with --stages grow")
         return 0
-    out = []
-    for r in rows:
-        ids = template_ids(target.tokenizer, r["prompt"])
-        if len(ids) != r["prompt_len"]:
-            raise MtplabError(f"{data}: the prompt {r['prompt'][:40]!r} is {len(ids)} tokens here, {r['prompt_len']} "
-                              "when its answer was generated (another tokenizer or chat template); regenerate the data "
-                              "with this model")
-        out.append({"category": r["category"], "prompt_ids": ids, "answer_ids": r["answer_ids"]})
+    out = [_work_row(target, r, data) for r in rows]
     _write_shards(work, out, 0, per_shard)
     if log:
         log(f"imported {len(out)} answers from {data}")
     return len(out)
+
+
+def _work_row(target, r: dict, data) -> dict:
+    """A data folder's answer as a work folder's row: the prompt in the chat template's ids, checked against the
+    length the generator recorded."""
+    ids = template_ids(target.tokenizer, r["prompt"])
+    if len(ids) != r["prompt_len"]:
+        raise MtplabError(f"{data}: the prompt {r['prompt'][:40]!r} is {len(ids)} tokens here, {r['prompt_len']} "
+                          "when its answer was generated (another tokenizer or chat template); regenerate the data "
+                          "with this model")
+    return {"category": r["category"], "prompt_ids": ids, "answer_ids": r["answer_ids"]}
 
 
 def _write_shards(work: Work, rows: list[dict], first: int, per_shard: int) -> None:
@@ -115,10 +119,10 @@ def stage_grow(target, work: Work, data, *, per_shard: int = 64, log=None) -> in
     seen = {tuple(r["prompt_ids"]) for r in work.answers()}
     new = []
     for r in (r for d in wf.data_shards(data, "answers", vocab_size=target.config.vocab_size) for r in d["rows"]):
-        ids = template_ids(target.tokenizer, r["prompt"])
-        if tuple(ids) not in seen and len(ids) == r["prompt_len"]:
-            seen.add(tuple(ids))
-            new.append({"category": r["category"], "prompt_ids": ids, "answer_ids": r["answer_ids"]})
+        row = _work_row(target, r, data)  # a prompt the template now tokenizes otherwise is refused, as on import
+        if tuple(row["prompt_ids"]) not in seen:
+            seen.add(tuple(row["prompt_ids"]))
+            new.append(row)
     _write_shards(work, new, last + 1 + len(parked), per_shard)
     if log:
         log(f"grow: {len(parked)} trimmed shards back, {len(new)} answers imported from {data}; the held-back "

@@ -254,6 +254,11 @@ def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained
     assert saved["sequences"] == 16 and saved["split_rows"] == 4
     assert run.grown_settings({"sequences": 4}, {"sequences": 3, "split_rows": 4}) == {"sequences": 4}  # shrunk
 
+    got[-1]["prompt_len"] += 1  # a prompt the template now tokenizes otherwise: refused, never skipped silently
+    (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    with pytest.raises(MtplabError, match=r"'q15' is \d+ tokens here, \d+ when its answer was generated"):
+        distill.stage_grow(t, work, data, per_shard=4)
+
     first = work.shards("answers")[0]
     first.rename(work.dir / "answers" / "00099.json")  # the rows trained on are no longer first
     with pytest.raises(MtplabError, match=r"split.json does not fit the answers .*put them back, or start a new"):
