@@ -72,14 +72,10 @@ lint: $(STAMP)
 
 # the Python tests on both cores (--dist loadfile: a file's tests stay in one worker), then the serial ones alone
 # (the busy-machine guard reads the machine's load), then the notebooks, each in one worker
-# three parts: the tests on two workers; the busy-guard tests alone (they read the machine's load); the notebooks
-# under nbval on two workers, with the student install in a fresh venv beside them (mostly pip: it fills the gap a
-# worker leaves when the other runs the last notebook)
-INSTALL_TEST := tests/ground/test_install.py
 test: lint $(BROWSER) convert
-	$(PYTEST) -q -n 2 --dist loadfile -m "not serial" --durations=15 --ignore=$(INSTALL_TEST) tests
+	$(PYTEST) -q -n 2 --dist loadfile -m "not serial" --durations=15 tests
 	$(PYTEST) -q -m serial tests
-	$(PYTEST) -q -n 2 --dist loadfile --nbval-lax notebooks/ $(INSTALL_TEST)
+	$(PYTEST) -q -n 2 --dist loadfile --nbval-lax notebooks/
 
 # under 2 minutes: the library's unit and property tests in one process. Left to `make test`: notebooks, the
 # browser, subprocess tests (CLI, fault injection, torchrun), statistical sampling tests, shipped checkpoints, HF

@@ -30,7 +30,7 @@ REAL = re.search(r"pip install --no-deps (\S+)", _STEPS).group(1)
 _EXTRAS = re.search(r'pip install -e "\.\[([a-z,]+)\]"', _STEPS).group(1)
 EXTRAS = f"{ROOT}[{_EXTRAS}]"
 
-pytestmark = pytest.mark.slow  # make test runs it beside the notebooks (its third part)
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def _run(cmd, *, cwd=None, timeout=900, env=None) -> subprocess.CompletedProcess:
