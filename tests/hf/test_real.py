@@ -177,18 +177,24 @@ def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monk
         distill.stage_import(t, work, data)  # the data grew since: never trained on half of it silently
 
 
-def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
-    """`distill --answers N` imports N answers spread over the data's rows (which lie in prompt-length order), in
-    the data's order: the first N would all be short prompts."""
-    from mtplab.hf import chatdata, distill
-    t, rows = tiny
+def _chat_data(t, rows, tmp_path, monkeypatch, n: int):
+    """A chatdata folder of n answers to prompts q0..q{n-1} (one shard), under a one-line chat template."""
     monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
                                                       "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
     data = tmp_path / "data"
     (data / "answers").mkdir(parents=True)
     got = [{"category": "code", "source": "magpie", "prompt": f"q{i}", "prompt_len": len(real.template_ids(
-        t.tokenizer, f"q{i}")), "answer_ids": rows[i]["answer_ids"]} for i in range(12)]
+        t.tokenizer, f"q{i}")), "answer_ids": rows[i]["answer_ids"]} for i in range(n)]
     (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    return data, got
+
+
+def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
+    """`distill --answers N` imports N answers spread over the data's rows (which lie in prompt-length order), in
+    the data's order: the first N would all be short prompts."""
+    from mtplab.hf import chatdata, distill
+    t, rows = tiny
+    data, got = _chat_data(t, rows, tmp_path, monkeypatch, 12)
     work = distill.Work(tmp_path / "work").limits(t)
     assert distill.stage_import(t, work, data, limit=4, per_shard=3) == 4
     mine = [r for s in work.shards("answers") for r in work.read_answers(s)]
@@ -217,13 +223,7 @@ def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained
     those drawn from them, every new row trains; a folder whose first rows moved since is refused."""
     from mtplab.hf import distill, run
     t, rows = tiny
-    monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
-                                                      "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
-    data = tmp_path / "data"
-    (data / "answers").mkdir(parents=True)
-    got = [{"category": "code", "source": "magpie", "prompt": f"q{i}", "prompt_len": len(real.template_ids(
-        t.tokenizer, f"q{i}")), "answer_ids": rows[i]["answer_ids"]} for i in range(16)]
-    (data / "answers" / "00000.json").write_text(json.dumps({"rows": got, "tokens": 48, "cpu_s": 1.0, "wall_s": 1.0}))
+    data, got = _chat_data(t, rows, tmp_path, monkeypatch, 16)
     work = distill.Work(tmp_path / "work").limits(t)
     distill.stage_import(t, work, data, limit=8, per_shard=4)
     ticks = itertools.chain([0.0, 0.0], itertools.repeat(10.0))
