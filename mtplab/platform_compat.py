@@ -35,7 +35,6 @@ try:  # a core dependency; an install made before it was one runs without it, an
 except ImportError:
     psutil = None  # type: ignore[assignment]
 
-WINDOWS = sys.platform == "win32"
 # 0 where the flag does not exist (Windows): callers OR them in unconditionally
 O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)

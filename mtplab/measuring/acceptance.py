@@ -48,11 +48,6 @@ class Acceptance:
         num_accepted_tokens / num_draft_tokens when every step drafts n tokens)."""
         return self.mean_accepted / max(1, len(self.unconditional))
 
-    def as_dict(self) -> dict:
-        return {"unconditional": self.unconditional, "conditional": self.conditional,
-                "mean_accepted": self.mean_accepted, "mean_accepted_length": self.mean_accepted_length,
-                "draft_acceptance_rate": self.draft_acceptance_rate}
-
 
 def _rates(rates) -> list[float]:
     try:

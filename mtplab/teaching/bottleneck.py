@@ -79,14 +79,6 @@ def check_latency_cut(fn) -> Check:
     return Check(name, True, "a speedup s leaves 1/s of the latency; the sources' 4x removes 75%")
 
 
-def timed_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: int = 5,
-                  progress: bool = False) -> tuple[dict[str, Trace], dict[str, list[float]]]:
-    """`raced_decodes` without the busy-machine guard's verdict."""
-    median, ms, _ = raced_decodes(variants, prompt_ids, max_new_tokens=max_new_tokens, repeats=repeats,
-                                  progress=progress)
-    return median, ms
-
-
 def raced_decodes(variants: dict, prompt_ids, *, max_new_tokens: int, repeats: int = 5,
                   progress: bool = False) -> tuple[dict[str, Trace], dict[str, list[float]], str | None]:
     """Greedy autoregressive decoding of the same prompt by several (model, use_cache) variants, raced

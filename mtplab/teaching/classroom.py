@@ -132,15 +132,6 @@ def points(records: list[dict]) -> list[dict]:
     return out
 
 
-def rows_of(pts: list[dict], model: str = "classroom") -> list[str]:
-    """The rows that at least two machines share, for this model (the ones worth plotting across a class)."""
-    seen: dict[str, set] = {}
-    for p in pts:
-        if p["model"] == model:
-            seen.setdefault(p["row"], set()).add(p["source"])
-    return [r for r, s in seen.items() if len(s) >= 2]
-
-
 def select(pts: list[dict], row: str, model: str = "classroom") -> list[dict]:
     chosen = [p for p in pts if p["model"] == model and p["row"] == row]
     if not chosen:

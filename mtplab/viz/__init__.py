@@ -4,7 +4,7 @@ model, shows, prints or touches pyplot's global state; matplotlib is imported on
 
 * `style`: the figure factory, method colours, bars, robust y-limits, PNG bytes
 * `kinds`: the token kinds (accepted, rejected, ...) and their one colour map, shared by figures, tables and widget
-* `decode`: what a decode did: steps, acceptance, one verify forward, the KV crop, a tree step, speed and time split
+* `decode`: what a decode did: acceptance, step kinds, one verify forward, the KV crop, a tree step, speed and time split
 * `cost`: what a forward costs: cost curve, roofline, step times, crossover, time split, batches
 * `training`: training curves, accuracy by depth, memory, the head families side by side
 * `stats`: sampling histograms, p-values, test power, acceptance conventions, estimate against live
@@ -16,7 +16,7 @@ The names are re-exported here, so a notebook writes `viz.cost_curve(...)`.
 from mtplab.viz.cost import (batch_tradeoff, block_size_curve, cost_curve, crossover, forwards_vs_m, regime_map, roofline,
                              step_times, time_split)
 from mtplab.viz.decode import (acceptance_bars, acceptance_figure, compare_figure, decode_split, domain_panels, kv_cache_crop,
-                               speed_figure, step_kinds, trace_steps, tree_step, verify_forward)
+                               speed_figure, step_kinds, tree_step, verify_forward)
 from mtplab.viz.kinds import COLORS, KINDS, LEGEND, STRUCK, TEXT_COLORS, StepRecord, TokenView, step_record
 from mtplab.viz.stats import conventions, estimate_vs_live, power_bars, pvalue_histogram, sampling_histogram
 from mtplab.viz.style import AR_COLOR, OVERLAP_COLOR, PLAIN_COLOR, bars, png, projector, robust_ylim
@@ -31,4 +31,4 @@ __all__ = ["AR_COLOR", "COLORS", "KINDS", "LEGEND", "OVERLAP_COLOR", "PLAIN_COLO
            "markdown_table", "memory_curve", "png", "power_bars", "projector",
            "pvalue_histogram", "regime_map", "robust_ylim", "roofline",
            "sampling_histogram", "speed_figure", "step_kinds", "step_record", "step_times", "steps_table", "table",
-           "time_split", "trace_steps", "training_curves", "training_lineage", "tree_step", "verify_forward"]
+           "time_split", "training_curves", "training_lineage", "tree_step", "verify_forward"]

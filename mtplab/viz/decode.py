@@ -1,5 +1,5 @@
-"""What a decode did, drawn: the steps of a trace, acceptance by position, one step's token kinds, the KV cache crop,
-one verify forward row by row, the acceptance lab's charts, and a token tree's step. Each returns a Figure.
+"""What a decode did, drawn: acceptance by position, one step's token kinds, the KV cache crop, one verify forward
+row by row, the acceptance lab's charts, and a token tree's step. Each returns a Figure.
 """
 from __future__ import annotations
 
@@ -19,27 +19,6 @@ from mtplab.viz.kinds import step_record
 
 
 # ---------------------------------------------------------------------------------- acceptance
-def trace_steps(trace: Trace) -> Figure:
-    """Per step of a speculative Trace: drafts kept, drafts rejected, and the target's extra token."""
-    steps = [s for s in trace.steps if s.drafted or s.predict_token is not None]
-    fig, axes = _figure(width=min(12.0, max(5.0, 2 + 0.18 * len(steps))), height=3)
-    ax = axes[0][0]
-    x = range(len(steps))
-    kept = [s.accepted for s in steps]
-    rejected = [len(s.drafted) - s.accepted for s in steps]
-    extra = [len(s.emitted) - s.accepted for s in steps]
-    ax.bar(x, extra, color="tab:green", label="from the target (predict / bonus / correction)")
-    ax.bar(x, kept, bottom=extra, color="tab:blue", label="drafts kept")
-    ax.bar(x, rejected, bottom=[a + b for a, b in zip(extra, kept)], color="tab:red", alpha=0.35,
-           label="drafts thrown away")
-    ax.set_xlabel("step")
-    ax.set_ylabel("tokens")
-    ax.set_ylim(0, trace.k + 0.5)
-    ax.set_title(f"{trace.method}, k = {trace.k}: {len(trace.tokens)} tokens in {trace.forwards} forwards")
-    fig.legend(fontsize=7, loc="outside lower center", ncol=3)
-    return fig
-
-
 def acceptance_bars(traces) -> Figure:
     """Acceptance by draft position: conditional (given the earlier drafts were kept) and unconditional."""
     if isinstance(traces, Trace):

@@ -110,10 +110,6 @@ PROJECTOR_DPI = 150
 _PROJECTOR: dict = {"on": False, "previous": None}
 
 
-def projector_on() -> bool:
-    return bool(_PROJECTOR["on"])
-
-
 def for_projector(fig: Figure) -> Figure:
     """Scale one figure for a projector, in place, once: every text at least PROJECTOR_MIN_PT points, the figure
     PROJECTOR_SIZE times as large, its dpi PROJECTOR_DPI. Returns the figure."""

@@ -669,7 +669,7 @@ def test_projector_mode_scales_every_figures_text(shell):
 
 
 def test_the_projector_switch_from_the_environment():
-    r = subprocess.run([sys.executable, "-c", "from mtplab.viz import style; print(style.projector_on())"],
+    r = subprocess.run([sys.executable, "-c", "from mtplab.viz import style; print(style._PROJECTOR['on'])"],
                        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MTPLAB_PROJECTOR": "1"})
     assert r.stdout.strip() == "True", r.stderr
 

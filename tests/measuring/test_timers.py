@@ -77,5 +77,5 @@ def test_the_notebooks_live_timings_sync_too(events):
     race({"ar": timing.untimed_output(lambda: None), "x": timing.untimed_output(lambda: None)}, [None], baseline="ar",
          rounds=2)
     from mtplab.teaching import bottleneck
-    bottleneck.timed_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=4, repeats=1)
+    bottleneck.raced_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=4, repeats=1)
     assert _unsynced(events) == []

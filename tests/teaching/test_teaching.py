@@ -156,10 +156,10 @@ def test_quantize_int8_keeps_greedy_output_close():
     assert sum(x == y for x, y in zip(a, b)) >= 1
 
 
-def test_timed_decodes_and_ms_per_token():
+def test_raced_decodes_and_ms_per_token():
     model = random_model(seed=2)
-    runs, ms = bottleneck.timed_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=6,
-                                        repeats=3)
+    runs, ms, _ = bottleneck.raced_decodes({"c": (model, True), "n": (model, False)}, [1, 2], max_new_tokens=6,
+                                           repeats=3)
     assert runs["c"].tokens == runs["n"].tokens
     assert all(bottleneck.ms_per_token(t) > 0 for t in runs.values())
     assert [len(v) for v in ms.values()] == [3, 3] and bottleneck.ms_per_token(runs["c"]) in ms["c"]

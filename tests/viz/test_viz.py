@@ -82,13 +82,8 @@ def test_acceptance_bars_show_the_trace_counters(traces):
     assert heights == pytest.approx(want)
 
 
-def test_trace_steps_and_step_times(traces):
-    tr = traces[0.5]
-    fig = viz.trace_steps(tr)
-    _renders(fig)
-    kept = [p.get_height() for p in fig.axes[0].containers[1]]
-    assert kept == [s.accepted for s in tr.steps if s.drafted]
-    _renders(viz.step_times({"a": tr, "b": traces[0.9]}))
+def test_step_times(traces):
+    _renders(viz.step_times({"a": traces[0.5], "b": traces[0.9]}))
 
 
 def test_other_figures_render():
