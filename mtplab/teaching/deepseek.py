@@ -13,6 +13,7 @@ from mtplab.teaching.check import _number
 from mtplab.measuring.teacher_forced import greedy_windows
 from mtplab.training.losses import label_layout
 from mtplab.measuring.acceptance import wilson
+from mtplab.measuring.theory import per_position_tokens_per_step
 from mtplab.teaching.blockwise import loop_split
 from mtplab.teaching.words import compare_rates, overlap
 
@@ -281,11 +282,7 @@ def length_from_conditionals(trace) -> str:
     """Why a trace's mean accepted length and 1 + c1 + c1 c2 + ... (from its conditional rates) can differ: steps
     that drafted fewer than the most drafts (the decode stops at max_new_tokens) count in the first position's
     denominator but never reach the later positions."""
-    c = [x for x in trace.conditional_acceptance if x == x]  # NaN where no step reached a position
-    prod, from_c = 1.0, 1.0
-    for x in c:
-        prod *= x
-        from_c += prod
+    from_c = per_position_tokens_per_step([x for x in trace.conditional_acceptance if x == x])  # NaN: not reached
     most = max((len(s.drafted) for s in trace.steps), default=0)
     short = sum(1 for s in trace.steps if s.drafted and len(s.drafted) < most)
     line = (f"{trace.mean_accepted_length:.2f} tokens per step counted; 1 + c1 + c1 c2 + ... from the printed "
