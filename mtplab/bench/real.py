@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 from mtplab.bench.report import _md, _write
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
-from mtplab.hf.prompts import heldout_prompts
-from mtplab.hf.real import REAL_MODELS, chat_ids, shipped_heads
+from mtplab.hf.prompts import heldout_ids
+from mtplab.hf.real import REAL_MODELS, shipped_heads
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint, kernels
@@ -111,12 +111,9 @@ def run_real(a) -> dict:
     m = 32 if a.quick else 128
     rounds = {1: 2} if a.quick else dict(ROUNDS)
     heads = load_heads_all(a.hf or REAL, pick(a.device))
-    held = heldout_prompts()
-    cats = [c for c in held for _ in range(per_cat)]
-    prompts = [chat_ids(heads.target, p) for c in held for p in held[c][:per_cat]]
+    prompts, cats = heldout_ids(heads.target, per_cat)
     rows = pick_rows(heads, getattr(a, "rows", None), a.quick)
-    every = [chat_ids(heads.target, p) for c in held for p in held[c]]  # every held-out prompt, untimed
-    every_cats = [c for c in held for _ in held[c]]
+    every, every_cats = heldout_ids(heads.target)  # every held-out prompt, untimed
     if a.quick:
         every, every_cats = every[:6], every_cats[:6]
     est = estimate_s(rows, len(prompts), rounds, acceptance_decodes=len(every) * (1 + len(ACCEPTANCE_ROWS)), m=m)

@@ -9,7 +9,7 @@
   writes it), read by `distill --data`
 * `real`: the real models of `paths.REAL_MODELS` (SmolLM2-135M-Instruct), converted once; their bare names anywhere
 * `distill`: heads for a real model: its own answers (from `chatdata`), a trunk cache, training on it (`distill`)
-* `prompts`: the held-out prompts and the task templates (text only)
+* `prompts`: the held-out prompts, as text or as one chat turn in a model's ids
 * `study`: the real model with every shipped head family, raced against AR (`bench real`, notebooks)
 
 May import `training`, `decoding`, `measuring`, `model` and the ground floor; the only importers of transformers.

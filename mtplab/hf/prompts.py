@@ -1,11 +1,13 @@
 """The hand-written held-out prompts of the real model's heads, by category: never trained on (the training prompts
-are the model's own, scripts/make_chat_data.py), read by `distill`, `bench real` and the notebooks.
+are the model's own, scripts/make_chat_data.py), read by `distill`, `bench real` and the notebooks, as text
+(`heldout_prompts`) or as chat turns in a model's ids (`heldout_ids`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from mtplab.errors import MtplabError
 from mtplab.files import read_json
+from mtplab.hf.real import chat_ids
 from mtplab.paths import DATA_DIR
 
 HELDOUT = DATA_DIR / "prompts" / "heldout.json"
@@ -21,3 +23,10 @@ def heldout_prompts(path: Path = HELDOUT) -> dict[str, list[str]]:
         raise MtplabError(f"{path} is not the lab's held-out prompt file (six categories: {', '.join(CATEGORIES)}); "
                           "restore it from git")
     return {c: list(cats[c]) for c in CATEGORIES}
+
+
+def heldout_ids(target, per_category: int | None = None) -> tuple[list[list[int]], list[str]]:
+    """The held-out prompts, the first `per_category` of each category (None: all), each as one user turn in the
+    target's ids (`hf.real.chat_ids`), and the category of each."""
+    held = [(c, p) for c, ps in heldout_prompts().items() for p in ps[:per_category]]
+    return [chat_ids(target, p) for _, p in held], [c for c, _ in held]

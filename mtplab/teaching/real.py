@@ -18,7 +18,7 @@ from mtplab.device import machine
 from mtplab.decoding.drafters import METHODS, pairs, real_label
 from mtplab.errors import MtplabError
 from mtplab.files import sha256
-from mtplab.hf.prompts import heldout_prompts
+from mtplab.hf.prompts import heldout_ids
 from mtplab.decoding.generate import decode_with, k_limit
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
@@ -119,7 +119,7 @@ def projection_lines(hc: dict, train: dict | None = None) -> list[str]:
                      f"{hc['reduced_share']:.0%} of t(1), " + _cheaper(hc["reduced_ms"], hc["full_ms"], "the full one")
                      + ("" if hc.get("busy") is None else
                         " (timed on a busy machine, not valid here: the record's study below is the figure to read)"))
-    train = train if train is not None else (read_train() or {})
+    train = train if train is not None else (record(TRAIN_JSON) or {})
     dv = train.get("draft_vocab") or {}
     row = next((r for r in dv.get("sizes", []) if r.get("size") == dv.get("chosen")), None)
     if row is None:
@@ -138,10 +138,9 @@ def projection_lines(hc: dict, train: dict | None = None) -> list[str]:
 
 
 def prompts_by_category(heads, per_category: int = 1) -> tuple[list[list[int]], list[str]]:
-    """The held-out chat prompts (data/prompts/heldout.json), per_category of each, as chat-template ids."""
-    held = heldout_prompts()
-    cats = [c for c in held for _ in range(per_category)]
-    return [chat_ids(heads.target, p) for c in held for p in held[c][:per_category]], cats
+    """The held-out chat prompts (data/prompts/heldout.json), per_category of each, as chat-template ids, and the
+    category of each (`hf.prompts.heldout_ids`)."""
+    return heldout_ids(heads.target, per_category)
 
 
 def live_race(heads, rows: list[str], prompts: list[list[int]], cats: list[str], *, m: int = 32,
@@ -158,7 +157,8 @@ def live_race(heads, rows: list[str], prompts: list[list[int]], cats: list[str],
 
 
 def record(path=REAL_JSON) -> dict | None:
-    """The shipped `bench real` record, or None when it is not there."""
+    """The shipped `bench real` record (`path`: another record, such as the heads' training record `TRAIN_JSON`), or
+    None when it is not there."""
     if not path.is_file():
         return None
     return Record.load(path).data
@@ -189,7 +189,6 @@ def label_of(spec, rec: dict | None = None) -> str:
 def _rows(rec: dict, threads: str = "1") -> list[dict]:
     """The record's rows measured at one thread count (every row carries `threads`)."""
     return [r for r in rec["rows"] if r["threads"] == int(threads)]
-
 
 
 def size_lines(smol, model, name: str, device) -> list[str]:
@@ -340,10 +339,6 @@ def steps_markdown(trace, target, *, limit: int = 8) -> str:
         bonus = piece(s.bonus) if s.bonus is not None else "-"
         lines.append(f"| {n} | {acc} | {rej} | {dis} | {bonus} |")
     return "\n".join(lines)
-
-
-
-
 
 
 def live_words(live: dict, row: dict) -> str:
@@ -539,7 +534,7 @@ def training_gap(rec: dict, train: dict | None = None, label: str | None = None)
     held-back prompts, of the training data's kind but never trained on, its `agreement` or else its last
     validation; and on the hand-written held-out prompts, where the record has it), against its acceptance when
     decoding the held-out prompts (the record's untimed acceptance study). None when either record lacks it."""
-    train = train if train is not None else (read_train() or {})
+    train = train if train is not None else (record(TRAIN_JSON) or {})
     study = rec.get("acceptance_all") or {}
     label = label or next((lab for lab in study if ", k=2" in lab), None) or next(iter(study), None)
     if label is None or label not in study:
@@ -564,13 +559,6 @@ def training_gap(rec: dict, train: dict | None = None, label: str | None = None)
     if decoded and shipped and decoded != shipped:  # the bench record decoded heads trained before the shipped ones
         out.update(decoded_sha256=decoded, shipped_sha256=shipped)
     return out
-
-
-def read_train(path=TRAIN_JSON) -> dict | None:
-    """The heads' training record (`data/hf/smollm2/record.json`), or None."""
-    if not path.is_file():
-        return None
-    return Record.load(path).data
 
 
 SAME_AGREEMENT = 0.02  # teacher-forced rates closer than this (2 points) are called the same in words
