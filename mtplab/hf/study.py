@@ -148,20 +148,6 @@ def acceptance_table(traces: list, cats: list[str]) -> dict:
     return out
 
 
-def _split(traces: list) -> dict:
-    """Milliseconds per step in target forwards, the drafter and the rest, summed over the decodes."""
-    tot = {"target_s": 0.0, "draft_s": 0.0, "overhead_s": 0.0, "steps": 0}
-    for t in traces:
-        s = t.time_split()
-        n = s["steps"]
-        tot["steps"] += n
-        for key in ("target_s", "draft_s", "overhead_s"):
-            tot[key] += s[key] * n
-    n = max(1, tot["steps"])
-    return {"target_ms": 1e3 * tot["target_s"] / n, "draft_ms": 1e3 * tot["draft_s"] / n,
-            "overhead_ms": 1e3 * tot["overhead_s"] / n}
-
-
 def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list[Pair], m: int, rounds: int,
           bar=None) -> dict:
     """The race and what is read off its first round (module docstring)."""
@@ -186,8 +172,10 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
         if hf_label in res.tokens:
             row["identical_to_generate"] = sum(a == b for a, b in zip(toks, res.tokens[hf_label]))
         if traces:
-            row["tokens_per_forward"] = sum(len(t.tokens) for t in traces) / max(1, sum(t.forwards for t in traces))
-            row["split"] = _split(traces)
+            one = pooled(traces)  # every step of the decodes in one Trace (each prompt's prefill left out of its split)
+            row["tokens_per_forward"] = one.tokens_per_forward
+            split = one.time_split()  # milliseconds per step in target forwards, the drafter and the rest
+            row["split"] = {f"{part}_ms": 1e3 * split[f"{part}_s"] for part in ("target", "draft", "overhead")}
             if r.method not in ("ar",) and not r.widths:  # a tree's steps have no chain positions
                 row["acceptance"] = acceptance_table(traces, cats)
         out.append(row)
@@ -233,7 +221,7 @@ def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *,
         out[label] = {"acceptance": acceptance_table(traces, cats), "prompts": len(prompts), "identical_to_ar": same,
                       "rejections": rejections, "rejected_outside_vocab": outside,
                       "looping": sum(loop_period(t.tokens) is not None for t in traces),
-                      "tokens_per_forward": sum(len(t.tokens) for t in traces) / max(1, sum(t.forwards for t in traces))}
+                      "tokens_per_forward": pooled(traces).tokens_per_forward}
     return out
 
 
