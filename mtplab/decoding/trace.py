@@ -146,10 +146,11 @@ class Trace:
         1 + num_accepted_tokens / num_drafts."""
         return 1.0 + self.num_accepted_tokens / max(1, self.num_drafts)
 
-    def summary(self) -> dict:
+    def summary(self, detokenize=decode) -> dict:
+        """Every counter in one dict; `text` by `detokenize` (the lab's bytes; a Hugging Face model's own tokenizer)."""
         return {
             "method": self.method, "k": self.k, "schedule": self.schedule,
-            "text": self.text, "tokens": self.tokens, "forwards": self.forwards,
+            "text": detokenize(self.tokens), "tokens": self.tokens, "forwards": self.forwards,
             "draft_forwards": self.draft_forwards, "tokens_per_forward": self.tokens_per_forward,
             "num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
             "num_accepted_tokens": self.num_accepted_tokens,

@@ -14,13 +14,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
 import torch
 from mtplab.data import CORPORA, corpus_path, get_batch, val_windows
 from mtplab.errors import MtplabError
-from mtplab.decoding.trace import Trace
 from mtplab.training import fit
 from mtplab.training.losses import head_losses, sub_vocab_index
 from mtplab.training.steps import LABELS, autocast_context, evaluate, train_step
@@ -313,20 +310,6 @@ def generate_ids(hf, ids: list[int], m: int, stop: int | None = None, **kw) -> l
     return out[0, len(ids):].tolist()
 
 
-@dataclass
-class HFTrace(Trace):
-    """A Trace whose `text` comes from the model's own tokenizer (the lab's Trace decodes bytes)."""
-    detokenize: Callable[[list[int]], str] | None = None
-
-    @property
-    def text(self) -> str:
-        return self.detokenize(self.tokens)
-
-    @classmethod
-    def of(cls, trace: Trace, target) -> "HFTrace":
-        return cls(**{f.name: getattr(trace, f.name) for f in fields(Trace)}, detokenize=target.decode)
-
-
 def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str, max_new_tokens=64, k=None,
                     temperature=0.0, top_k=None, seed=0, alpha=0.8, draft_hf=None, device="auto",
                     dtype="fp32", chat: bool = False, draft_vocab: str = "full", kernel: str = "exact") -> dict:
@@ -370,7 +353,7 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
         trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
                             top_k=top_k, seed=seed, alpha=alpha, draft_model=draft, stop=stop)
         wall = now() - t0
-    res = HFTrace.of(trace, target).summary()
+    res = trace.summary(target.decode)  # the text by the model's own tokenizer
     res.update(checkpoint=str(heads_checkpoint) if heads_checkpoint else target.path, hf=target.path,
                device=describe(dev), wall_s=wall, kernel=kernel, forward=target.forward_path,
                draft_vocab=draft_vocab, draft_vocab_size=trace.draft_vocab, chat=chat,
