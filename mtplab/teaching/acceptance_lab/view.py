@@ -88,17 +88,19 @@ def _chip(t: TokenView, projector: bool) -> str:
             f"{html.escape(t.label)}</span>")
 
 
+def _draws(r: StepRecord):
+    """(token, p, q, u, min(1, p/q), kept) for each draft the accept rule examined in a sampled step."""
+    for t in r.tokens:
+        if t.draw is not None:
+            p, q, u = t.draw
+            bound = min(1.0, p / q if q > 0 else float("inf"))
+            yield t, p, q, u, bound, u < bound  # the rule: keep d when u < min(1, p(d)/q(d))
+
+
 def draws_text(r: StepRecord) -> str:
     """Sampled steps: why each examined draft was kept or not, 'u < p/q' in numbers."""
-    parts = []
-    for t in r.tokens:
-        if t.draw is None:
-            continue
-        p, q, u = t.draw
-        ratio = p / q if q > 0 else float("inf")
-        verdict = "kept" if u < min(1.0, ratio) else "rejected"
-        parts.append(f"{t.label}: p(d)={p:.3f} q(d)={q:.3f} u={u:.3f} → {verdict}")
-    return "; ".join(parts)
+    return "; ".join(f"{t.label}: p(d)={p:.3f} q(d)={q:.3f} u={u:.3f} → {'kept' if kept else 'rejected'}"
+                     for t, p, q, u, _, kept in _draws(r))
 
 
 def _ms(s: float) -> str:
@@ -113,18 +115,10 @@ def step_time_text(r: StepRecord) -> str:
 def draws_html(r: StepRecord, projector: bool) -> str:
     """p(d), q(d) and u of every examined draft, large and dark (no hovering), with the rule's verdict."""
     size = "22px" if projector else "15px"
-    items = []
-    for t in r.tokens:
-        if t.draw is None:
-            continue
-        p, q, u = t.draw
-        ratio = p / q if q > 0 else float("inf")
-        kept = u < min(1.0, ratio)
-        items.append(f"<span class='mtplab-draw' style='margin-right:1.2em'><b>{html.escape(t.label)}</b>: "
-                     f"p(d)=<b>{p:.3f}</b> q(d)=<b>{q:.3f}</b> u=<b>{u:.3f}</b> "
-                     f"{'&lt;' if kept else '≥'} min(1, p/q)={min(1.0, ratio):.3f} → "
-                     f"<b style='color:{COLORS['accepted' if kept else 'rejected']}'>{'kept' if kept else 'rejected'}"
-                     "</b></span>")
+    items = [f"<span class='mtplab-draw' style='margin-right:1.2em'><b>{html.escape(t.label)}</b>: "
+             f"p(d)=<b>{p:.3f}</b> q(d)=<b>{q:.3f}</b> u=<b>{u:.3f}</b> {'&lt;' if kept else '≥'} min(1, p/q)={bound:.3f} "
+             f"→ <b style='color:{COLORS['accepted' if kept else 'rejected']}'>{'kept' if kept else 'rejected'}</b></span>"
+             for t, p, q, u, bound, kept in _draws(r)]
     if not items:
         return ""
     return f"<div class='mtplab-draws' style='font-size:{size};color:#111;margin:2px 0 2px 1em'>{''.join(items)}</div>"
