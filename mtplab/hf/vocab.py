@@ -34,21 +34,10 @@ def by_count(work: Work, val_rows: int = VAL_ROWS) -> list[int]:
     return sorted(counts, key=lambda t: (-counts[t], t))
 
 
-def draft_vocabulary(work: Work, n: int) -> torch.Tensor:
-    """The n token ids most frequent in the model's own training answers (ties by id), sorted by id."""
-    return torch.tensor(sorted(by_count(work)[:n]), dtype=torch.long)
-
-
 def coverage(counts: Counter, keep) -> float:
     """The share of the counted tokens that lie inside `keep`."""
     keep = set(keep)
     return sum(c for t, c in counts.items() if t in keep) / max(1, sum(counts.values()))
-
-
-def vocab_coverage(work: Work, vocab: torch.Tensor) -> float:
-    """The share of the held-back prompts' answer tokens that lie inside the draft vocabulary."""
-    rows = work.answers()
-    return coverage(token_counts(rows[i] for i in split(work, rows)[0]), vocab.tolist())
 
 
 def projection_ms(target, n: int, *, repeats: int = 25) -> float:
@@ -109,10 +98,14 @@ def chosen_vocab(work: Work) -> int:
 
 
 def load_vocab(work: Work, n: int, *, again: bool = False) -> torch.Tensor:
-    """The draft vocabulary of size n, computed once from the answers (`again`: anew) and kept in the work folder."""
+    """The draft vocabulary of size n: the n token ids most frequent in the model's own training answers (`by_count`),
+    sorted by id; computed once (`again`: anew) and kept in the work folder with its coverage of the held-back
+    prompts' answer tokens."""
     name = f"vocab-{n}.json"
     if os.path.lexists(work.dir / name) and not again:
         return torch.tensor(wf.read_vocab(work.dir / name, vocab_size=work.V), dtype=torch.long)
-    ids = draft_vocabulary(work, n)
-    work.write_json(name, {"n": len(ids), "ids": ids.tolist(), "coverage": vocab_coverage(work, ids)})
-    return ids
+    ids = sorted(by_count(work)[:n])
+    rows = work.answers()
+    back = token_counts(rows[i] for i in split(work, rows)[0])  # the held-back prompts' answer tokens
+    work.write_json(name, {"n": len(ids), "ids": ids, "coverage": coverage(back, ids)})
+    return torch.tensor(ids, dtype=torch.long)

@@ -162,7 +162,7 @@ def test_a_stray_json_among_the_answers_is_not_a_shard(work):
     (work.dir / "answers" / "notes.json").write_text(json.dumps({"hello": 1}))
     (work.dir / "answers" / ".00002.json.tmp").write_text("partial")
     assert [p.name for p in work.shards("answers")] == ["00000.json", "00001.json"]
-    assert len(vocab.draft_vocabulary(work, 8)) == 8
+    assert len(vocab.by_count(work)[:8]) == 8
 
 
 def test_the_answers_come_from_a_data_folder_only(tmp_path):
