@@ -19,7 +19,6 @@ from mtplab.tokenizer import encode
 PAIR = {"code": "domain-code-d1", "prose": "domain-prose-d1"}
 
 
-
 def load_pair(device="cpu") -> dict:
     return {corpus: ckpt.load(name, device=device) for corpus, name in PAIR.items()}
 

@@ -54,7 +54,6 @@ def _forward_of(who: str, model):
     return model.hf if who == "hf" else model
 
 
-
 def _generate(hf, ids: list[int], m: int, **kw) -> list[int]:
     from mtplab.hf.run import generate_ids  # transformers
     return generate_ids(hf, ids, m, **kw)

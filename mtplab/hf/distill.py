@@ -54,7 +54,6 @@ from mtplab.training.config import default_name, need_int
 from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
 
-
 def stage_import(target, work: Work, data, *, limit: int | None = None, per_shard: int = 64, log=None) -> int:
     """The answers of a data folder of `mtplab.hf.chatdata` (the model's own questions and greedy answers)
     as this work folder's answer shards: each prompt in the chat template's ids, checked against the length the
@@ -168,7 +167,6 @@ def keep_cached(work: Work, *, log=None) -> int:
     if log:
         log(f"trim: {len(moved)} answer shards without a cache moved to answers-uncached/; {len(cached)} kept")
     return len(moved)
-
 
 
 # ------------------------------------------------------------------------------------------- held-out prompts

@@ -64,6 +64,7 @@ class Work:
         """Every answered prompt of answers/, in shard order."""
         return [r for s in self.shards("answers") for r in self.read_answers(s)]
 
+
 def check_cached(work: Work) -> None:
     """Every answer shard has its cache shard, else one line naming both ways on."""
     have, want = {p.stem for p in work.shards("cache")}, {p.stem for p in work.shards("answers")}

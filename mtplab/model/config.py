@@ -5,7 +5,6 @@ from dataclasses import asdict, dataclass, replace
 from mtplab.errors import MtplabError
 
 
-
 @dataclass(frozen=True)
 class Family:
     """What the code needs to know of a head family: looked up here, never branched on by name."""
