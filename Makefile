@@ -71,9 +71,11 @@ lint: $(STAMP)
 	$(BIN)/python -m tools.import_graph --check
 
 # the Python tests on both cores (--dist loadfile: a file's tests stay in one worker), then the serial ones alone
-# (the busy-machine guard reads the machine's load), then the notebooks, each in one worker
+# (the busy-machine guard reads the machine's load), then the notebooks at their defaults, each in one worker. The
+# smoke runs (every notebook with SMOKE=True: the same cells at smaller sizes, tests/notebooks/test_notebook_runs.py)
+# are left out: `pytest -m smoke tests/notebooks` runs them
 test: lint $(BROWSER) convert
-	$(PYTEST) -q -n 2 --dist loadfile -m "not serial" --durations=15 tests
+	$(PYTEST) -q -n 2 --dist loadfile -m "not serial and not smoke" --durations=15 tests
 	$(PYTEST) -q -m serial tests
 	$(PYTEST) -q -n 2 --dist loadfile --nbval-lax notebooks/
 
