@@ -26,6 +26,11 @@ def _ids(path):
     return path.stem
 
 
+def _declared(nb) -> str:
+    """The source of the notebook's cell tagged `parameters` ('' without one)."""
+    return next((c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])), "")
+
+
 @pytest.mark.slow
 @pytest.mark.smoke
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
@@ -35,8 +40,7 @@ def test_runs_in_smoke_mode(path):
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / path.name
     # raises PapermillExecutionError, naming the cell, if any cell fails
-    nb = nbformat.read(path, as_version=4)
-    declared = next((c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])), "")
+    declared = _declared(nbformat.read(path, as_version=4))
     params = {"SMOKE": True, **({"REAL": False} if "\nREAL = " in "\n" + declared else {})}
     pm.execute_notebook(str(path), str(out), parameters=params, kernel_name="python3",
                         cwd=str(path.parent), progress_bar=False, execution_timeout=600)
@@ -52,8 +56,7 @@ def smoke_reads(nb) -> list[str]:
     """Where a notebook reads SMOKE for anything but giving parameters of its `parameters` cell other values:
     each `if SMOKE:` block may only assign those names; any other read of SMOKE is listed (cell, line)."""
     cells = [c for c in nb.cells if c.cell_type == "code"]
-    declared = next((c.source for c in cells if "parameters" in c.metadata.get("tags", [])), "")
-    params = {t.id for node in ast.parse(declared).body if isinstance(node, ast.Assign)
+    params = {t.id for node in ast.parse(_declared(nb)).body if isinstance(node, ast.Assign)
               for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
     found = []
     for i, c in enumerate(cells):
