@@ -20,7 +20,8 @@ def decode_rows(hf, prompts: list[list[int]], *, max_new: int, stop: int, pad: i
     """Each row's new tokens (up to and including `stop`), greedy at temperature 0, else sampled (top-p).
 
     Left padding; a finished row leaves the batch (its cache rows are dropped), so a batch costs what its live
-    rows cost, not 64 rows times the longest answer."""
+    rows cost, not 64 rows times the longest answer. The bookkeeping and the sampling stay on the CPU (the seeded
+    generator draws the same tokens on any device); only the model's inputs go to its device."""
     import inspect
     from transformers import DynamicCache
     kw = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"  # renamed in 5.x
@@ -29,11 +30,12 @@ def decode_rows(hf, prompts: list[list[int]], *, max_new: int, stop: int, pad: i
     mask = (torch.arange(W)[None] >= torch.tensor([W - len(p) for p in prompts])[:, None]).long()
     pos = (mask.cumsum(1) - 1).clamp_min(0)
     cache = DynamicCache(config=hf.config)
+    dev = hf.device
     gen = torch.Generator().manual_seed(seed)
     out: list[list[int]] = [[] for _ in range(B)]
     alive = list(range(B))
-    logits = hf(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                **{kw: cache}).logits[:, -1].float()
+    logits = hf(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True,
+                logits_to_keep=1, **{kw: cache}).logits[:, -1].float().cpu()
     last = pos[:, -1]
     for _ in range(max_new):
         if temperature > 0:
@@ -52,12 +54,12 @@ def decode_rows(hf, prompts: list[list[int]], *, max_new: int, stop: int, pad: i
             break
         if len(keep) < len(alive):
             idx = torch.tensor(keep)
-            cache.batch_select_indices(idx)
+            cache.batch_select_indices(idx.to(dev))
             mask, nxt, last, alive = mask[idx], nxt[idx], last[idx], [alive[j] for j in keep]
         mask = torch.cat([mask, torch.ones(len(alive), 1, dtype=mask.dtype)], 1)
         last = last + 1
-        logits = hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None], use_cache=True,
-                    **{kw: cache}).logits[:, -1].float()
+        logits = hf(input_ids=nxt[:, None].to(dev), attention_mask=mask.to(dev), position_ids=last[:, None].to(dev),
+                    use_cache=True, **{kw: cache}).logits[:, -1].float().cpu()
     return out
 
 

@@ -285,14 +285,14 @@ def check_distill_options(model, work_dir, stages, steps, max_seconds):
     return rm
 
 
-def agreement(target, work: Work, vocab: torch.Tensor, settings: dict) -> dict:
+def agreement(target, work: Work, vocab: torch.Tensor, settings: dict, cache: TrunkCache | None = None) -> dict:
     """Teacher-forced agreement by depth of the attached heads with the target's argmax: on the held-back training
     prompts and on the held-out prompts (pooled and by category, first draft), side by side: their gap measures how
-    well the training prompts match what people type."""
+    well the training prompts match what people type. `cache`: the work folder's cache, when already loaded."""
     where = sub_vocab_index(vocab.to(target.wte.weight.device), target.config.vocab_size).to(target.wte.weight.device)
     kw = {"unroll": settings.get("unroll", 3)}
     val = split(work, val_rows=settings.get("val_rows", VAL_ROWS), seed=settings.get("seed", 0))[0]
-    back = evaluate_heads(target, TrunkCache.load(work), val, where, vocab, **kw)
+    back = evaluate_heads(target, cache or TrunkCache.load(work), val, where, vocab, **kw)
     rows, held = heldout_cache(work)
     out = evaluate_heads(target, held, list(range(len(rows))), where, vocab, **kw)
     cats = sorted({r["category"] for r in rows})
@@ -302,7 +302,7 @@ def agreement(target, work: Work, vocab: torch.Tensor, settings: dict) -> dict:
             "held_back_prompts": len(val), "held_out_prompts": len(rows)}
 
 
-def ship(target, work: Work, rm, *, log=None, data=None) -> None:
+def ship(target, work: Work, rm, *, log=None, data=None, cache: TrunkCache | None = None) -> None:
     """Write what ships into data/hf/NAME: each trained family's heads in bf16, the draft vocabulary and a record
     of how they were made (tokens, steps, CPU time, the machine, the agreement history, the shipped heads' agreement
     on held-back and held-out prompts, the draft vocabulary study, the data's generation cost)."""
@@ -320,8 +320,9 @@ def ship(target, work: Work, rm, *, log=None, data=None) -> None:
     n = chosen_vocab(work)
     vocab = load_vocab(work, n)
     data = Path(DATA_DIR / "chat" / rm.name if data is None else data)
+    dev = target.wte.weight.device if target is not None else torch.device("cpu")  # where the heads were measured
     record = {"model": rm.name, "package": f"{rm.package}=={rm.version}", "gguf_sha256": rm.gguf_sha256,
-              "recipe": RECIPE, "machine": machine("cpu"), "heads": {},
+              "recipe": GPU_RECIPE if dev.type == "cuda" else RECIPE, "machine": machine(dev), "heads": {},
               "draft_vocab": wf.json_file(work.dir / "vocab-study.json", limit=wf.MAX_SMALL_JSON,
                                           what="the draft vocabulary study", fix=wf.rerun("vocab")),
               "generation": {sub: DataWork(data).costs(sub) for sub in ("questions", "answers")}
@@ -341,7 +342,7 @@ def ship(target, work: Work, rm, *, log=None, data=None) -> None:
         save_heads(target, out / name, dtype=torch.bfloat16, meta={"trained": TRAINED, "steps": state["step"]})
         load_heads(target, out / f"{name}.safetensors")  # what ships (bf16) is what is measured
         record["heads"][name] = {"steps": state["step"], "settings": state["settings"], "history": state["history"],
-                                 "agreement": agreement(target, work, vocab, state["settings"])}
+                                 "agreement": agreement(target, work, vocab, state["settings"], cache)}
         if log:
             log(f"shipped {out / name}.safetensors")
     cov = wf.json_file(work.dir / f"vocab-{n}.json", limit=wf.MAX_SMALL_JSON, what="a draft vocabulary",

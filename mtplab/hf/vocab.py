@@ -42,7 +42,7 @@ def coverage(counts: Counter, keep) -> float:
 
 def projection_ms(target, n: int, *, repeats: int = 25) -> float:
     """Median milliseconds of one row's projection onto n rows of the output matrix, on the kernel decoding uses."""
-    W = target.lm_head.weight.detach()[:n].contiguous()
+    W = target.lm_head.weight.detach()[:n].float().cpu().contiguous()  # drafts are projected on the CPU
     x = torch.randn(1, W.shape[1])
     times = []
     for i in range(repeats + 3):

@@ -62,6 +62,20 @@ def test_sampled_rows_are_seeded(tiny):
     assert a == b and a != c and all(len(r) == 12 for r in a)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_rows_on_cuda_are_the_rows_on_the_cpu(tiny):
+    """distill's held-out answers on a GPU: the inputs go to the model's device, the bookkeeping and the seeded
+    sampling stay on the CPU (this model's logits lie far apart, so no near tie flips a greedy row)."""
+    import copy
+    hf, tok = tiny
+    gpu = copy.deepcopy(hf).cuda()
+    head = cd.user_turn_head(tok)
+    prompts = [cd.template_ids(tok, p) for p in ("Why is the sky blue?", "Hi")]
+    assert cd.decode_rows(gpu, prompts, max_new=16, stop=-1) == cd.decode_rows(hf, prompts, max_new=16, stop=-1)
+    assert all(len(r) == 12 for r in cd.decode_rows(gpu, [head] * 3, max_new=12, stop=-1, temperature=1.0, seed=3))
+
+
 def test_selection_drops_duplicates_heldout_and_caps_templates():
     own = [{"category": "chat", "prompt": f"Tell me about the history of {w} and why people like it.",
             "finished": True} for w in ("tea", "coffee", "chess", "bread", "rain", "owls", "glass")]
