@@ -73,11 +73,13 @@ lint: $(STAMP)
 # the Python tests on both cores (--dist loadfile: a file's tests stay in one worker), then the serial ones alone
 # (the busy-machine guard reads the machine's load), then the notebooks at their defaults, each in one worker. The
 # smoke runs (every notebook with SMOKE=True: the same cells at smaller sizes, tests/notebooks/test_notebook_runs.py)
-# are left out: `pytest -m smoke tests/notebooks` runs them
+# are left out: `pytest -m smoke tests/notebooks` runs them. One kernel starts alone before the notebooks, and nbval's
+# kernels keep their stderr (tools/nbval_start.py: a kernel that dies at start says why, and starts once more)
 test: lint $(BROWSER) convert
 	$(PYTEST) -q -n 2 --dist loadfile -m "not serial and not smoke" --durations=15 tests
 	$(PYTEST) -q -m serial tests
-	$(PYTEST) -q -n 2 --dist loadfile --nbval-lax notebooks/
+	$(BIN)/python -m tools.nbval_start
+	$(PYTEST) -q -n 2 --dist loadfile -p tools.nbval_start --nbval-lax notebooks/
 
 # under 2 minutes: the library's unit and property tests in one process. Left to `make test`: notebooks, the
 # browser, subprocess tests (CLI, fault injection, torchrun), statistical sampling tests, shipped checkpoints, HF
