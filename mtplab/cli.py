@@ -398,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate text, autoregressively or speculatively")
     g.add_argument("--method", default="ar",
-                   help="ar | blockwise | blockwise-overlap | meta | deepseek | draft-model | ngram | oracle")
+                   help=" | ".join(METHODS) + " (deepseek-reuse: the DeepSeek module applied again for each "
+                   "further draft)")
     g.add_argument("--checkpoint", default=None, help="file stem in data/checkpoints/ or a path")
     g.add_argument("--prompt", default=None)
     g.add_argument("--prompt-file", default=None)

@@ -178,3 +178,12 @@ def test_a_draft_models_smaller_window_is_named_as_the_drafts(ckdir, tmp_path):
             "--prompt", "abc", "--max-new-tokens", "40", env={"MTPLAB_CHECKPOINTS": str(ckdir)})
     one_line(r, "the draft model's context window (32) is smaller than the target's (128): the prompt (3 tokens) "
                 "plus 40 new tokens plus k=4 do not fit it")
+
+
+def test_generate_help_names_every_method():
+    """The --method help was a hand-written list that left out deepseek-reuse, the real model's fastest method."""
+    from mtplab.cli import build_parser
+    from mtplab.decoding.drafters import METHODS
+    sub = next(a for a in build_parser()._actions if a.choices and "generate" in a.choices).choices["generate"]
+    text = next(a.help for a in sub._actions if "--method" in a.option_strings)
+    assert set(METHODS) <= set(text.replace("|", " ").split())
