@@ -441,7 +441,7 @@ def test_generate_chat_json_reports_what_the_classroom_models_report(smollm2):
                           "--max-new-tokens", "10", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
-    assert len(res["tokens"]) == 10 and res["forwards"] <= 10 and res["wall_s"] > 0
+    assert len(res["tokens"]) == 10 and res["forwards"] <= 10 and res["wall_s"] > 0 and res["warm_s"] > 0
     assert len(res["acceptance_rate_per_position"]) == 2 and res["draft_vocab"] == "reduced"
     assert Path(res["checkpoint"]).parent == real.REAL_MODELS["smollm2"].heads_dir
 
