@@ -7,10 +7,10 @@ answers started once more, with what it printed.
 nbval starts each notebook's kernel with its stderr sent to /dev/null, so a kernel that dies at start says only
 "Kernel died before replying to kernel_info", for every cell of its notebook. CI saw that once for notebook 02 (the
 last run of 2026-12-04, on a fresh machine, where the two workers started the first two kernels of that machine at
-the same moment), and never here. So `make test` starts one kernel alone before the notebooks (what a kernel's first
-start writes under the home folder is then written once), and this plugin keeps each kernel's stderr: a kernel that
-dies before its first answer is started once more, with a warning that quotes what it printed, and a second death
-fails its notebook with that text.
+the same moment), and never here. So `make test` starts one kernel alone before the notebooks (what a kernel's
+first start writes under the home folder is then written once; a failure there is printed, not fatal), and this
+plugin keeps each kernel's stderr: a kernel that dies before its first answer is started once more, with a warning
+that quotes what it printed, and a second death fails its notebook with that text.
 """
 from __future__ import annotations
 
@@ -71,7 +71,17 @@ def warm(timeout: float = 120) -> str:
             km.shutdown_kernel(now=True)
 
 
-if __name__ == "__main__":
-    status = warm()
+def main() -> int:
+    """The warm-up never fails `make test` by itself: a kernel that cannot start is nbval's to report, notebook by
+    notebook, with this plugin's stderr and second start."""
+    try:
+        status = warm()
+    except (SystemExit, RuntimeError) as e:
+        print(f"{e}\nnbval starts each notebook's kernel itself (with one more start after a death)", file=sys.stderr)
+        return 0
     print(f"a notebook kernel started alone and ran a cell: {status}")
-    sys.exit(0 if status == "ok" else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,3 +34,13 @@ def test_two_deaths_fail_with_what_the_kernel_printed():
     with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="(?s)twice.*No module named 'ipykernel'"):
         keep_stderr(start)()
     assert len(calls) == 2
+
+
+def test_the_warm_up_reports_a_failed_start_without_failing(monkeypatch, capsys):
+    import tools.nbval_start as ns
+
+    def dead(timeout=120):
+        raise SystemExit("a notebook kernel did not start alone (Kernel died); its stderr:\nboom")
+    monkeypatch.setattr(ns, "warm", dead)
+    assert ns.main() == 0
+    assert "boom" in capsys.readouterr().err
