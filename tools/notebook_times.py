@@ -1,7 +1,7 @@
 """Each notebook's run time with its defaults, measured on this machine, and the line that states it.
 
-    python -m tools.notebook_times            # run every notebook with papermill, alone, one after the other
-    python -m tools.notebook_times --write    # ... and write the measured times into each first cell
+    python -m tools.notebook_times            # run every notebook with papermill, alone, one after the other; print
+    python -m tools.notebook_times --write    # ... and write the measured times into the record and each first cell
     python -m tools.notebook_times --write --from-record   # only rewrite the first cells from the record
 
 The record (docs/bench/notebooks.json) keeps each notebook's wall seconds, its slowest cell, whether the machine was
@@ -97,7 +97,10 @@ def main(argv=None) -> int:
             rec = measure(path)
             record["notebooks"][path.name] = rec
             print(f"{path.name}: {rec['seconds']:.0f} s (slowest cell {rec['slowest_cell_s']:.0f} s)", flush=True)
-        atomic_write_text(RECORD, json.dumps(record, indent=1) + "\n")
+        if a.write:  # the record and the first cells that quote it change together (tests/notebooks checks them)
+            atomic_write_text(RECORD, json.dumps(record, indent=1) + "\n")
+        else:
+            print(f"{RECORD.relative_to(ROOT)} left as it was: --write writes it and the first cells")
     if a.write:
         write_lines(record)
         write_teaching(record)
