@@ -129,12 +129,9 @@ def main(argv=None) -> int:
         later = sum(p[2] for p in list(plan.values())[i + 1:]) * left  # what the families after this one need
         hard = max(10.0, a.budget - a.reserve - (now() - T0) - later)  # the backstop never eats their time
         steps = int(max(a.min_steps, min(a.max_steps, mine / (per * a.probe_factor))))
-        settings = {"heads": fam, "vocab": n, "sequences": len(cache.rows), **opts, "steps": steps,
-                    "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"}
         log(f"{fam}: {steps} steps in about {steps * per * a.probe_factor:.0f} s")
-        with work.timed(fam):
-            fit_heads(target, cache, vocab, heads=fam, out=work.dir, settings=settings, log=log, overwrite=True,
-                      max_seconds=min(1.3 * mine + 10, hard), **{**opts, "steps": steps})
+        d.stage_heads(target, work, fam, {"heads": {fam: opts}}, steps=steps, log=log, cache=cache, overwrite=True,
+                      max_seconds=min(1.3 * mine + 10, hard))
     if a.ship:
         os.environ["MTPLAB_WRITE_SHIPPED"] = "1"
         out = Path(a.ship)

@@ -192,11 +192,12 @@ def stage_heldout(target, work: Work, *, max_new: int | None = None, log=None) -
 
 
 def stage_heads(target, work: Work, fam: str, recipe: dict, *, steps: int | None = None, log=None,
-                **fit) -> list[dict]:
-    """One family's heads on the cache, with the recipe's options (`steps` overrides its count); the history."""
+                cache: TrunkCache | None = None, **fit) -> list[dict]:
+    """One family's heads on the cache, with the recipe's options (`steps` overrides its count); the history.
+    `cache`: the work folder's cache, when already loaded."""
     opts = {**recipe["heads"][fam], **({"steps": steps} if steps is not None else {})}
     check_cached(work)
-    cache = TrunkCache.load(work)
+    cache = cache or TrunkCache.load(work)
     n = chosen_vocab(work)
     vocab = load_vocab(work, n)
     if log:
