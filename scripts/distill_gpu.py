@@ -92,6 +92,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reserve", type=float, default=60.0, help="seconds kept for shipping")
     ap.add_argument("--ship", default=None, help="folder to ship into (data/hf/smollm2 for the real model)")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--warm", action="store_true",
+                    help="start each family from its shipped heads (data/hf/smollm2/FAMILY-*.safetensors)")
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default the recipe's)")
     a = ap.parse_args(argv)
     dev = pick(a.device)
     rm = real_model(a.model)
@@ -120,6 +123,13 @@ def main(argv=None) -> int:
     for fam, share in [(f, x) for f, x in shares.items() if x > 0]:
         opts = {k: v for k, v in d.GPU_RECIPE["heads"][fam].items() if k != "steps"}
         opts["batch_size"] = a.batch_size
+        if a.lr is not None:
+            opts["lr"] = a.lr
+        if a.warm:
+            found = sorted(shipped.glob(f"{fam}-*.safetensors"))
+            if len(found) != 1:
+                raise SystemExit(f"--warm needs one {fam}-*.safetensors in {shipped}; found {len(found)}")
+            opts["init"] = str(found[0])
         per = probe(target, cache, vocab, fam, opts)
         plan[fam] = (opts, per, share)
         log(f"{fam}: {per * 1e3:.1f} ms a step at batch {a.batch_size}")

@@ -159,6 +159,20 @@ def _fit_set(target, out: Path, name: str, step_fn, opt, params, gen, *, setting
     return fit.run(step_fn, opt, params, start=start, history=history, save=save, out=out, **kw)
 
 
+def warm_start(target, path) -> None:
+    """Copy the head weights of heads file PATH into the freshly attached heads, which must match them name for
+    name and shape for shape (fp32 whatever the file's dtype)."""
+    from safetensors.torch import load_file
+    saved = {k[len("mtp."):]: v for k, v in load_file(str(path)).items() if k.startswith("mtp.")}
+    mine = target.mtp.state_dict()
+    if set(saved) != set(mine) or any(saved[k].shape != mine[k].shape for k in mine):
+        raise MtplabError(f"{path} holds other heads than the {target.config.heads} family being trained "
+                          f"({len(saved)} tensors against {len(mine)}): start from heads of the same family and size")
+    with torch.no_grad():
+        for k, t in target.mtp.state_dict().items():
+            t.copy_(saved[k].to(t.dtype))
+
+
 # ---- heads on a cached trunk (mtplab.hf.distill): the same loop, the cached-trunk losses ------------------------
 def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
     """The cached rows of `step`: epoch e visits the training rows in its own seeded order, so a resumed run draws
@@ -199,15 +213,19 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
               batch_size: int = 8, lr: float = 1e-3, unroll: int = 3, seed: int = 0, val_rows: int = 24,
               weights=(1.0, 0.6, 0.4, 0.3), out=None, resume: bool = False, overwrite: bool = False,
               settings: dict | None = None, log=None, max_seconds: float | None = None,
-              drawn: int | None = None) -> list[dict]:
-    """Train a fresh head family on the cache with the lab's one loop (`mtplab.training.fit.run`: AdamW, warm-up
+              drawn: int | None = None, init=None) -> list[dict]:
+    """Train a head family on the cache with the lab's one loop (`mtplab.training.fit.run`: AdamW, warm-up
     then cosine), bf16 autocast where native, against the cached-trunk losses (`training.losses.head_losses`).
     With `out`, the run is one save set of `mtplab.training.runs` named after the family (OUT/FAMILY.safetensors:
     the heads with their draft vocabulary; OUT/FAMILY.state.*), saved by steps, by time and at SIGINT/SIGTERM, and
-    continued with `resume`. Returns the history (per-depth agreement on held-back rows)."""
+    continued with `resume`. `init`: a heads file of this family and shape to start from instead of fresh weights
+    (a warm start: the shipped heads trained further on a GPU). Returns the history (per-depth agreement on
+    held-back rows)."""
     if resume and overwrite:
         raise MtplabError("--resume continues the head trainings in --work and --overwrite replaces them; give one")
     params, opt, gen = _fresh_heads(target, heads, n_depths, seed=seed, lr=lr)  # gen: saved; the batches are `_rows`
+    if init is not None:
+        warm_start(target, init)
     dev = target.wte.weight.device
     vocab = vocab.to(dev)
     where = sub_vocab_index(vocab, target.config.vocab_size).to(dev)
@@ -233,7 +251,8 @@ def fit_heads(target, cache, vocab: torch.Tensor, *, heads: str, n_depths: int, 
     if out is None:
         return fit.run(step_fn, opt, params, **kw)
     settings = {"heads": heads, "n_depths": n_depths, "batch_size": batch_size, "lr": lr, "unroll": unroll,
-                "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {})}
+                "seed": seed, "val_rows": val_rows, "weights": list(weights), **(settings or {}),
+                **({"init": Path(init).name} if init is not None else {})}
     out = Path(out)
     old = out / f"{heads}.pt"
     if os.path.lexists(old) and not os.path.lexists(runs.paths(out, heads)["manifest"]) and not overwrite:

@@ -111,6 +111,26 @@ def test_the_draft_vocabulary_travels_in_the_heads_file(tiny, tmp_path):
     t.mtp, t.config = None, t.config.with_heads("none", 1)
 
 
+def test_fit_heads_starts_from_a_heads_file_of_the_same_family(tiny, tmp_path):
+    """`init` warm-starts the training from saved heads (the shipped heads trained further): at learning rate 0 the
+    heads stay the file's, bit for bit, and the run's settings name the file; heads of another family are refused."""
+    t, rows = tiny
+    cache = TrunkCache([cache_tensors(t, rows[i:i + 8]) for i in range(0, 24, 8)])
+    vocab = torch.arange(0, 320, 2)
+    kw = dict(heads="stern", n_depths=3, batch_size=4, val_rows=4, settings={"vocab": 160})
+    fit_heads(t, cache, vocab, out=tmp_path / "first", steps=6, lr=3e-3, **kw)
+    saved = read_heads_info(tmp_path / "first" / "stern.safetensors")["tensors"]
+    fit_heads(t, cache, vocab, out=tmp_path / "warm", steps=2, lr=0.0, init=tmp_path / "first" / "stern.safetensors",
+              **kw)
+    warm = read_heads_info(tmp_path / "warm" / "stern.safetensors")["tensors"]
+    assert all(torch.equal(saved[k], warm[k]) for k in saved if k.startswith("mtp."))
+    assert runs.read_manifest(tmp_path / "warm", "stern")["settings"]["init"] == "stern.safetensors"
+    with pytest.raises(MtplabError, match="other heads than the deepseek family"):
+        fit_heads(t, cache, vocab, heads="deepseek", n_depths=2, steps=2, batch_size=4, val_rows=4,
+                  init=tmp_path / "first" / "stern.safetensors")
+    t.mtp, t.config = None, t.config.with_heads("none", 1)
+
+
 def test_fit_heads_saves_one_save_set_and_resumes_bit_for_bit(tiny, tmp_path, monkeypatch):
     """The cached-trunk training runs on the lab's one loop: one save set (heads file with its vocabulary, state,
     manifest), and a run interrupted in step 5 of 8 resumes to the uninterrupted run's heads."""
