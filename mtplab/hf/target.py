@@ -120,6 +120,7 @@ class HFTarget(nn.Module):
         self.chat = False
         self.draft_vocab: torch.Tensor | None = None
         self._draft_rows: torch.Tensor | None = None
+        self._draft_rows16: torch.Tensor | None = None
         self._lab: LlamaForward | None = None  # built at the first forward that needs it, on the weights' device
         self.use_kernel(kernel)
 
@@ -173,12 +174,16 @@ class HFTarget(nn.Module):
     def draft_unembed(self, h):
         """A drafter's projection: over the heads' draft vocabulary when they carry one (`load_heads`), every other token
         at -inf; otherwise `unembed`. Only drafts go through it: the target verifies over the full vocabulary, so
-        the output is the same either way and only the drafts' cost and acceptance change."""
+        the output is the same either way and only the drafts' cost and acceptance change. The exact kernel reads
+        the rows rounded to bf16 (half the bytes: a near-tie between two drafts may fall the other way)."""
         if self.draft_vocab is None or self._draft_rows is None:  # set together (`_use_draft_vocab`)
             return self.unembed(h)
         lab = self.lab_forward
         linear = nn.functional.linear if self.kernel == "stock" else kernels.linear  # transformers' forward's projection
-        small = linear(self.norm(h), self._draft_rows) if lab is None else lab.unembed(h, self._draft_rows)  # (..., N)
+        if lab is None:
+            small = linear(self.norm(h), self._draft_rows)  # (..., N)
+        else:  # the exact kernel reads the rows' bf16 copy: half the bytes; drafts only, the verify reads float32
+            small = lab.unembed(h, self._draft_rows16 if kernels.exact_rows(h) else self._draft_rows)
         full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))
         return full.index_copy_(-1, self.draft_vocab, small)
 
@@ -186,7 +191,7 @@ class HFTarget(nn.Module):
         """Draft over these token ids only (None: the full vocabulary again); returns self. The ids travel with the
         heads (`save_heads` writes them, `load_heads` applies them), as EAGLE-3's d2t travels with its draft."""
         if ids is None:
-            self.draft_vocab = self._draft_rows = None
+            self.draft_vocab = self._draft_rows = self._draft_rows16 = None
             return self
         ids = torch.as_tensor(ids, dtype=torch.long).flatten().unique()
         V = self.config.vocab_size
@@ -194,6 +199,7 @@ class HFTarget(nn.Module):
             raise MtplabError(f"a draft vocabulary is a non-empty set of token ids in 0..{V - 1}")
         self.draft_vocab = ids.to(self.wte.weight.device)
         self._draft_rows = self.lm_head.weight.detach()[self.draft_vocab].contiguous()  # (N, C)
+        self._draft_rows16 = self._draft_rows.to(torch.bfloat16)  # what the exact kernel drafts with (`kernels.compact`)
         return self
 
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> HFCache | KVCache:

@@ -33,9 +33,10 @@ loads, the kernel keeps to one thread unless a caller asks for more (`split_laye
 The kernel is compiled by numba (cached on disk after the first call). Where numba is missing or fails, `linear` is
 `F.linear`, `EXACT` is False and `status()` says so. Above MAX_ROWS rows (a prefill), under autograd (training), off
 the CPU and for inputs other than float32, `linear` is `F.linear` too: those calls are not what a verify compares.
-`use_stock()` runs the stock kernel everywhere, to race the two. The panels are a second, float32 copy of each weight
-used, made at its first exact call and kept while the weight lives (SmolLM2: another 540 MB).
-"""
+`use_stock()` runs the stock kernel everywhere, to race the two. The panels are a second copy of each weight used,
+made at its first exact call and kept while the weight lives (SmolLM2: another 540 MB): float32, or bf16 bits where
+every value of the weight is a bf16 value (`compact`: a bf16 weight, or heads shipped in bf16), which halves what a
+call reads and changes no sum (each entry is widened to the same float32 before its fused step)."""
 from __future__ import annotations
 
 import contextlib
@@ -76,6 +77,7 @@ try:  # pragma: no cover - the branch taken depends on the environment
     if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
         # a pool whose threads wait spinning first (see the docstring: workqueue's wake-ups cost more than a split saves)
         numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
+    from llvmlite import ir
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
@@ -110,6 +112,19 @@ try:  # pragma: no cover - the branch taken depends on the environment
         def codegen(context, builder, sig, args):
             return builder.fma(*args)
         return types.float32(types.float32, types.float32, types.float32), codegen
+
+    @intrinsic
+    def _f32(typingctx, w):
+        """A panel entry as float32: itself, or from bfloat16 bits (uint16, the upper half of a float32's bits):
+        compact panels hold half the bytes and give the same float32 values, hence the same sums."""
+        if w == types.float32:
+            return types.float32(w), lambda context, builder, sig, args: args[0]
+        if w == types.uint16:
+            def codegen(context, builder, sig, args):
+                wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
+                return builder.bitcast(wide, ir.FloatType())
+            return types.float32(w), codegen
+        return None
 
     @_jit()
     def _rows4(x, i0, k):
@@ -147,7 +162,7 @@ try:  # pragma: no cover - the branch taken depends on the environment
         for k in range(x.shape[1]):
             x4 = _rows4(x, i0, k)
             for jj in range(JB):
-                _fma4(a, 0, jj, wp[b, k, jj], x4)
+                _fma4(a, 0, jj, _f32(wp[b, k, jj]), x4)
         _write(a, out, b, i0)
 
     @_jit()
@@ -158,7 +173,7 @@ try:  # pragma: no cover - the branch taken depends on the environment
         for k in range(x.shape[1]):
             lo, hi = _rows4(x, i0, k), _rows4(x, min(i0 + 4, x.shape[0] - 1), k)
             for jj in range(JB):
-                w = wp[b, k, jj]
+                w = _f32(wp[b, k, jj])
                 _fma4(a, 0, jj, w, lo)
                 _fma4(a, 4, jj, w, hi)
         _write(a, out, b, i0)
@@ -172,7 +187,7 @@ try:  # pragma: no cover - the branch taken depends on the environment
         for k in range(x.shape[1]):
             x3 = _rows3(x, i0, k)
             for jj in range(JB):
-                w = wp[b, k, jj]
+                w = _f32(wp[b, k, jj])
                 a[0, jj] = _fma(x3[0], w, a[0, jj])
                 a[1, jj] = _fma(x3[1], w, a[1, jj])
                 a[2, jj] = _fma(x3[2], w, a[2, jj])
@@ -287,13 +302,25 @@ def active() -> bool:
 _PANELS: dict[int, tuple] = {}
 
 
+def compact(w: torch.Tensor) -> bool:
+    """Whether every value of `w` is a bfloat16 value: a bf16 weight, or a float32 one whose low 16 bits are all zero
+    (heads shipped in bf16 and loaded as float32). Such a weight is packed as bf16 bits: half the bytes to read, the
+    same float32 values, so the same sums."""
+    if w.dtype == torch.bfloat16:
+        return True
+    return w.dtype == torch.float32 and bool(((w.detach().contiguous().view(torch.int32) & 0xFFFF) == 0).all())
+
+
 def _pack(w: torch.Tensor) -> np.ndarray:
-    """(m, n) weight -> (ceil(m/JB), n, JB) float32 panels, zero-padded outputs at the end."""
+    """(m, n) weight -> (ceil(m/JB), n, JB) panels, zero-padded outputs at the end: uint16 bf16 bits where
+    `compact(w)`, float32 otherwise."""
     m, n = w.shape
     nb = -(-m // JB)
-    wp = torch.zeros(nb * JB, n, dtype=torch.float32)
-    wp[:m] = w.detach().float()
-    return np.ascontiguousarray(wp.view(nb, JB, n).transpose(1, 2).numpy())  # (nb, n, JB)
+    small = compact(w)
+    wp = torch.zeros(nb * JB, n, dtype=torch.bfloat16 if small else torch.float32)
+    wp[:m] = w.detach().to(wp.dtype)  # exact either way (see `compact`)
+    wp = wp.view(nb, JB, n).transpose(1, 2).contiguous()  # (nb, n, JB)
+    return wp.view(torch.int16).numpy().view(np.uint16) if small else wp.numpy()
 
 
 def panels(w: torch.Tensor) -> np.ndarray:

@@ -54,6 +54,36 @@ def test_each_row_is_the_one_row_call(m, n, q, threads, bias, seed, rows):
     torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-4, atol=1e-4)  # and it is a linear
 
 
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 200), n=st.integers(1, 200), q=st.integers(1, kernels.MAX_ROWS), threads=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**31 - 1), rows=st.sampled_from([3, 8]))
+def test_compact_panels_give_the_float32_panels_bits(m, n, q, threads, seed, rows):
+    """A weight whose values are all bf16 values (heads shipped in bf16) is packed as bf16 bits: half the bytes,
+    the same sums, bit for bit, whatever the rows, blocks and threads; each row is still the one-row call."""
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(m, n, generator=g) * 0.1).to(torch.bfloat16).float()
+    x = torch.randn(q, n, generator=g)
+    assert kernels.compact(w) and kernels.compact(w.to(torch.bfloat16))
+    assert kernels.panels(w).dtype == np.uint16
+    with block_plan(rows):
+        small = kernels.linear(x, w, threads=threads)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(kernels, "compact", lambda _: False)
+            wide = w.clone()
+            assert kernels.panels(wide).dtype == np.float32
+            assert torch.equal(small, kernels.linear(x, wide, threads=threads))
+    assert rows_equal_one_row_calls(lambda z: kernels.linear(z, w), x) == 0
+
+
+def test_what_compact_means():
+    w = torch.randn(40, 30)
+    assert not kernels.compact(w) and kernels.panels(w).dtype == np.float32
+    assert not kernels.compact(w.half()) and kernels.compact(w.bfloat16()) and kernels.compact(w.bfloat16().float())
+    w2 = w.bfloat16().float()
+    w2[3, 4] = torch.nextafter(w2[3, 4], torch.tensor(float("inf")))  # one value off bf16's grid: float32 panels
+    assert not kernels.compact(w2) and kernels.panels(w2).dtype == np.float32
+
+
 def test_block_plans():
     """`blocks` is `_panel`'s loop: AVX-512 blocks of 8 then a 4, AVX2 blocks of 3, 1 to 4 rows one block of 4."""
     assert kernels.ROWS in (3, 8)
