@@ -169,7 +169,7 @@ def warm_start(target, path) -> None:
         raise MtplabError(f"{path} holds other heads than the {target.config.heads} family being trained "
                           f"({len(saved)} tensors against {len(mine)}): start from heads of the same family and size")
     with torch.no_grad():
-        for k, t in target.mtp.state_dict().items():
+        for k, t in mine.items():  # state_dict's tensors share the parameters' storage
             t.copy_(saved[k].to(t.dtype))
 
 
