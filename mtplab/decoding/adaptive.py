@@ -4,21 +4,26 @@ only what the target agrees with, so changing the number of drafts changes the s
 * `Fixed`: k-1 drafts every step (the lab's default).
 * `Schedule`: Hugging Face assisted generation's heuristic schedule: after a step that kept every draft, ask for
   2 more next time, otherwise 1 fewer, between 1 and k-1.
-* `ConfidenceStop`: draft while the drafter's own top-1 probability stays at or above a threshold, as Hugging Face's
+* `ConfidenceStop`: draft until the drafter's own top-1 probability falls below a threshold, as Hugging Face's
   `assistant_confidence_threshold` stops drafting when the drafter is unsure (after Mamou et al. 2024, "Dynamic
-  Speculation Lookahead", arXiv 2405.04304); the step keeps the drafts up to the first unsure one. EAGLE-2 uses the
-  drafter's confidence differently: to choose which branches of a draft tree to grow, not to stop a chain.
+  Speculation Lookahead", arXiv 2405.04304). The step verifies the drafts before the first unsure one. (transformers
+  differs by one token: its `ConfidenceCriteria` checks a token after it joined the candidates, so it verifies the
+  first unsure draft too.) A drafter that drafts one token at a time (DeepSeek's modules) stops at the unsure draft
+  and saves the deeper drafts' work (`stop`); one whose heads draft every depth at once saves only verify rows.
+  EAGLE-2 uses the drafter's confidence differently: to choose which branches of a draft tree to grow, not to stop a
+  chain.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Callable, Protocol
 
 from mtplab.errors import MtplabError
 
 
 class Policy(Protocol):
     name: str
+    stop: Callable[[float], bool] | None  # told to a drafter that drafts in turn: end the draft after this confidence
 
     def drafts(self, limit: int) -> int: ...
 
@@ -29,6 +34,7 @@ class Policy(Protocol):
 
 class Fixed:
     name = "fixed"
+    stop = None
 
     def drafts(self, limit: int) -> int:
         return limit
@@ -46,6 +52,7 @@ class Schedule:
     start: int | None = None
     n: int | None = field(default=None, init=False)
     name = "schedule"
+    stop = None
 
     def drafts(self, limit: int) -> int:
         if self.n is None:
@@ -63,7 +70,7 @@ class Schedule:
 
 @dataclass
 class ConfidenceStop:
-    """Keep the drafts up to the first whose drafter probability is below `threshold`."""
+    """Keep the drafts before the first whose drafter probability is below `threshold`."""
     threshold: float = 0.4
     name = "confidence"
 
@@ -77,11 +84,14 @@ class ConfidenceStop:
     def cut(self, draft):
         if draft.confidence is None:
             return draft
-        n = next((i for i, c in enumerate(draft.confidence) if c < self.threshold), len(draft.tokens))
+        n = next((i for i, c in enumerate(draft.confidence) if self.stop(c)), len(draft.tokens))
         if n == len(draft.tokens):
             return draft
         q = draft.q[:n] if draft.q is not None else None
         return replace(draft, tokens=draft.tokens[:n], q=q, confidence=draft.confidence[:n])
+
+    def stop(self, confidence: float) -> bool:
+        return confidence < self.threshold
 
     def after(self, drafted: int, accepted: int) -> None:
         pass

@@ -42,7 +42,7 @@ class Drafter(Protocol):
     def begin(self, model, tokens: list[int], out, prompt_len: int, *, max_new_tokens: int,
               sampling: Sampling) -> None: ...
 
-    def propose(self, n: int) -> Draft: ...
+    def propose(self, n: int, stop: Callable[[float], bool] | None = None) -> Draft: ...
 
     def feedback(self, out, n_keep: int, tokens: list[int]) -> None: ...
 
@@ -57,7 +57,10 @@ class BaseDrafter:
         self.model, self.tokens, self.prompt_len = model, tokens, prompt_len
         self.sampling = sampling
 
-    def propose(self, n: int) -> Draft:
+    def propose(self, n: int, stop: Callable[[float], bool] | None = None) -> Draft:
+        """n drafts (or fewer). `stop` (an adaptive policy's, `mtplab.decoding.adaptive`): a drafter that drafts one
+        token at a time (the DeepSeek modules) ends the draft after the first whose confidence makes it true, and
+        saves the deeper drafts' work; one that drafts every depth at once ignores it (the policy cuts afterwards)."""
         raise NotImplementedError
 
     def feedback(self, out, n_keep: int, tokens: list[int]):
@@ -115,7 +118,7 @@ class SternDrafter(BaseDrafter):
         # one pass of the heads: the shared h -> 4h layer, n of the 4h -> h layers, the shared output head
         return self.model.draft_unembed(self.model.mtp.hidden(self.h, n)[:, 0])[0]  # (n, V)
 
-    def propose(self, n):
+    def propose(self, n, stop=None):
         logits = self._logits(n)
         return Draft(_argmax_list(logits), calls=1, confidence=_confidence(logits))
 
@@ -148,7 +151,7 @@ class MetaDrafter(BaseDrafter):
         self.tokens = tokens
         self._extend(out.pre_last[:, :n_keep])
 
-    def propose(self, n):
+    def propose(self, n, stop=None):
         # the K-1 head layers ran once over the newly kept positions (in feedback): one call
         logits = self.model.draft_unembed(self.h_last[:, :n])[0]  # (n, V)
         return Draft(_argmax_list(logits), calls=1, confidence=_confidence(logits))
@@ -199,9 +202,10 @@ class DeepSeekDrafter(BaseDrafter):
         L = len(tokens) - 1  # target cache length
         self.H[0][:, L - n_keep:L] = out.hidden[:, :n_keep]
 
-    def _depths(self, n, pick):
-        """Module k = 1..n in turn, each reading the token `pick` chose from module k-1's logits; then every module's
-        cache is cropped back to its committed positions. Returns each depth's logits (1, V) and the tokens picked."""
+    def _depths(self, n, pick, halt=None):
+        """Module k = 1..n in turn, each reading the token `pick` chose from module k-1's logits, until `halt` (of the
+        logits just made) is true; then every module's cache is cropped back to its committed positions. Returns
+        each depth's logits (1, V) and the tokens picked."""
         model, tokens = self.model, self.tokens
         L = len(tokens) - 1  # positions 0..L-1 are in the target cache; tokens[L] is the last committed
         ext = list(tokens)
@@ -215,13 +219,16 @@ class DeepSeekDrafter(BaseDrafter):
             self.H[k][:, a:L] = h
             out.append(model.draft_unembed(h[:, -1]).float())  # (1, V): the draft vocabulary's rows, where one is set
             ext.append(pick(out[-1]))
+            if halt is not None and halt(out[-1]):
+                break
         for k in range(1, n + 1):  # drop provisional entries: keep positions j with t_{j+k} committed
             self.caches[k - 1].crop(max(0, min(self.caches[k - 1].length, L - k + 1)))
         return out, ext[L + 1:]
 
-    def propose(self, n):
-        logits, drafts = self._depths(n, lambda lg: int(lg.argmax(-1)))
-        return Draft(drafts, calls=n, confidence=[float(torch.softmax(lg, -1).max()) for lg in logits])
+    def propose(self, n, stop=None):
+        halt = None if stop is None else (lambda lg: stop(float(torch.softmax(lg, -1).max())))
+        logits, drafts = self._depths(n, lambda lg: int(lg.argmax(-1)), halt)
+        return Draft(drafts, calls=len(drafts), confidence=[float(torch.softmax(lg, -1).max()) for lg in logits])
 
     def candidates(self, n: int, width: int) -> list[list[int]]:
         """The top-`width` tokens of depth 2 (a token tree one depth deep: `n` must be 1). Deeper, a module reads the
@@ -258,7 +265,7 @@ class DraftModelDrafter(BaseDrafter):
         self.cache.crop(i)
         del self.fed[i:]
 
-    def propose(self, n):
+    def propose(self, n, stop=None):
         dev = self.draft.wte.weight.device
         new = self.tokens[len(self.fed):]
         drafts, qs = [], []
@@ -284,7 +291,7 @@ class NgramDrafter(BaseDrafter):
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1, *, earliest: bool = False):
         self.max_ngram, self.min_ngram, self.earliest = max_ngram, min_ngram, earliest
 
-    def propose(self, n):
+    def propose(self, n, stop=None):
         toks = self.tokens
         L = len(toks)
         for g in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
@@ -313,7 +320,7 @@ class OracleDrafter(BaseDrafter):
         self.reference, self.alpha = list(reference), alpha
         self.rng = torch.Generator().manual_seed(seed)
 
-    def propose(self, n):
+    def propose(self, n, stop=None):
         pos = len(self.tokens) - self.prompt_len
         drafts = []
         for i in range(n):

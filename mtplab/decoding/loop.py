@@ -204,8 +204,9 @@ def propose(run: Decode, clock: Clock) -> Draft:
     n = min(run.adapt.drafts(run.k - 1), run.remaining - 1 if run.schedule == "overlap" else run.remaining)
     if n <= 0:
         return Draft([])
+    stop = run.adapt.stop  # a confidence stop: a drafter that drafts in turn ends its draft there
     with clock("draft"):
-        return run.adapt.cut(run.drafter.propose(n))
+        return run.adapt.cut(run.drafter.propose(n) if stop is None else run.drafter.propose(n, stop=stop))
 
 
 def verify(run: Decode, drafts: list[int], clock: Clock) -> tuple[Any, torch.Tensor]:

@@ -62,11 +62,32 @@ def test_the_confidence_stop_keeps_drafts_up_to_the_first_unsure_one():
     stop = adaptive.ConfidenceStop(0.5)
     d = stop.cut(Draft([4, 5, 6], confidence=[0.9, 0.4, 0.95], calls=1))
     assert d.tokens == [4] and d.confidence == [0.9]
+    assert stop.cut(Draft([4, 5], confidence=[0.3, 0.9])).tokens == []
     assert stop.cut(Draft([1], confidence=None)).tokens == [1]  # a drafter without confidences is left alone
     with pytest.raises(MtplabError, match="probability in"):
         adaptive.ConfidenceStop(2.0)
     with pytest.raises(MtplabError, match="unknown adaptive policy"):
         adaptive.policy("bogus")
+
+
+def test_a_drafter_that_drafts_in_turn_stops_at_the_first_unsure_draft_and_drafts_what_the_cut_keeps():
+    model = random_model("deepseek", 2, seed=34).eval()
+    prompt = [5, 3, 5, 8, 9]
+    ar = autoregressive(model, prompt, max_new_tokens=40).tokens
+    early = speculative(model, DeepSeekDrafter(model, reuse=5), prompt, max_new_tokens=40, k=6,
+                        adapt=adaptive.ConfidenceStop(0.3))
+    full = DeepSeekDrafter(model, reuse=5)
+    made = []
+    propose = full.propose
+    full.propose = lambda n, stop=None: made.append(propose(n)) or made[-1]  # every depth, never told to stop
+    late = speculative(model, full, prompt, max_new_tokens=40, k=6, adapt=adaptive.ConfidenceStop(0.3))
+    assert early.tokens == late.tokens == ar
+    assert [s.drafted for s in early.steps] == [s.drafted for s in late.steps]
+    cut = [s for s, d in zip(late.steps[1:], made) if len(s.drafted) < len(d.tokens)]
+    assert cut, "no step was cut: pick a threshold the random drafter falls below"
+    assert early.draft_forwards < late.draft_forwards  # the deeper drafts after an unsure one were never made
+    # a step made the drafts it kept, and the unsure one it stopped at when it stopped early
+    assert all(s.draft_forwards - len(s.drafted) in (0, 1) for s in early.steps[1:])
 
 
 def test_adaptive_sampling_keeps_the_target_distribution():
