@@ -121,6 +121,7 @@ class HFTarget(nn.Module):
         self.draft_vocab: torch.Tensor | None = None
         self._draft_rows: torch.Tensor | None = None
         self._draft_rows16: torch.Tensor | None = None
+        self._vocab_rows: dict = {}  # the last few draft vocabularies' rows, so that switching back costs nothing
         self._lab: LlamaForward | None = None  # built at the first forward that needs it, on the weights' device
         self.use_kernel(kernel)
 
@@ -197,9 +198,16 @@ class HFTarget(nn.Module):
         V = self.config.vocab_size
         if len(ids) == 0 or int(ids.min()) < 0 or int(ids.max()) >= V:
             raise MtplabError(f"a draft vocabulary is a non-empty set of token ids in 0..{V - 1}")
-        self.draft_vocab = ids.to(self.wte.weight.device)
-        self._draft_rows = self.lm_head.weight.detach()[self.draft_vocab].contiguous()  # (N, C)
-        self._draft_rows16 = self._draft_rows.to(torch.bfloat16)  # what the exact kernel drafts with (`kernels.compact`)
+        ids = ids.to(self.wte.weight.device)
+        w = self.lm_head.weight
+        key = (w.data_ptr(), w.dtype, ids.cpu().numpy().tobytes())  # a race switches vocabularies at every decode
+        rows = self._vocab_rows.pop(key, None)
+        if rows is None:
+            rows = w.detach()[ids].contiguous()  # (N, C)
+            rows = rows, rows.to(torch.bfloat16)  # what the exact kernel drafts with is the bf16 copy (`kernels.compact`)
+        self._vocab_rows = {**dict(list(self._vocab_rows.items())[-3:]), key: rows}  # the last four used
+        self.draft_vocab = ids
+        self._draft_rows, self._draft_rows16 = rows
         return self
 
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> HFCache | KVCache:

@@ -9,15 +9,20 @@ from __future__ import annotations
 import os
 from collections import Counter
 import torch
+from mtplab.decoding.generate import decode_with
+from mtplab.decoding.trace import pooled
 from mtplab.device import machine, now
 from mtplab.errors import MtplabError
 from mtplab.hf import workfiles as wf
 from mtplab.hf.trunkcache import VAL_ROWS, Work, check_cached, heldout_cache, split
-from mtplab.measuring.race import LoadMeter, busy_reason
+from mtplab.measuring.race import LoadMeter, busy_reason, race
 from mtplab.model import kernels
 
 VOCAB_SIZES = (4096, 8192, 12288, 16384, 24576, 32768)   # the draft vocabulary's sizes the vocab stage measures
 COVERAGE_GOAL = 0.98       # share of held-out answer tokens the chosen draft vocabulary must hold
+DECODE_SIZES = (4096, 6144, 8192, 12288)  # the trained vocabulary's most frequent tokens that `decode_sizes` races
+RULE = ("the largest size whose speedup range reaches the range of the highest median: the race cannot rank those, "
+        "and the largest loses the fewest drafts")
 
 
 def token_counts(rows) -> Counter:
@@ -109,3 +114,48 @@ def load_vocab(work: Work, n: int, *, again: bool = False) -> torch.Tensor:
     back = token_counts(rows[i] for i in split(work, rows)[0])  # the held-back prompts' answer tokens
     work.write_json(name, {"n": len(ids), "ids": ids, "coverage": coverage(back, ids)})
     return torch.tensor(ids, dtype=torch.long)
+
+
+def decode_sizes(target, prompts, counts: Counter, *, sizes=DECODE_SIZES, method: str = "deepseek-reuse", k: int = 4,
+                 m: int = 128, rounds: int = 3, stop: int | None = None, bar=None) -> dict:
+    """The draft vocabulary's size chosen by decoding, after training: the heads' own vocabulary (`target.draft_vocab`,
+    the one they were trained over) and its `sizes` most frequent tokens by `counts` (ties by id), each decoding
+    `prompts` with `method` at k (m new tokens, ending at `stop`), raced against AR the lab's way (`measuring.race`:
+    interleaved rounds, the busy guard). A smaller vocabulary projects each draft onto fewer rows (cheaper drafts)
+    and cannot draft the tokens it left out (fewer accepted): the race weighs both. Per size: the speedup (median
+    and range over rounds), whether every output equals AR's, tokens per target forward, first-draft acceptance and
+    the drafter's milliseconds per draft (first round), and the share of AR's answer tokens (first round) inside it.
+    `chosen` (`RULE`): of the sizes whose range reaches the range of the highest median (the race cannot rank them),
+    the largest, which loses the fewest drafts; `ids`: its token ids."""
+    trained = target.draft_vocab
+    if trained is None:
+        raise MtplabError("these heads carry no draft vocabulary to shrink; load heads saved with one (load_heads)")
+    ranked = sorted(trained.tolist(), key=lambda t: (-counts[t], t))
+    vocabs = {n: torch.tensor(sorted(ranked[:n])) for n in sorted({min(n, len(ranked)) for n in (*sizes, len(ranked))})}
+
+    def decoder(ids):
+        def run(p):
+            target._use_draft_vocab(ids)  # its rows are kept (`_use_draft_vocab`): switching costs no gather
+            return decode_with(method, target, p, max_new_tokens=m, k=k, stop=stop)
+        return run
+
+    try:
+        res = race({"AR": lambda p: decode_with("ar", target, p, max_new_tokens=m, stop=stop),
+                    **{str(n): decoder(ids) for n, ids in vocabs.items()}}, prompts, baseline="AR", rounds=rounds,
+                   device=target.wte.weight.device, bar=bar)
+    finally:
+        target._use_draft_vocab(trained)
+    answers = Counter(t for out in res.outputs["AR"] for t in out.tokens)
+    rows = []
+    for n, ids in vocabs.items():
+        one = pooled(res.outputs[str(n)])
+        rows.append({"size": n, **{f: res.row(str(n))[f] for f in ("speedup", "speedup_min", "speedup_max", "identical")},
+                     "tokens_per_forward": one.tokens_per_forward,
+                     "first_draft_acceptance": one.acceptance_rate_per_position[0],
+                     "ms_per_draft": 1e3 * sum(s.draft_s for s in one.steps if not s.prefill) / max(1, one.draft_forwards),
+                     "coverage_of_ar_answers": coverage(answers, ids.tolist())})
+    best = max(rows, key=lambda r: r["speedup"])
+    chosen = max(r["size"] for r in rows if r["speedup_max"] >= best["speedup_min"])
+    return {"method": method, "k": k, "m": m, "rounds": rounds, "prompts": len(prompts), "machine": res.machine,
+            "busy": res.busy, "trained_size": len(ranked), "rule": RULE, "sizes": rows, "chosen": chosen,
+            "ids": vocabs[chosen].tolist()}

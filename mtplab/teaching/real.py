@@ -134,7 +134,28 @@ def projection_lines(hc: dict, train: dict | None = None) -> list[str]:
                  f"took {row['projection_ms']:.2f} ms there against {dv['full_projection_ms']:.2f} ms over the full "
                  f"vocabulary, " + _cheaper(row["projection_ms"], dv["full_projection_ms"], "the full one")
                  + f" ({where}" + (")" if dv.get("busy") is None else f"; not valid: {dv['busy']})"))
-    return lines
+    return lines + decode_size_lines(dv.get("decode"))
+
+
+def decode_size_lines(dec: dict | None) -> list[str]:
+    """The draft vocabulary's size as decoding chose it after training (`hf.vocab.decode_sizes`, the record's
+    `draft_vocab.decode`): every size's speedup with its range, the rule that chose among them, and what the chosen
+    size gives up (held-out coverage, first-draft acceptance) and buys (milliseconds a draft) against the trained one."""
+    if not dec:
+        return []
+    rows = {r["size"]: r for r in dec["sizes"]}
+    best, trained = rows[dec["chosen"]], rows.get(dec["trained_size"])
+    where = machine_text(dec["machine"]) + ("" if dec.get("busy") is None else f"; not valid: {dec['busy']}")
+    line = (f"then sized by decoding: the heads draft over the {dec['chosen']:,} most frequent of the "
+            f"{dec['trained_size']:,} tokens they were trained over, {dec['rule']}, in a race against AR "
+            f"({dec['method']}, k={dec['k']}, {dec['prompts']} held-out prompts, {dec['rounds']} rounds; {where}: "
+            + "; ".join(f"{n:,} tokens {speedup_text(r)}" for n, r in sorted(rows.items())) + ")")
+    if trained is not None and trained is not best:
+        line += (f"; against the trained size it holds {best['coverage_held_out']:.1%} of the held-out answers' tokens "
+                 f"(not {trained['coverage_held_out']:.1%}), first drafts accepted {best['first_draft_acceptance']:.2f} "
+                 f"(not {trained['first_draft_acceptance']:.2f}), {best['ms_per_draft']:.2f} ms a draft (not "
+                 f"{trained['ms_per_draft']:.2f})")
+    return [line]
 
 
 def prompts_by_category(heads, per_category: int = 1) -> tuple[list[list[int]], list[str]]:

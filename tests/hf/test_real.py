@@ -360,6 +360,52 @@ def test_draft_vocab_projection_matches_the_full_one_inside_it(tiny):
         t._use_draft_vocab([t.config.vocab_size])
 
 
+def test_switching_draft_vocabularies_reuses_their_rows_and_follows_the_weights(tiny):
+    t, _ = tiny
+    a, b = torch.arange(0, 320, 2), torch.arange(1, 320, 2)
+    rows_a = t._use_draft_vocab(a)._draft_rows
+    t._use_draft_vocab(b)
+    assert t._use_draft_vocab(a)._draft_rows is rows_a  # kept, not gathered again
+    assert torch.equal(rows_a, t.lm_head.weight.detach()[a])
+    before = t.lm_head.weight
+    t.lm_head.weight = torch.nn.Parameter(before.detach() * 2, requires_grad=False)  # new weights: rows anew
+    try:
+        assert torch.equal(t._use_draft_vocab(a)._draft_rows, 2 * rows_a)
+    finally:
+        t.lm_head.weight = before
+        t._use_draft_vocab(None)
+
+
+def test_decode_sizes_races_the_trained_vocabulary_and_its_most_frequent_tokens(tiny):
+    """`hf.vocab.decode_sizes`: every size decodes exactly (= AR), the sizes are the trained vocabulary's most frequent
+    tokens by the counts given, the chosen size is the highest median, and the heads' own vocabulary is back after."""
+    from collections import Counter
+    from mtplab.hf.vocab import decode_sizes
+    t, rows = tiny
+    cache = TrunkCache([cache_tensors(t, rows[i:i + 8]) for i in range(0, 24, 8)])
+    trained = torch.arange(0, 320, 2)
+    fit_heads(t, cache, trained, heads="deepseek", n_depths=2, steps=10, batch_size=8, lr=3e-3, val_rows=4)
+    t._use_draft_vocab(trained)
+    counts = Counter({int(i): 1000 - int(i) for i in trained})  # the smaller the id, the more frequent
+    prompts = [r["prompt_ids"] for r in rows[:2]]
+    try:
+        study = decode_sizes(t, prompts, counts, sizes=(20, 80), m=12, rounds=2)
+        assert torch.equal(t.draft_vocab, trained)
+    finally:
+        t._use_draft_vocab(None)
+        t.mtp, t.config = None, t.config.with_heads("none", 1)
+    sizes = {r["size"]: r for r in study["sizes"]}
+    assert sorted(sizes) == [20, 80, 160] and study["trained_size"] == 160
+    assert all(r["identical"] == 2 for r in sizes.values())  # exact at every size
+    best = max(sizes.values(), key=lambda r: r["speedup"])
+    assert study["chosen"] == max(n for n, r in sizes.items() if r["speedup_max"] >= best["speedup_min"])
+    assert study["ids"] == list(range(0, 2 * study["chosen"], 2))  # the most frequent: the smallest ids here
+    assert all(0 <= r["coverage_of_ar_answers"] <= 1 and r["ms_per_draft"] > 0 for r in sizes.values())
+    assert sizes[20]["coverage_of_ar_answers"] <= sizes[80]["coverage_of_ar_answers"] <= sizes[160]["coverage_of_ar_answers"]
+    with pytest.raises(MtplabError, match="no draft vocabulary"):
+        decode_sizes(t, prompts, counts)
+
+
 def test_sub_vocab_index():
     where = sub_vocab_index(torch.tensor([3, 7]), 10)
     assert where.tolist() == [-1, -1, -1, 0, -1, -1, -1, 1, -1, -1]

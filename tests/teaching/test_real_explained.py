@@ -225,6 +225,27 @@ def test_projection_lines_say_cheaper_only_when_it_was():
     assert real.projection_lines(hc, {})[-1] == "the heads' record holds no draft vocabulary study"
 
 
+def test_the_size_decoding_chose_is_read_from_its_race():
+    """The draft vocabulary sized by decoding after training (record `draft_vocab.decode`): every size's speedup with
+    its range, the record's rule, and what the chosen size gives up and buys against the trained one."""
+    m = {"cpu": "AMD EPYC", "cores": 2, "threads": 1, "llc": "32 MiB", "torch": "2", "device": "cpu"}
+
+    def size(n, sp, lo, hi, cov, acc, ms):
+        return {"size": n, "speedup": sp, "speedup_min": lo, "speedup_max": hi, "coverage_held_out": cov,
+                "first_draft_acceptance": acc, "ms_per_draft": ms}
+    dec = {"method": "deepseek-reuse", "k": 4, "prompts": 18, "rounds": 2, "machine": m, "busy": None,
+           "trained_size": 15992, "chosen": 8192, "rule": "the largest size whose range reaches the fastest's",
+           "sizes": [size(15992, 1.48, 1.48, 1.48, 0.9725, 0.61, 2.75), size(4096, 1.54, 1.52, 1.56, 0.898, 0.58, 1.96),
+                     size(8192, 1.53, 1.53, 1.54, 0.9517, 0.60, 2.19)]}
+    line = real.decode_size_lines(dec)[0]
+    assert "the 8,192 most frequent of the 15,992 tokens they were trained over, the largest size whose range" in line
+    assert "18 held-out prompts, 2 rounds; measured on AMD EPYC, 1 of 2 cores" in line
+    assert line.index("4,096 tokens 1.54x") < line.index("8,192 tokens 1.53x") < line.index("15,992 tokens 1.48x")
+    assert "holds 95.2% of the held-out answers' tokens (not 97.2%)" in line and "2.19 ms a draft (not 2.75)" in line
+    assert "not valid: busy" in real.decode_size_lines({**dec, "busy": "busy"})[0]
+    assert real.decode_size_lines(None) == []
+
+
 def test_rejections_outside_the_draft_vocabulary_are_counted():
     pytest.importorskip("transformers")
 
