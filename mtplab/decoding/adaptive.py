@@ -23,7 +23,10 @@ from mtplab.errors import MtplabError
 
 class Policy(Protocol):
     name: str
-    stop: Callable[[float], bool] | None  # told to a drafter that drafts in turn: end the draft after this confidence
+
+    @property
+    def stop(self) -> Callable[[float], bool] | None:
+        """Told to a drafter that drafts in turn: end the draft at a draft whose confidence makes it true."""
 
     def drafts(self, limit: int) -> int: ...
 
