@@ -21,8 +21,8 @@ from mtplab.model import kernels
 VOCAB_SIZES = (4096, 8192, 12288, 16384, 24576, 32768)   # the draft vocabulary's sizes the vocab stage measures
 COVERAGE_GOAL = 0.98       # share of held-out answer tokens the chosen draft vocabulary must hold
 DECODE_SIZES = (4096, 6144, 8192, 12288)  # the trained vocabulary's most frequent tokens that `decode_sizes` races
-RULE = ("the largest size whose speedup range reaches the range of the highest median: the race cannot rank those, "
-        "and the largest loses the fewest drafts")
+RULE = ("the largest size whose speedup range reaches the range of the highest median (the race cannot rank those, "
+        "and the largest loses the fewest drafts)")
 
 
 def token_counts(rows) -> Counter:
