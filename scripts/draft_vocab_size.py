@@ -9,8 +9,8 @@ draft is projected onto every row of the vocabulary, so a smaller one makes ever
 of the tokens it left out. `mtplab.hf.vocab.decode_sizes` races the sizes (DeepSeek D=1 reused, k=4) against AR on
 the held-out prompts that `bench real` does not time (three per category), so that the size is not tuned on the
 prompts that measure it. The tokens are ranked by their count in the model's own answers (data/chat/MODEL; that count
-includes the answers of the 128 prompts held back from training, so a size's held-back figures would be slightly
-flattering; the held-out ones are not). The coverage of the 24 held-out prompts' greedy answers (up to 256 tokens,
+includes the answers of the 128 prompts held back from training, which no figure here is measured on; the held-out
+prompts are in none of them). The coverage of the 24 held-out prompts' greedy answers (up to 256 tokens,
 transformers' forward, batched) is measured beside it.
 
 --ship rewrites the draft vocabulary inside both shipped heads files (their weights unchanged, bit for bit),

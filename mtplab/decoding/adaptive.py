@@ -8,8 +8,9 @@ only what the target agrees with, so changing the number of drafts changes the s
   `assistant_confidence_threshold` stops drafting when the drafter is unsure (after Mamou et al. 2024, "Dynamic
   Speculation Lookahead", arXiv 2405.04304). The step verifies the drafts before the first unsure one. (transformers
   differs by one token: its `ConfidenceCriteria` checks a token after it joined the candidates, so it verifies the
-  first unsure draft too.) A drafter that drafts one token at a time (DeepSeek's modules) stops at the unsure draft
-  and saves the deeper drafts' work (`stop`); one whose heads draft every depth at once saves only verify rows.
+  first unsure draft too.) DeepSeek's modules, which draft one token at a time, stop at the unsure draft and save the
+  deeper drafts' work (`stop`); heads that draft every depth at once save only verify rows; the draft-model drafter
+  reports no confidence, so the policy leaves its drafts alone.
   EAGLE-2 uses the drafter's confidence differently: to choose which branches of a draft tree to grow, not to stop a
   chain.
 """

@@ -58,9 +58,9 @@ class BaseDrafter:
         self.sampling = sampling
 
     def propose(self, n: int, stop: Callable[[float], bool] | None = None) -> Draft:
-        """n drafts (or fewer). `stop` (an adaptive policy's, `mtplab.decoding.adaptive`): a drafter that drafts one
-        token at a time (the DeepSeek modules) ends the draft after the first whose confidence makes it true, and
-        saves the deeper drafts' work; one that drafts every depth at once ignores it (the policy cuts afterwards)."""
+        """n drafts (or fewer). `stop` (an adaptive policy's, `mtplab.decoding.adaptive`): the DeepSeek drafter, which
+        drafts one token at a time, ends the draft after the first whose confidence makes it true and saves the deeper
+        drafts' work; the others ignore it (the policy cuts afterwards, where the drafter reports confidences)."""
         raise NotImplementedError
 
     def feedback(self, out, n_keep: int, tokens: list[int]):

@@ -145,18 +145,20 @@ def decode_size_lines(dec: dict | None) -> list[str]:
         return []
     rows = {r["size"]: r for r in dec["sizes"]}
     best, trained = rows[dec["chosen"]], rows.get(dec["trained_size"])
+    top = max(rows.values(), key=lambda r: r["speedup"])
     where = machine_text(dec["machine"]) + ("" if dec.get("busy") is None else f"; not valid: {dec['busy']}")
     line = (f"then sized by decoding, in a race against AR ({dec['method']}, k={dec['k']}, on {dec['prompts']} held-out "
             f"prompts that bench real does not time, {dec['rounds']} rounds; {where}): "
             + "; ".join(f"{n:,} tokens {speedup_text(r)}" for n, r in sorted(rows.items()))
-            + f". The heads draft over the {dec['chosen']:,} most frequent of the {dec['trained_size']:,} tokens they "
-            f"were trained over, by the rule: {dec['rule']}")
+            + f". The highest median is {top['size']:,}'s ({top['speedup']:.3f}x, its range from "
+            f"{top['speedup_min']:.3f}). The heads draft over the {dec['chosen']:,} most frequent of the "
+            f"{dec['trained_size']:,} tokens they were trained over, by the rule: {dec['rule']}")
     if trained is not None and trained is not best:
         line += (f". Against the trained size it holds {best['coverage_held_out']:.1%} of the held-out answers' tokens "
                  f"(not {trained['coverage_held_out']:.1%}), first drafts accepted {best['first_draft_acceptance']:.2f} "
                  f"(not {trained['first_draft_acceptance']:.2f}), {best['ms_per_draft']:.2f} ms a draft (not "
                  f"{trained['ms_per_draft']:.2f})")
-    return [line]
+    return [line + "."]
 
 
 def prompts_by_category(heads, per_category: int = 1) -> tuple[list[list[int]], list[str]]:

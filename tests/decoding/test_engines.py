@@ -58,7 +58,7 @@ def test_the_schedule_grows_after_a_full_accept_and_shrinks_after_a_rejection():
     assert s.drafts(5) == 1  # never fewer than one draft
 
 
-def test_the_confidence_stop_keeps_drafts_up_to_the_first_unsure_one():
+def test_the_confidence_stop_keeps_the_drafts_before_the_first_unsure_one():
     stop = adaptive.ConfidenceStop(0.5)
     d = stop.cut(Draft([4, 5, 6], confidence=[0.9, 0.4, 0.95], calls=1))
     assert d.tokens == [4] and d.confidence == [0.9]
