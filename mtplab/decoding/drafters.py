@@ -226,9 +226,13 @@ class DeepSeekDrafter(BaseDrafter):
         return out, ext[L + 1:]
 
     def propose(self, n, stop=None):
-        halt = None if stop is None else (lambda lg: stop(float(torch.softmax(lg, -1).max())))
-        logits, drafts = self._depths(n, lambda lg: int(lg.argmax(-1)), halt)
-        return Draft(drafts, calls=len(drafts), confidence=[float(torch.softmax(lg, -1).max()) for lg in logits])
+        confidence: list[float] = []
+
+        def halt(lg):  # each depth's top-1 probability, computed once: the confidence, and what `stop` reads
+            confidence.append(float(torch.softmax(lg, -1).max()))
+            return stop is not None and stop(confidence[-1])
+        _, drafts = self._depths(n, lambda lg: int(lg.argmax(-1)), halt)
+        return Draft(drafts, calls=len(drafts), confidence=confidence)
 
     def candidates(self, n: int, width: int) -> list[list[int]]:
         """The top-`width` tokens of depth 2 (a token tree one depth deep: `n` must be 1). Deeper, a module reads the
