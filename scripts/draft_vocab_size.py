@@ -36,7 +36,7 @@ from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa
 from mtplab.hf.prompts import heldout_ids  # noqa: E402
 from mtplab.hf.real import end_of_turn, real_model  # noqa: E402
 from mtplab.hf.target import load_hf  # noqa: E402
-from mtplab.hf.vocab import DECODE_SIZES, coverage, decode_sizes  # noqa: E402
+from mtplab.hf.vocab import DECODE_SIZES, decode_sizes  # noqa: E402
 from mtplab.paths import DATA_DIR, may_write_shipped  # noqa: E402
 
 
@@ -63,12 +63,9 @@ def main(argv=None) -> int:
     every, cats = heldout_ids(target)
     # the race leaves out the first prompt of each category, the ones `bench real` times: the size is not tuned on them
     prompts = [p for i, (p, c) in enumerate(zip(every, cats)) if c in cats[:i]]
-    study = decode_sizes(target, prompts, counts, sizes=[int(s) for s in a.sizes.split(",")], m=a.m,
-                         rounds=a.rounds, stop=stop)
     answers = Counter(t for r in decode_rows(target.hf, every, max_new=ANSWER_TOKENS, stop=stop) for t in r)
-    ranked = sorted(target.draft_vocab.tolist(), key=lambda t: (-counts[t], t))  # as decode_sizes ranks them
-    for r in study["sizes"]:
-        r["coverage_held_out"] = coverage(answers, ranked[:r["size"]])
+    study = decode_sizes(target, prompts, counts, sizes=[int(s) for s in a.sizes.split(",")], m=a.m,
+                         rounds=a.rounds, stop=stop, held_out=answers)
     print(f"{'size':>6} {'speedup':>8} {'range':>12} {'tok/fwd':>8} {'accept 1':>9} {'ms/draft':>9} {'held-out':>9}")
     for r in study["sizes"]:
         print(f"{r['size']:>6} {r['speedup']:>7.3f}x {r['speedup_min']:.2f}-{r['speedup_max']:.2f}x"

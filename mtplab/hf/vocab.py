@@ -117,14 +117,16 @@ def load_vocab(work: Work, n: int, *, again: bool = False) -> torch.Tensor:
 
 
 def decode_sizes(target, prompts, counts: Counter, *, sizes=DECODE_SIZES, method: str = "deepseek-reuse", k: int = 4,
-                 m: int = 128, rounds: int = 3, stop: int | None = None, bar=None) -> dict:
+                 m: int = 128, rounds: int = 3, stop: int | None = None, held_out: Counter | None = None,
+                 bar=None) -> dict:
     """The draft vocabulary's size chosen by decoding, after training: the heads' own vocabulary (`target.draft_vocab`,
     the one they were trained over) and its `sizes` most frequent tokens by `counts` (ties by id), each decoding
     `prompts` with `method` at k (m new tokens, ending at `stop`), raced against AR the lab's way (`measuring.race`:
     interleaved rounds, the busy guard). A smaller vocabulary projects each draft onto fewer rows (cheaper drafts)
     and cannot draft the tokens it left out (fewer accepted): the race weighs both. Per size: the speedup (median
     and range over rounds), whether every output equals AR's, tokens per target forward, first-draft acceptance and
-    the drafter's milliseconds per draft (first round), and the share of AR's answer tokens (first round) inside it.
+    the drafter's milliseconds per draft (first round), and the share of AR's answer tokens (first round) inside it,
+    and of `held_out`'s (token counts of other answers, e.g. the held-out prompts') where given.
     `chosen` (`RULE`): of the sizes whose range reaches the range of the highest median (the race cannot rank them),
     the largest, which loses the fewest drafts; `ids`: its token ids."""
     trained = target.draft_vocab
@@ -153,7 +155,8 @@ def decode_sizes(target, prompts, counts: Counter, *, sizes=DECODE_SIZES, method
                      "tokens_per_forward": one.tokens_per_forward,
                      "first_draft_acceptance": one.acceptance_rate_per_position[0],
                      "ms_per_draft": 1e3 * sum(s.draft_s for s in one.steps if not s.prefill) / max(1, one.draft_forwards),
-                     "coverage_of_ar_answers": coverage(answers, ids.tolist())})
+                     "coverage_of_ar_answers": coverage(answers, ids.tolist()),
+                     **({} if held_out is None else {"coverage_held_out": coverage(held_out, ids.tolist())})})
     best = max(rows, key=lambda r: r["speedup"])
     chosen = max(r["size"] for r in rows if r["speedup_max"] >= best["speedup_min"])
     return {"method": method, "k": k, "m": m, "rounds": rounds, "prompts": len(prompts), "machine": res.machine,

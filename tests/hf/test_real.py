@@ -389,7 +389,8 @@ def test_decode_sizes_races_the_trained_vocabulary_and_its_most_frequent_tokens(
     counts = Counter({int(i): 1000 - int(i) for i in trained})  # the smaller the id, the more frequent
     prompts = [r["prompt_ids"] for r in rows[:2]]
     try:
-        study = decode_sizes(t, prompts, counts, sizes=(20, 80), m=12, rounds=2)
+        study = decode_sizes(t, prompts, counts, sizes=(20, 80), m=12, rounds=2,
+                             held_out=Counter({0: 3, 2: 1, 200: 1, 319: 5}))
         assert torch.equal(t.draft_vocab, trained)
     finally:
         t._use_draft_vocab(None)
@@ -402,6 +403,8 @@ def test_decode_sizes_races_the_trained_vocabulary_and_its_most_frequent_tokens(
     assert study["ids"] == list(range(0, 2 * study["chosen"], 2))  # the most frequent: the smallest ids here
     assert all(0 <= r["coverage_of_ar_answers"] <= 1 and r["ms_per_draft"] > 0 for r in sizes.values())
     assert sizes[20]["coverage_of_ar_answers"] <= sizes[80]["coverage_of_ar_answers"] <= sizes[160]["coverage_of_ar_answers"]
+    # the ten counted tokens: 0 and 2 lie in every size, 200 only in the trained vocabulary, 319 in none (odd)
+    assert [sizes[n]["coverage_held_out"] for n in (20, 80, 160)] == [0.4, 0.4, 0.5]
     with pytest.raises(MtplabError, match="no draft vocabulary"):
         decode_sizes(t, prompts, counts)
 
