@@ -14,15 +14,18 @@ to fuse or not can make two code paths round differently. The weights are stored
 k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advance side by side: the CPU's vector
 lanes hold JB independent outputs, never parts of one sum, so nothing is reassociated. Rows go in blocks through one
 loop whose block x JB sums stay in registers, and each weight vector loaded is multiplied with all of them: a block
-reads the weights as one row does. One to four rows take one block of 4 (8 AVX-512 registers of sums). More rows
-take blocks of ROWS, chosen at import by the CPU (`blocks(q)` lists them): with AVX-512 (32 vector registers)
-blocks of 8 (16 registers of sums) while more than four remain, then one of 4; without it (AVX2: 16 registers of
-8 lanes) blocks of 3 (12 registers of sums, the weight vector and three broadcasts fill the 16), since there a block
-of 8 needs 32 registers and spills its sums to memory at every step (measured on a Zen 3: 2.5x the time per row of
-the block of 3). Each later block of a panel reads its weights from the L2 cache, which the first brought in. A
-last, partial block repeats its last row (computed, not written); a one-row call pays four rows' arithmetic, which a
-forward that streams its weights from memory hides. Which block computes a row changes no bit of it: every output is
-the same chain of fused steps, so both plans give the same bits (the tests run both on any machine). Two
+reads the weights as one row does. The blocks are chosen at import by the CPU (ROWS; `blocks(q)` lists them):
+* with AVX-512 (32 vector registers of 16 lanes), one to four rows take one block of 4 (8 registers of sums), more
+  rows blocks of 8 (16 registers) while more than four remain, then one of 4;
+* without it (AVX2: 16 registers of 8 lanes), blocks of 3 (12 registers of sums: with the weight vector and three
+  broadcasts they fill the 16) and of 2 (8 registers): one or two rows one block of 2, three one block of 3, four two
+  blocks of 2, more blocks of 3 ending in one or two of 2. A block of 4 there needs all 16 registers for its sums
+  alone and spills them to memory at every step. Measured on a Zen 3 (AMD EPYC, one thread, SmolLM2, the two plans
+  interleaved in one process, medians of 10): a one-row forward took 47.0 ms with the block of 4 and 39.0 ms with
+  the block of 2 (four rows: 49.0 and 48.8), and a DeepSeek draft step (module and draft projection) 3.56 and 2.20 ms.
+Each later block of a panel reads its weights from the L2 cache, which the first brought in. A last, partial block
+repeats its last row (computed, not written). Which block computes a row changes no bit of it: every output is the
+same chain of fused steps, so both plans give the same bits (the tests run both on any machine). Two
 threads split the panels (outputs), so each output is still computed by one thread in one order: one and two
 threads give the same bits. The split runs on numba's OpenMP layer (or TBB's) where one loads: its threads wait
 spinning, so a forward's 210 calls each start at once. numba's own `workqueue` layer wakes its threads through the
@@ -62,8 +65,8 @@ def _avx512() -> bool:
         return False
 
 
-# rows per block above 4 rows (ROWS x JB sums stay in registers; 1 to 4 rows: one block of 4): read at each call, so a
-# test may set either plan on any CPU; both give the same bits, only their speed depends on the CPU
+# the block plan (8: AVX-512, blocks of 4 and 8; 3: AVX2, blocks of 2 and 3): read at each call, so a test may set
+# either plan on any CPU; both give the same bits, only their speed depends on the CPU
 ROWS = 8 if _avx512() else 3
 assert JB == 32 and ROWS in (3, 8)  # the kernel's scratch and its unrolled rows
 
@@ -194,15 +197,35 @@ try:  # pragma: no cover - the branch taken depends on the environment
         _write(a, out, b, i0)
 
     @_jit()
+    def _block2(x, wp, out, b, i0):
+        """`_block3` for rows i0..i0+1 (a row past the last repeating it): 2 x JB sums, 8 AVX2 registers. A one-row
+        call runs here too: a block of one row, though it does half the arithmetic, measured slower (four chains of
+        fused steps, each waiting on its last, cannot keep the FMA units busy)."""
+        a = numba.carray(_registers(64), (2, JB))
+        a[:] = 0.0
+        last = x.shape[0] - 1
+        for k in range(x.shape[1]):
+            x0, x1 = x[i0, k], x[min(i0 + 1, last), k]
+            for jj in range(JB):
+                w = _f32(wp[b, k, jj])
+                a[0, jj] = _fma(x0, w, a[0, jj])
+                a[1, jj] = _fma(x1, w, a[1, jj])
+        _write(a, out, b, i0)
+
+    @_jit()
     def _panel(x, wp, out, b, rows):
-        """Outputs b*JB..b*JB+JB-1 of every row (the blocks of `blocks`): 1 to 4 rows one block of 4; more, with
-        rows = 8 blocks of 8 while more than 4 remain, then one of 4; with rows = 3, blocks of 3."""
+        """Outputs b*JB..b*JB+JB-1 of every row, in the blocks `blocks` lists: with rows = 8, 1 to 4 rows one block
+        of 4, more blocks of 8 while more than 4 remain, then one of 4; with rows = 3, blocks of 3 while more than 4
+        or exactly 3 remain, then blocks of 2."""
         q = x.shape[0]
         i0 = 0
-        if rows == 3 and q > 4:
-            while i0 < q:
+        if rows == 3:
+            while q - i0 > 4 or q - i0 == 3:
                 _block3(x, wp, out, b, i0)
                 i0 += 3
+            while i0 < q:
+                _block2(x, wp, out, b, i0)
+                i0 += 2
             return
         while q - i0 > 4:
             _block8(x, wp, out, b, i0)
@@ -240,13 +263,17 @@ except Exception as e:  # pragma: no cover - numba missing or broken
 
 def blocks(q: int, rows: int | None = None) -> list[int]:
     """The row blocks a q-row call runs in (`_panel`'s loop, `rows` default ROWS); each block reads every weight once,
-    a partial one repeating its last row: 1 to 4 rows one block of 4; more, blocks of 8 while more than 4 remain, then
-    one of 4 (AVX-512), or blocks of 3 (AVX2)."""
+    a partial one repeating its last row. AVX-512 (rows = 8): 1 to 4 rows one block of 4; more, blocks of 8 while more
+    than 4 remain, then one of 4. AVX2 (rows = 3): blocks of 3 while more than 4 or exactly 3 rows remain, then blocks
+    of 2 (one or two rows: one block of 2; four: two)."""
     rows = ROWS if rows is None else rows
+    if rows == 3:
+        plan, left = [], q
+        while left > 4 or left == 3:
+            plan, left = plan + [3], left - 3
+        return plan + [2] * -(-left // 2)
     if q <= 4:
         return [4]
-    if rows == 3:
-        return [3] * -(-q // 3)
     return [8] * ((q - 1) // 8) + [8 if (q - 1) % 8 >= 4 else 4]
 
 

@@ -230,7 +230,7 @@ def live_kernel(device="cpu") -> str:
 
 def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None = None) -> str:
     """Why an exact-kernel t(q)/t(1) ({q: value}) is not flat, from its numbers and the kernel's blocking
-    (`kernel_blocks`: 1 to 4 rows one block of 4, more in blocks of 8 or 3 by the CPU): q that run as one block share one
+    (`kernel_blocks`: blocks of 4 and 8 with AVX-512, of 2 and 3 without, by the CPU): q that run as one block share one
     read of each weight, more blocks read the weights again (above `kernels.MAX_ROWS` rows the stock kernel runs);
     and with a cache the exact path runs attention one query row at a time (`attention`), so each row adds its own
     attention. A curve timed on a busy machine (`busy`, the guard's reason) gets the blocking only: its rise is not
@@ -260,8 +260,8 @@ def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None =
 
 
 def kernel_blocks(q: int) -> list[int]:
-    """The row blocks the exact kernel runs q rows in on this machine (`kernels.blocks`: 1 to 4 rows one block of 4;
-    more in blocks of 8 then a 4 where the CPU has AVX-512, in blocks of 3 elsewhere; a partial block repeats its
+    """The row blocks the exact kernel runs q rows in on this machine (`kernels.blocks`: with AVX-512, 1 to 4 rows
+    one block of 4, more blocks of 8 then a 4; elsewhere blocks of 3 ending in blocks of 2; a partial block repeats its
     last row). Each block reads every weight once."""
     if q < 1:
         raise MtplabError(f"q = {q}: a call has at least one row")
@@ -490,13 +490,15 @@ def kernel_curves(layers: int = 4, qs=(1, 2, 4, 8), *, rounds: int = 5, threads:
     return out
 
 
-def _apart_words(kernel: str) -> str:
-    """Why a kernel's t(q)/t(1) came out below a smaller q's with the ranges apart: the stock kernel picks its
-    blocking by the number of rows; the exact one runs 1 to 4 rows as one block of 4 (`kernels` docstring), so for it
-    the dip is the machine (load, frequency, what the cache held), not its blocking."""
+def _apart_words(kernel: str, a: int, b: int) -> str:
+    """Why a kernel's t(b)/t(1) came out below t(a)/t(1), a < b, with the ranges apart: the stock kernel picks its
+    blocking by the number of rows; the exact one never does less work for more rows (`kernel_blocks`), so for it the
+    dip is the machine (load, frequency, what the cache held), not its blocking."""
     if kernel == "exact":
-        return ("the ranges lie apart, yet the exact kernel does the same work for 1 to 4 rows (one block of 4), so "
-                "this is the machine moving between calls (load, clock, cache), not the kernel's blocking")
+        ba, bb = (" + ".join(map(str, kernel_blocks(q))) for q in (a, b))
+        return (f"the ranges lie apart, yet the exact kernel does no less work for {b} rows (blocks of {bb}) than for "
+                f"{a} (blocks of {ba}), so this is the machine moving between calls (load, clock, cache), not the "
+                "kernel's blocking")
     return ("the ranges lie apart, so the kernel really ran the larger call faster here (its blocking depends on the "
             "number of rows)")
 
@@ -514,7 +516,7 @@ def kernel_lines(kc: dict) -> list[str]:
             if curve[b][0] < curve[a][0]:
                 apart = curve[b][2] < curve[a][1]
                 lines.append(f"{'':>5}        t({b})/t(1) below t({a})/t(1): " + (
-                    _apart_words(k) if apart else "the ranges overlap, so the dip is noise"))
+                    _apart_words(k, a, b) if apart else "the ranges overlap, so the dip is noise"))
     if "exact" in kc["ratio"] and kc["status"].startswith("exact"):
         lines.append("exact kernel, the linears alone (no attention): " + exact_curve_words(
             {q: m for q, (m, _, _) in kc["ratio"]["exact"].items()}, attention=False))

@@ -85,15 +85,18 @@ def test_what_compact_means():
 
 
 def test_block_plans():
-    """`blocks` is `_panel`'s loop: AVX-512 blocks of 8 then a 4, AVX2 blocks of 3, 1 to 4 rows one block of 4."""
+    """`blocks` is `_panel`'s loop: AVX-512 1 to 4 rows one block of 4, more blocks of 8 then a 4; AVX2 blocks of 3
+    ending in blocks of 2 (one or two rows one block of 2, four rows two)."""
     assert kernels.ROWS in (3, 8)
     assert [kernels.blocks(q, 8) for q in (1, 4, 5, 8, 9, 12, 13, 16)] == [[4], [4], [8], [8], [8, 4], [8, 4], [8, 8],
                                                                          [8, 8]]
-    assert [kernels.blocks(q, 3) for q in (1, 4, 5, 6, 7, 8, 16)] == [[4], [4], [3, 3], [3, 3], [3] * 3, [3] * 3, [3] * 6]
+    assert [kernels.blocks(q, 3) for q in (1, 2, 3, 4, 5, 6, 7, 8, 16)] == [
+        [2], [2], [3], [2, 2], [3, 2], [3, 3], [3, 2, 2], [3, 3, 2], [3, 3, 3, 3, 2, 2]]
+    assert all(sum(kernels.blocks(q, r)) - q in range(0, 4) for q in range(1, 17) for r in (3, 8))  # every row, once
     assert kernels.blocks(7) == kernels.blocks(7, kernels.ROWS)
     g = torch.Generator().manual_seed(4)
     w, x = torch.randn(100, 70, generator=g), torch.randn(16, 70, generator=g)
-    for q in (5, 8, 13, 16):  # both plans, whole calls: the same bits
+    for q in range(1, 17):  # both plans, whole calls: the same bits
         with block_plan(3):
             a = kernels.linear(x[:q], w, threads=1)
         with block_plan(8):

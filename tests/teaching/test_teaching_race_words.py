@@ -34,8 +34,9 @@ def test_the_exact_kernel_blocks_and_its_dips_are_its_own(monkeypatch):
     from mtplab.teaching import bottleneck
     monkeypatch.setattr(kernels, "ROWS", 3)  # a CPU without AVX-512
     assert [bottleneck.kernel_blocks(q) for q in (1, 4, 5, 8, 12, 13, 16)] == [
-        [4], [4], [3, 3], [3, 3, 3], [3, 3, 3, 3], [3] * 5, [3] * 6]
-    assert "q = 8 runs as 3 blocks (3 + 3 + 3 rows)" in bottleneck.exact_curve_words({1: 1.0, 4: 1.1, 8: 1.3})
+        [2], [2, 2], [3, 2], [3, 3, 2], [3] * 4, [3, 3, 3, 2, 2], [3, 3, 3, 3, 2, 2]]
+    assert "q = 8 runs as 3 blocks (3 + 3 + 2 rows)" in bottleneck.exact_curve_words({1: 1.0, 4: 1.1, 8: 1.3})
+    assert "q = 2..3 each run as one block (of 2 or 3 rows" in bottleneck.exact_curve_words({1: 1.0, 2: 1.0, 3: 1.1})
     monkeypatch.setattr(kernels, "ROWS", 8)  # AVX-512
     assert [bottleneck.kernel_blocks(q) for q in (1, 4, 5, 8, 12, 13, 16)] == [
         [4], [4], [8], [8], [8, 4], [8, 8], [8, 8]]
