@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple, Protocol
 import torch
 from mtplab.model.config import ModelConfig
 from mtplab.decoding.accept import Sampling, distribution
+from mtplab.decoding.checks import fitted
 from mtplab.errors import MtplabError
 from mtplab.paths import REAL_NAMES
 from mtplab.model.layers import KVCache
@@ -56,6 +57,8 @@ class BaseDrafter:
     def begin(self, model, tokens, out, prompt_len, *, max_new_tokens, sampling: Sampling):
         self.model, self.tokens, self.prompt_len = model, tokens, prompt_len
         self.sampling = sampling
+        # positions a drafter's caches may hold: the committed tokens, and the drafts of one step
+        self.max_len = fitted(model, len(tokens) + max_new_tokens + int(self.max_drafts or 0) + 1)
 
     def propose(self, n: int, stop: Callable[[float], bool] | None = None) -> Draft:
         """n drafts (or fewer). `stop` (an adaptive policy's, `mtplab.decoding.adaptive`): the DeepSeek drafter, which
@@ -143,7 +146,7 @@ class MetaDrafter(BaseDrafter):
 
     def begin(self, model, tokens, out, prompt_len, **kw):
         super().begin(model, tokens, out, prompt_len, **kw)
-        self.cache = model.mtp.new_cache(model)
+        self.cache = model.mtp.new_cache(model, max_len=self.max_len)
         self.heads = model.mtp.stacked()
         self._extend(out.pre_last)
 
@@ -191,9 +194,9 @@ class DeepSeekDrafter(BaseDrafter):
         cfg = model.config
         D = int(self.max_drafts or 0)
         p = model.wte.weight
-        self.caches = [KVCache.for_config(cfg, 1, like=p) for _ in range(D)]
-        # hidden states by depth: H[0] the main model, H[k] module k; (1, block_size, C)
-        self.H = [torch.zeros(1, cfg.block_size, cfg.n_embd, dtype=p.dtype, device=p.device) for _ in range(D + 1)]
+        self.caches = [KVCache.for_config(cfg, 1, max_len=self.max_len, like=p) for _ in range(D)]
+        # hidden states by depth: H[0] the main model, H[k] module k; (1, max_len, C)
+        self.H = [torch.zeros(1, self.max_len, cfg.n_embd, dtype=p.dtype, device=p.device) for _ in range(D + 1)]
         P = out.hidden.shape[1]
         self.H[0][:, :P] = out.hidden
 

@@ -31,7 +31,7 @@ import torch
 
 from mtplab.decoding.accept import RULES, Decision, Sampling, decide, distribution
 from mtplab.decoding.adaptive import Fixed, Policy
-from mtplab.decoding.checks import check_drafts, check_finite, check_k, check_options, check_prompt
+from mtplab.decoding.checks import check_drafts, check_finite, check_k, check_options, check_prompt, fitted
 from mtplab.decoding.drafters import Draft
 from mtplab.decoding.trace import Step, Trace
 from mtplab.device import now
@@ -84,7 +84,7 @@ def autoregressive(model, prompt_ids, *, max_new_tokens: int, temperature: float
     sampling = Sampling(temperature, top_k, generator)
     dev = model.wte.weight.device
     trace = Trace(method="ar", prompt=prompt, k=1, schedule="ar")
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache(max_len=fitted(model, len(prompt) + max_new_tokens)) if use_cache else None
     tokens = list(prompt)
     fed = tokens  # the first forward reads the whole prompt: the prefill
     while len(tokens) - len(prompt) < max_new_tokens:
@@ -161,7 +161,9 @@ def start(model, drafter, prompt_ids, *, max_new_tokens: int, k: int, schedule: 
     if not sampling.greedy and not drafter.supports_sampling:
         raise MtplabError(f"the {drafter.name} drafter is greedy-only; use temperature=0")
     prompt = check_prompt(model, prompt_ids, max_new_tokens, k)
-    return Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
+    if cache is None:
+        cache = model.new_cache(max_len=fitted(model, len(prompt) + max_new_tokens + k))
+    return Decode(model, drafter, cache, list(prompt), len(prompt),
                   max_new_tokens, k, schedule, sampling, adapt if adapt is not None else Fixed(), rule, stop=stop)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 import torch
-from mtplab.decoding.checks import check_drafts, check_finite, check_options, check_prompt
+from mtplab.decoding.checks import check_drafts, check_finite, check_options, check_prompt, fitted
 from mtplab.decoding.loop import Clock, Decode, end_turn, prefill
 from mtplab.errors import MtplabError
 from mtplab.decoding.trace import Step, Trace
@@ -145,8 +145,11 @@ def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, 
                           "use temperature=0")
     widths = check_widths(widths)
     check_drafts(len(widths) + 1, drafter, tree=True)
-    prompt = check_prompt(model, prompt_ids, max_new_tokens + sum(nodes_per_depth(widths)) + 1)
-    run = Decode(model, drafter, cache if cache is not None else model.new_cache(), list(prompt), len(prompt),
+    room = max_new_tokens + sum(nodes_per_depth(widths)) + 1
+    prompt = check_prompt(model, prompt_ids, room)
+    if cache is None:
+        cache = model.new_cache(max_len=fitted(model, len(prompt) + room))
+    run = Decode(model, drafter, cache, list(prompt), len(prompt),
                  max_new_tokens, len(widths) + 1, "tree", stop=stop)
     yield TreeStep(Tree([], [], []), [0], prefill(run))  # the loop's own prefill: the prompt in one forward
     while run.remaining > 0:

@@ -53,8 +53,8 @@ class MetaHeads(nn.Module):
                 b.load_state_dict(last_block.state_dict())
         self.blocks = nn.ModuleList(blocks)
 
-    def new_cache(self, model, batch: int = 1) -> KVCache:
-        return KVCache.for_config(model.config, len(self.blocks), batch=batch, like=model.wte.weight)
+    def new_cache(self, model, batch: int = 1, max_len: int | None = None) -> KVCache:
+        return KVCache.for_config(model.config, len(self.blocks), batch=batch, max_len=max_len, like=model.wte.weight)
 
     def stacked(self) -> StackedBlocks:
         """The K-1 head layers as one stacked block, for drafting (same outputs as `hidden`, fewer ops)."""

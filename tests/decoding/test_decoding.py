@@ -31,6 +31,29 @@ def test_greedy_speculative_equals_autoregressive(family_models, prompt, k, m, s
         assert len(tr.tokens) == m
 
 
+def test_caches_are_sized_for_the_decode_not_the_window(family_models, monkeypatch):
+    """A cache is zeroed when made: the decoders size theirs for the positions a decode writes (prompt, m new tokens,
+    one step's drafts), not for the whole context window. At the window's edge a decode still equals AR."""
+    prompt, m, k = [5, 6, 7, 8], 9, 4
+    for fam in ("none", "deepseek", "meta"):
+        model = family_models[fam]
+        made = []
+        real = type(model).new_cache
+        monkeypatch.setattr(type(model), "new_cache",
+                            lambda self, *a, made=made, real=real, **kw: made.append(kw["max_len"]) or real(self, *a, **kw))
+        ref = autoregressive(model, prompt, max_new_tokens=m).tokens
+        drafter = NgramDrafter() if fam == "none" else HEAD_DRAFTERS[fam](model)
+        assert speculative(model, drafter, prompt, max_new_tokens=m, k=k).tokens == ref
+        assert made == [len(prompt) + m + 1, len(prompt) + m + k + 1], fam
+        monkeypatch.undo()
+        if fam == "deepseek":
+            assert drafter.H[0].shape[1] == drafter.caches[0].max_len == len(prompt) + 1 + m + drafter.max_drafts + 2
+    model = family_models["deepseek"]
+    edge = list(range(model.config.block_size - m - k - 1))  # prompt + m + k = block_size - 1: the longest allowed
+    ref = autoregressive(model, edge, max_new_tokens=m).tokens
+    assert speculative(model, DeepSeekDrafter(model), edge, max_new_tokens=m, k=k).tokens == ref
+
+
 def test_greedy_with_and_without_cache_agree(family_models):
     m = family_models["none"]
     a = autoregressive(m, [1, 2, 3], max_new_tokens=40)
