@@ -15,8 +15,13 @@ k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advanc
 lanes hold JB independent outputs, never parts of one sum, so nothing is reassociated. Rows go in blocks through one
 loop whose block x JB sums stay in registers, and each weight vector loaded is multiplied with all of them: a block
 reads the weights as one row does. The blocks are chosen at import by the CPU (ROWS; `blocks(q)` lists them):
-* with AVX-512 (32 vector registers of 16 lanes), one to four rows take one block of 4 (8 registers of sums), more
-  rows blocks of 8 (16 registers) while more than four remain, then one of 4;
+* with AVX-512 (32 vector registers of 16 lanes), blocks of 8 (16 registers of sums) while more than eight rows
+  remain, then one block for the rest: of 2 for one or two rows, of 3 for three, of 4 for four, of 8 for five to
+  eight. A one-row call took a block of 4 until measured on a Xeon (AMX, one thread, SmolLM2's linears and whole
+  forward, the plans interleaved in one process): the block of 2 does half the arithmetic for the same weight
+  reads, and a one-row forward took 53.0, 57.0 and 61.7 ms in three runs against 59.4, 62.8 and 64.2 ms with the
+  block of 4 (linears alone: 47.1 against 51.4 ms; stock F.linear 47.7). There LLVM compiled the lanes as 256-bit
+  vectors (the assembly: 889 ymm operands, 117 zmm), so a block of 8 needs all 32 registers for its sums;
 * without it (AVX2: 16 registers of 8 lanes), blocks of 3 (12 registers of sums: with the weight vector and three
   broadcasts they fill the 16) and of 2 (8 registers): one or two rows one block of 2, three one block of 3, four two
   blocks of 2, more blocks of 3 ending in one or two of 2. A block of 4 there needs all 16 registers for its sums
@@ -65,7 +70,7 @@ def _avx512() -> bool:
         return False
 
 
-# the block plan (8: AVX-512, blocks of 4 and 8; 3: AVX2, blocks of 2 and 3): read at each call, so a test may set
+# the block plan (8: AVX-512, blocks of 2, 3, 4 and 8; 3: AVX2, blocks of 2 and 3): read at each call, so a test may set
 # either plan on any CPU; both give the same bits, only their speed depends on the CPU
 ROWS = 8 if _avx512() else 3
 assert JB == 32 and ROWS in (3, 8)  # the kernel's scratch and its unrolled rows
@@ -198,9 +203,10 @@ try:  # pragma: no cover - the branch taken depends on the environment
 
     @_jit()
     def _block2(x, wp, out, b, i0):
-        """`_block3` for rows i0..i0+1 (a row past the last repeating it): 2 x JB sums, 8 AVX2 registers. A one-row
-        call runs here too: a block of one row, though it does half the arithmetic, measured slower (four chains of
-        fused steps, each waiting on its last, cannot keep the FMA units busy)."""
+        """`_block3` for rows i0..i0+1 (a row past the last repeating it): 2 x JB sums, 8 AVX2 registers (4 AVX-512
+        ones). A one-row call runs here too, with either plan: a block of one row, though it does half the
+        arithmetic, measured slower on a Zen 3 (four chains of fused steps, each waiting on its last, cannot keep the
+        FMA units busy)."""
         a = numba.carray(_registers(64), (2, JB))
         a[:] = 0.0
         last = x.shape[0] - 1
@@ -214,9 +220,9 @@ try:  # pragma: no cover - the branch taken depends on the environment
 
     @_jit()
     def _panel(x, wp, out, b, rows):
-        """Outputs b*JB..b*JB+JB-1 of every row, in the blocks `blocks` lists: with rows = 8, 1 to 4 rows one block
-        of 4, more blocks of 8 while more than 4 remain, then one of 4; with rows = 3, blocks of 3 while more than 4
-        or exactly 3 remain, then blocks of 2."""
+        """Outputs b*JB..b*JB+JB-1 of every row, in the blocks `blocks` lists: with rows = 8, blocks of 8 while more
+        than 8 remain, then one block of 2, 3, 4 or 8 for the rest; with rows = 3, blocks of 3 while more than 4 or
+        exactly 3 remain, then blocks of 2."""
         q = x.shape[0]
         i0 = 0
         if rows == 3:
@@ -227,11 +233,18 @@ try:  # pragma: no cover - the branch taken depends on the environment
                 _block2(x, wp, out, b, i0)
                 i0 += 2
             return
-        while q - i0 > 4:
+        while q - i0 > 8:
             _block8(x, wp, out, b, i0)
             i0 += 8
-        if i0 < q:
+        left = q - i0
+        if left <= 2:
+            _block2(x, wp, out, b, i0)
+        elif left == 3:
+            _block3(x, wp, out, b, i0)
+        elif left == 4:
             _block4(x, wp, out, b, i0)
+        else:
+            _block8(x, wp, out, b, i0)
 
     @_jit()
     def _serial(x, wp, out, rows):
@@ -263,18 +276,17 @@ except Exception as e:  # pragma: no cover - numba missing or broken
 
 def blocks(q: int, rows: int | None = None) -> list[int]:
     """The row blocks a q-row call runs in (`_panel`'s loop, `rows` default ROWS); each block reads every weight once,
-    a partial one repeating its last row. AVX-512 (rows = 8): 1 to 4 rows one block of 4; more, blocks of 8 while more
-    than 4 remain, then one of 4. AVX2 (rows = 3): blocks of 3 while more than 4 or exactly 3 rows remain, then blocks
-    of 2 (one or two rows: one block of 2; four: two)."""
+    a partial one repeating its last row. AVX-512 (rows = 8): blocks of 8 while more than 8 rows remain, then one block
+    of the rest: of 2 (one or two rows), 3, 4, or 8 (five to eight). AVX2 (rows = 3): blocks of 3 while more than 4 or
+    exactly 3 rows remain, then blocks of 2 (one or two rows: one block of 2; four: two)."""
     rows = ROWS if rows is None else rows
     if rows == 3:
         plan, left = [], q
         while left > 4 or left == 3:
             plan, left = plan + [3], left - 3
         return plan + [2] * -(-left // 2)
-    if q <= 4:
-        return [4]
-    return [8] * ((q - 1) // 8) + [8 if (q - 1) % 8 >= 4 else 4]
+    left = q - 8 * ((q - 1) // 8)  # 1..8 rows after the blocks of 8
+    return [8] * ((q - 1) // 8) + [2 if left <= 2 else left if left <= 4 else 8]
 
 
 SPLIT_LAYERS = ("omp", "tbb")  # numba threading layers whose split pays at every call (see the module's docstring)

@@ -230,10 +230,10 @@ def live_kernel(device="cpu") -> str:
 
 def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None = None) -> str:
     """Why an exact-kernel t(q)/t(1) ({q: value}) is not flat, from its numbers and the kernel's blocking
-    (`kernel_blocks`: blocks of 4 and 8 with AVX-512, of 2 and 3 without, by the CPU): q that run as one block share one
-    read of each weight, more blocks read the weights again (above `kernels.MAX_ROWS` rows the stock kernel runs);
-    and with a cache the exact path runs attention one query row at a time (`attention`), so each row adds its own
-    attention. A curve timed on a busy machine (`busy`, the guard's reason) gets the blocking only: its rise is not
+    (`kernel_blocks`: blocks of 2, 3, 4 and 8 with AVX-512, of 2 and 3 without, by the CPU): q that run as one block
+    share one read of each weight, more blocks read the weights again (above `kernels.MAX_ROWS` rows the stock kernel
+    runs); and with a cache the exact path runs attention one query row at a time (`attention`), so each row adds its
+    own attention. A curve timed on a busy machine (`busy`, the guard's reason) gets the blocking only: its rise is not
     given a cause."""
     attention = attention and busy is None
     one = [q for q in sorted(ratio) if 1 < q and len(kernel_blocks(q)) == 1]
@@ -242,7 +242,8 @@ def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None =
     parts = []
     if one:
         q = one[-1]
-        sizes = " or ".join(map(str, sorted({kernel_blocks(x)[0] for x in one})))
+        sizes = sorted({kernel_blocks(x)[0] for x in one})
+        sizes = " or ".join(filter(None, (", ".join(map(str, sizes[:-1])), str(sizes[-1]))))
         parts.append(f"q = 2..{q} each run as one block (of {sizes} rows: one read of each weight): "
                      f"t({q})/t(1) = {ratio[q]:.2f}"
                      + (", the rise being per-row work, above all attention, which the exact path runs one query row "
@@ -260,9 +261,9 @@ def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None =
 
 
 def kernel_blocks(q: int) -> list[int]:
-    """The row blocks the exact kernel runs q rows in on this machine (`kernels.blocks`: with AVX-512, 1 to 4 rows
-    one block of 4, more blocks of 8 then a 4; elsewhere blocks of 3 ending in blocks of 2; a partial block repeats its
-    last row). Each block reads every weight once."""
+    """The row blocks the exact kernel runs q rows in on this machine (`kernels.blocks`: with AVX-512, blocks of 8
+    then one block of 2, 3, 4 or 8 for the last one to eight rows; elsewhere blocks of 3 ending in blocks of 2; a
+    partial block repeats its last row). Each block reads every weight once."""
     if q < 1:
         raise MtplabError(f"q = {q}: a call has at least one row")
     return kernels.blocks(q)

@@ -85,11 +85,11 @@ def test_what_compact_means():
 
 
 def test_block_plans():
-    """`blocks` is `_panel`'s loop: AVX-512 1 to 4 rows one block of 4, more blocks of 8 then a 4; AVX2 blocks of 3
-    ending in blocks of 2 (one or two rows one block of 2, four rows two)."""
+    """`blocks` is `_panel`'s loop: AVX-512 blocks of 8 while more than 8 rows remain, then one block of 2, 3, 4 or 8;
+    AVX2 blocks of 3 ending in blocks of 2 (one or two rows one block of 2, four rows two)."""
     assert kernels.ROWS in (3, 8)
-    assert [kernels.blocks(q, 8) for q in (1, 4, 5, 8, 9, 12, 13, 16)] == [[4], [4], [8], [8], [8, 4], [8, 4], [8, 8],
-                                                                         [8, 8]]
+    assert [kernels.blocks(q, 8) for q in (1, 2, 3, 4, 5, 8, 9, 11, 12, 13, 16)] == [
+        [2], [2], [3], [4], [8], [8], [8, 2], [8, 3], [8, 4], [8, 8], [8, 8]]
     assert [kernels.blocks(q, 3) for q in (1, 2, 3, 4, 5, 6, 7, 8, 16)] == [
         [2], [2], [3], [2, 2], [3, 2], [3, 3], [3, 2, 2], [3, 3, 2], [3, 3, 3, 3, 2, 2]]
     assert all(sum(kernels.blocks(q, r)) - q in range(0, 4) for q in range(1, 17) for r in (3, 8))  # every row, once
@@ -247,8 +247,8 @@ def test_notebook_01_kernel_race_reports_both_kernels():
 
 def test_notebook_01_kernel_words_follow_the_numbers(monkeypatch):
     """A dip in t(q)/t(1) is called noise only when the ranges overlap; the exact curve's shape is put down to its
-    blocks (1 to 4 rows one block of 4; q = 16 under the AVX-512 plan: two blocks of 8, two reads of the weights), not
-    called flat."""
+    blocks (2 rows one block of 2, 4 one of 4; q = 16 under the AVX-512 plan: two blocks of 8, two reads of the
+    weights), not called flat."""
     from mtplab.teaching import bottleneck
     monkeypatch.setattr(kernels, "ROWS", 8)
     kc = {"busy": None, "status": "exact kernel (numba x)", "t1_ms": {"stock": 4.5, "exact": 3.0},
@@ -260,7 +260,7 @@ def test_notebook_01_kernel_words_follow_the_numbers(monkeypatch):
     assert len(dips) == 3 and "lie apart" in dips[0]  # stock: 4 below 2, ranges apart
     assert all("noise" in d for d in dips[1:])  # exact: 2 below 1 and 4 below 2, ranges overlap
     words = next(ln for ln in lines if ln.startswith("exact kernel, the linears alone"))
-    assert "q = 2..4 each run as one block (of 4 rows" in words and "read 2 times: t(16)/t(1) = 1.31" in words
+    assert "q = 2..4 each run as one block (of 2 or 4 rows" in words and "read 2 times: t(16)/t(1) = 1.31" in words
     assert "attention" not in words.split(":", 1)[1] and "flat" not in words
     assert "one query row at a time" in bottleneck.exact_curve_words({1: 1.0, 4: 1.24, 8: 1.52})
 

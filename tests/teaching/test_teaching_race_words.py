@@ -39,9 +39,9 @@ def test_the_exact_kernel_blocks_and_its_dips_are_its_own(monkeypatch):
     assert "q = 2..3 each run as one block (of 2 or 3 rows" in bottleneck.exact_curve_words({1: 1.0, 2: 1.0, 3: 1.1})
     monkeypatch.setattr(kernels, "ROWS", 8)  # AVX-512
     assert [bottleneck.kernel_blocks(q) for q in (1, 4, 5, 8, 12, 13, 16)] == [
-        [4], [4], [8], [8], [8, 4], [8, 8], [8, 8]]
+        [2], [4], [8], [8], [8, 4], [8, 8], [8, 8]]
     text = bottleneck.exact_curve_words({1: 1.0, 2: 1.1, 4: 1.2, 8: 1.3, 16: 2.1})
-    assert "q = 2..8 each run as one block (of 4 or 8 rows" in text and "q = 16 runs as 2 blocks (8 + 8" in text
+    assert "q = 2..8 each run as one block (of 2, 4 or 8 rows" in text and "q = 16 runs as 2 blocks (8 + 8" in text
     wide = bottleneck.exact_curve_words({1: 1.0, 8: 1.3, 16: 2.1, 64: 5.0})
     assert "q = 16 runs as 2 blocks" in wide and "q = 64, above 16 rows, run the stock kernel" in wide
     kc = {"busy": None, "ratio": {k: {1: (1.0, 1.0, 1.0), 2: (0.92, 0.9, 0.94), 4: (1.1, 1.0, 1.2)}
