@@ -1,10 +1,13 @@
 """Where speculative decoding pays: the regime of a forward, measured on the machine at hand.
 
-A forward over q tokens reads every weight once, whatever q is. While the weights stream from memory
-(memory-bound: a 7B model on a GPU, or a model larger than the CPU's last-level cache), t(q)/t(1) stays
-near 1 and verifying k drafts costs about what one token costs. While they sit in the cache (the lab's
-4-layer model on a CPU with a large L3), the arithmetic and the fixed cost per op dominate, t(q)/t(1) grows
-with q, and the verify eats the gain.
+The textbook regime argument: while a forward's time goes into streaming the weights from memory (a 7B model on a
+GPU, or a model larger than the CPU's last-level cache), and its kernel reads every weight once for all q tokens,
+t(q)/t(1) stays near 1 and verifying k drafts costs about what one token costs; while the weights sit in the cache,
+the arithmetic and the fixed cost per op dominate, t(q)/t(1) grows with q, and the verify eats the gain. Whether
+that holds here is what this module measures. On the CPUs the lab measured, it did not decide: with the exact
+kernel (`mtplab.model.kernels`, one read of the weights per block of rows) the record's random models from 6.6 MB
+to 680 MB, in the cache or 20 times too large for it, all gave t(4)/t(1) 1.15-1.24 and t(8)/t(1) 1.48-1.57
+(`docs/bench/regime.md`): the kernel and the per-row work set the curve.
 
 * `cost_by_size`: t(1), t(q)/t(1) and the weight bytes of random models of growing size (the cost does not
   depend on the weights' values), beside the last-level cache read from the machine.

@@ -24,17 +24,19 @@ reads the weights as one row does. The blocks are chosen at import by the CPU (R
   vectors (the assembly: 889 ymm operands, 117 zmm), so a block of 8 needs all 32 registers for its sums;
 * without it (AVX2: 16 registers of 8 lanes), blocks of 3 (12 registers of sums: with the weight vector and three
   broadcasts they fill the 16) and of 2 (8 registers): one or two rows one block of 2, three one block of 3, four two
-  blocks of 2, more blocks of 3 ending in one or two of 2. A block of 4 there needs all 16 registers for its sums
-  alone and spills them to memory at every step. Measured on a Zen 3 (AMD EPYC, one thread, SmolLM2, the two plans
-  interleaved in one process, medians of 10): a one-row forward took 47.0 ms with the block of 4 and 39.0 ms with
-  the block of 2 (four rows: 49.0 and 48.8), and a DeepSeek draft step (module and draft projection) 3.56 and 2.20 ms.
+  blocks of 2, more rows blocks of 3 while more than four or exactly three rows remain, then blocks of 2. A block of
+  4 there needs all 16 registers for its sums alone and spills them to memory at every step. Measured on a Zen 3
+  (AMD EPYC, one thread, SmolLM2, the two plans interleaved in one process, medians of 10): a one-row forward took
+  47.0 ms with the block of 4 and 39.0 ms with the block of 2 (four rows: 49.0 and 48.8), and a DeepSeek draft step
+  (module and draft projection) 3.56 and 2.20 ms.
 Each later block of a panel reads its weights from the L2 cache, which the first brought in. A last, partial block
 repeats its last row (computed, not written). Which block computes a row changes no bit of it: every output is the
 same chain of fused steps, so both plans give the same bits (the tests run both on any machine). Two
 threads split the panels (outputs), so each output is still computed by one thread in one order: one and two
 threads give the same bits. The split runs on numba's OpenMP layer (or TBB's) where one loads: its threads wait
-spinning, so a forward's 210 calls each start at once. numba's own `workqueue` layer wakes its threads through the
-operating system at every call; measured on a 2-core Zen 4 with SmolLM2, that made a one-row forward slower at two
+spinning, so a forward's 121 calls (SmolLM2: four fused linears in each of 30 layers, and the output
+projection) each start at once. numba's own `workqueue` layer wakes its threads through the operating system at
+every call; measured on a 2-core Zen 4 with SmolLM2, that made a one-row forward slower at two
 threads than at one (83 ms against 35), where the OpenMP layer did not (26-36 ms over three runs). So where only `workqueue`
 loads, the kernel keeps to one thread unless a caller asks for more (`split_layer()` says which).
 

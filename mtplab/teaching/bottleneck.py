@@ -128,6 +128,24 @@ def ms_per_token(trace: Trace) -> float:
     return 1e3 * statistics.median(s.wall_s for s in trace.steps[1:]) if len(trace.steps) > 1 else float("nan")
 
 
+def climb_words(runs: dict[str, Trace], busy: str | None = None) -> str:
+    """How each decode's step time moved along the decode, from the traces the step-time figure draws: the median
+    wall time of its first quarter of steps against its last quarter (the prefill left out), so that the sentence
+    under the figure is read from it, not assumed. `busy` (the race's reason): the rise is marked as timed on a busy
+    machine."""
+    parts = []
+    for label, tr in runs.items():
+        w = [s.wall_s for s in tr.steps if not s.prefill]
+        n = len(w) // 4
+        if n < 1:
+            parts.append(f"{label}: too few steps ({len(w)}) to tell")
+            continue
+        a, b = 1e3 * statistics.median(w[:n]), 1e3 * statistics.median(w[-n:])
+        parts.append(f"{label} {a:.2f} -> {b:.2f} ms ({100 * (b / a - 1):+.0f}%)")
+    head = "median step time, first quarter of the steps -> last quarter: "
+    return head + "; ".join(parts) + ("" if busy is None else f" (timed on a busy machine: {busy})")
+
+
 def quantize_int8(model):
     """Dynamic INT8 quantization of every nn.Linear, the lab's `layers.Linear` included (weights stored in int8,
     activations quantized on the fly).
@@ -262,8 +280,9 @@ def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None =
 
 def kernel_blocks(q: int) -> list[int]:
     """The row blocks the exact kernel runs q rows in on this machine (`kernels.blocks`: with AVX-512, blocks of 8
-    then one block of 2, 3, 4 or 8 for the last one to eight rows; elsewhere blocks of 3 ending in blocks of 2; a
-    partial block repeats its last row). Each block reads every weight once."""
+    then one block of 2, 3, 4 or 8 for the last one to eight rows; elsewhere blocks of 3 while more than four or
+    exactly three rows remain, then blocks of 2; a partial block repeats its last row). Each block reads every weight
+    once."""
     if q < 1:
         raise MtplabError(f"q = {q}: a call has at least one row")
     return kernels.blocks(q)

@@ -86,7 +86,8 @@ def test_what_compact_means():
 
 def test_block_plans():
     """`blocks` is `_panel`'s loop: AVX-512 blocks of 8 while more than 8 rows remain, then one block of 2, 3, 4 or 8;
-    AVX2 blocks of 3 ending in blocks of 2 (one or two rows one block of 2, four rows two)."""
+    AVX2 blocks of 3 while more than 4 or exactly 3 rows remain, then blocks of 2 (one or two rows one block of 2, four
+    rows two)."""
     assert kernels.ROWS in (3, 8)
     assert [kernels.blocks(q, 8) for q in (1, 2, 3, 4, 5, 8, 9, 11, 12, 13, 16)] == [
         [2], [2], [3], [4], [8], [8], [8, 2], [8, 3], [8, 4], [8, 8], [8, 8]]

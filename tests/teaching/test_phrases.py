@@ -46,7 +46,7 @@ WRONG = [
     ([NB01], "whether it waits on memory (then verifying k tokens is nearly free)", "the kernel decided"),
     ([NB01], "A real LLM does not fit.", "said as the reason for a cheap verify, which it was not"),
     ([NB01, "docs/glossary.md"], "stays flat until the arithmetic",
-     "01 measured the exact curve rising (blocks of 4 rows; attention one query row at a time)"),
+     "01 measured the exact curve rising (blocks of rows; attention one query row at a time)"),
     ([NB01, "docs/glossary.md"], "its curve stays near 1 until the arithmetic dominates", "the same, in the glossary"),
     ([NB01], "why one curve is flat and the other is not", "neither SmolLM2 curve was flat"),
     ([NB01], "picks cuda, then mps, then cpu", "device.pick('auto') picks cuda, else cpu; MPS only when asked"),

@@ -99,3 +99,22 @@ def test_apart_words_name_the_kernel_and_the_machine_from_the_record():
     assert ("stock in the record" in text) == kernels.active()
     b = 1.6
     assert words.agree({"speedup_min": 1.0, "speedup_max": 1.2}, {"speedup_wall": b}, text).endswith(text)
+
+
+def test_the_step_time_climb_is_read_from_the_steps():
+    """01 §2: the sentence under the step-time figure is computed from the figure's own traces (first quarter of the
+    steps against the last, the prefill left out), so a run in which the no-cache decode did not climb says so."""
+    from mtplab.decoding.trace import Step, Trace
+    from mtplab.teaching import bottleneck
+
+    def trace(times):
+        tr = Trace(method="ar", prompt=[1], k=1, schedule="ar")
+        one = dict(drafted=[], accepted=0, emitted=[1], bonus=1, bonus_source="target", forwards=1)
+        tr.steps = [Step(**one, prefill=True, wall_s=9.0)] + [Step(**one, wall_s=t) for t in times]
+        return tr
+    runs = {"no cache": trace([0.001 * (10 + i) for i in range(8)]), "KV cache": trace([0.002] * 8)}
+    words = bottleneck.climb_words(runs)
+    assert "no cache 10.50 -> 16.50 ms (+57%)" in words and "KV cache 2.00 -> 2.00 ms (+0%)" in words
+    assert "9000" not in words  # the prefill is left out
+    assert "too few steps (3)" in bottleneck.climb_words({"short": trace([0.001] * 3)})
+    assert "busy machine: others used 1.2 cores" in bottleneck.climb_words(runs, "others used 1.2 cores")
