@@ -57,7 +57,7 @@ class BaseDrafter:
     def begin(self, model, tokens, out, prompt_len, *, max_new_tokens, sampling: Sampling):
         self.model, self.tokens, self.prompt_len = model, tokens, prompt_len
         self.sampling = sampling
-        # positions a drafter's caches may hold: the committed tokens, and the drafts of one step
+        # positions a drafter's caches may hold: at most the committed tokens, with room to spare for one step's drafts
         self.max_len = fitted(model, len(tokens) + max_new_tokens + int(self.max_drafts or 0) + 1)
 
     def propose(self, n: int, stop: Callable[[float], bool] | None = None) -> Draft:

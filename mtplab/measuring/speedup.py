@@ -79,8 +79,8 @@ PAPERS = [
      "paper_value": "2-3x (T5-XXL); 2-2.5x (Chinchilla 70B)", "lab": "draft-model k=4: wall-clock speedup",
      "why": "the lab's draft model is much smaller than the target, but both are tiny; a k-token verify costs about "
             "one token's forward only with a kernel that reads each weight once for all k rows (mtplab.model.kernels, "
-            "the exact default, does so per block of rows), and what widening costs here is the target's cost "
-            "curve t(k)/t(1) (notebook 01)"},
+            "the exact default, reads them once per block of up to 8 rows with AVX-512, 3 without), and what "
+            "widening costs here is the target's cost curve t(k)/t(1) (notebook 01)"},
 ]
 
 

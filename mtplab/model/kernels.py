@@ -15,7 +15,7 @@ k-major (W[j0:j0+JB, k] contiguous for each k), so that a panel's JB sums advanc
 lanes hold JB independent outputs, never parts of one sum, so nothing is reassociated. Rows go in blocks through one
 loop whose block x JB sums stay in registers, and each weight vector loaded is multiplied with all of them: a block
 reads the weights as one row does. The blocks are chosen at import by the CPU (ROWS; `blocks(q)` lists them):
-* with AVX-512 (32 vector registers of 16 lanes), blocks of 8 (16 registers of sums) while more than eight rows
+* with AVX-512 (32 vector registers of 16 lanes), blocks of 8 (16 registers of sums at 16 lanes) while more than eight rows
   remain, then one block for the rest: of 2 for one or two rows, of 3 for three, of 4 for four, of 8 for five to
   eight. A one-row call took a block of 4 until measured on a Xeon (AMX, one thread, SmolLM2's linears and whole
   forward, the plans interleaved in one process): the block of 2 does half the arithmetic for the same weight
@@ -206,9 +206,9 @@ try:  # pragma: no cover - the branch taken depends on the environment
     @_jit()
     def _block2(x, wp, out, b, i0):
         """`_block3` for rows i0..i0+1 (a row past the last repeating it): 2 x JB sums, 8 AVX2 registers (4 AVX-512
-        ones). A one-row call runs here too, with either plan: a block of one row, though it does half the
-        arithmetic, measured slower on a Zen 3 (four chains of fused steps, each waiting on its last, cannot keep the
-        FMA units busy)."""
+        ones). A one-row call runs here too, with either plan. A separate block of one row was tried: though it does
+        half the arithmetic, it measured slower on a Zen 3 (four chains of fused steps, each waiting on its last, cannot
+        keep the FMA units busy)."""
         a = numba.carray(_registers(64), (2, JB))
         a[:] = 0.0
         last = x.shape[0] - 1

@@ -141,6 +141,9 @@ def climb_words(runs: dict[str, Trace], busy: str | None = None) -> str:
             parts.append(f"{label}: too few steps ({len(w)}) to tell")
             continue
         a, b = 1e3 * statistics.median(w[:n]), 1e3 * statistics.median(w[-n:])
+        if a <= 0:
+            parts.append(f"{label}: its first steps were not timed")
+            continue
         parts.append(f"{label} {a:.2f} -> {b:.2f} ms ({100 * (b / a - 1):+.0f}%)")
     head = "median step time, first quarter of the steps -> last quarter: "
     return head + "; ".join(parts) + ("" if busy is None else f" (timed on a busy machine: {busy})")
@@ -264,8 +267,8 @@ def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None =
         sizes = " or ".join(filter(None, (", ".join(map(str, sizes[:-1])), str(sizes[-1]))))
         parts.append(f"q = 2..{q} each run as one block (of {sizes} rows: one read of each weight): "
                      f"t({q})/t(1) = {ratio[q]:.2f}"
-                     + (", the rise being per-row work, above all attention, which the exact path runs one query row "
-                        "at a time" if attention else ""))
+                     + (", the rise being per-row work: the block's multiply-adds, and attention, which the exact path "
+                        "runs one query row at a time" if attention else ""))
     if more:
         q = more[-1]
         b = kernel_blocks(q)

@@ -49,7 +49,7 @@ def test_caches_are_sized_for_the_decode_not_the_window(family_models, monkeypat
         if fam == "deepseek":
             assert drafter.H[0].shape[1] == drafter.caches[0].max_len == len(prompt) + 1 + m + drafter.max_drafts + 2
     model = family_models["deepseek"]
-    edge = list(range(model.config.block_size - m - k - 1))  # prompt + m + k = block_size - 1: the longest allowed
+    edge = list(range(model.config.block_size - m - k))  # prompt + m + k = block_size: the longest allowed, clamped
     ref = autoregressive(model, edge, max_new_tokens=m).tokens
     assert speculative(model, DeepSeekDrafter(model), edge, max_new_tokens=m, k=k).tokens == ref
 

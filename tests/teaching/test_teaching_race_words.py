@@ -58,9 +58,9 @@ def test_a_busy_exact_curve_gets_its_blocking_but_no_cause():
     busy machine the rise is not read, so the words keep the blocking and give it no cause."""
     from mtplab.teaching import bottleneck
     ratio = {1: 1.0, 2: 1.76, 4: 1.75, 8: 1.91}
-    assert "above all attention" in bottleneck.exact_curve_words(ratio)
+    assert "per-row work: the block's multiply-adds, and attention" in bottleneck.exact_curve_words(ratio)
     busy = bottleneck.exact_curve_words(ratio, busy="other processes used 1.2 cores")
-    assert "each run as one block" in busy and "above all attention" not in busy
+    assert "each run as one block" in busy and "per-row work" not in busy
     assert busy.endswith("the rise itself is given no cause here: the curve was timed on a busy machine")
 
 
@@ -117,4 +117,5 @@ def test_the_step_time_climb_is_read_from_the_steps():
     assert "no cache 10.50 -> 16.50 ms (+57%)" in words and "KV cache 2.00 -> 2.00 ms (+0%)" in words
     assert "9000" not in words  # the prefill is left out
     assert "too few steps (3)" in bottleneck.climb_words({"short": trace([0.001] * 3)})
+    assert "its first steps were not timed" in bottleneck.climb_words({"untimed": trace([0.0] * 8)})
     assert "busy machine: others used 1.2 cores" in bottleneck.climb_words(runs, "others used 1.2 cores")
