@@ -263,8 +263,8 @@ def exact_curve_words(ratio: dict, *, attention: bool = True, busy: str | None =
     parts = []
     if one:
         q = one[-1]
-        sizes = sorted({kernel_blocks(x)[0] for x in one})
-        sizes = " or ".join(filter(None, (", ".join(map(str, sizes[:-1])), str(sizes[-1]))))
+        *most, last = map(str, sorted({kernel_blocks(x)[0] for x in one}))
+        sizes = f"{', '.join(most)} or {last}" if most else last
         parts.append(f"q = 2..{q} each run as one block (of {sizes} rows: one read of each weight): "
                      f"t({q})/t(1) = {ratio[q]:.2f}"
                      + (", the rise being per-row work: the block's multiply-adds, and attention, which the exact path "
