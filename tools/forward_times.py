@@ -7,7 +7,7 @@
 Three forwards of the same model, timed in interleaved rounds (each round times every forward at every q, in a
 rotated order, so that a slow spell of the machine falls on all of them):
 * transformers: transformers' forward (its default attention) with its stock kernels, the old path (kernel='stock');
-* lab, exact: the lab's forward (`mtplab.hf.llama`) with the exact kernel, the default;
+* lab, exact: the lab's forward (`mtplab.model.llama`) with the exact kernel, the default;
 * lab, stock: the lab's forward with F.linear (`kernels.use_stock()`): what the kernel alone changes.
 Each t(q) is the median of `--reps` forwards over q new tokens after P cached ones (the cache is cropped back after
 each); a round's ratio t(q)/t(1) is taken within the round. Printed: the median over rounds and its range, the
@@ -27,7 +27,7 @@ import torch
 
 from mtplab.device import machine, machine_words, now
 from mtplab.files import atomic_write_text
-from mtplab.hf import llama
+from mtplab.model import llama
 from mtplab.paths import REAL_NAMES
 from mtplab.hf.target import load_hf
 from mtplab.model import attend, kernels

@@ -2,8 +2,7 @@
 
 * `target`: `HFTarget`, `load_hf`, `load_target`
 * `heads_file`: heads saved alone for a base model, with their draft vocabulary (`save_heads`, `load_heads`)
-* `llama`: the lab's own forward for Llama-family checkpoints (SmolLM2), each verify row as the one-token forward's
-* `run`: `train --hf`, `generate --hf`, and the heads' training on a cached trunk (`fit_heads`)
+* `run`: `train --hf` and `generate --hf`
 * `workfiles`: validated, bounded readers of every file the real model's commands read back
 * `chatdata`: the real model's own training data (its questions and greedy answers; scripts/make_chat_data.py
   writes it), read by `distill --data`

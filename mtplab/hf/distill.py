@@ -22,7 +22,7 @@ The pipeline (`python -m mtplab distill`), each stage resumable and saved as it 
    98% of the held-out answers' tokens, with the projection's cost at each size (`stage_vocab`). The projection of
    a draft costs N rows instead of 49,152; the target still verifies over the full vocabulary, so output stays exact.
 5. `deepseek`, `stern`: heads trained on the cache (`fit_heads`, on the lab's one loop, saved as one save set) over
-   the draft vocabulary, validated on prompts held back from training (`run.held_back`). The ids travel in the
+   the draft vocabulary, validated on prompts held back from training (`training.heads.held_back`). The ids travel in the
    heads file.
 6. `ship`: the heads in bf16, the draft vocabulary and the record into data/hf/MODEL (`ship`), with the shipped
    heads' teacher-forced agreement on held-back and held-out prompts side by side.
@@ -44,7 +44,7 @@ from mtplab.hf.heads_file import load_heads, save_heads
 from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
 from mtplab.hf.prompts import heldout_prompts
 from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
-from mtplab.hf.run import TRAINED, evaluate_heads, fit_heads
+from mtplab.training.heads import TRAINED, evaluate_heads, fit_heads
 from mtplab.hf.trunkcache import (VAL_ROWS, TrunkCache, Work, check_cached, drawn_rows, fingerprint, heldout_cache,
                                   split, write_cache)
 from mtplab.hf.vocab import COVERAGE_GOAL, VOCAB_SIZES, chosen_vocab, load_vocab, stage_vocab

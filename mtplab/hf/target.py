@@ -14,7 +14,7 @@ The head families of `mtplab.model.heads` then sit on its hidden states unchange
 * rope: rotary factors for the heads' own attention layers (Meta, DeepSeek); the trunk keeps its own positions.
 
 Which forward computes the trunk (`kernel`, `forward_path`): for a Llama-family model (SmolLM2), by default the lab's
-own (`mtplab.hf.llama.LlamaForward`) with the exact kernel (`mtplab.model.kernels`): row i of a verify is bit for bit
+own (`mtplab.model.llama.LlamaForward`) with the exact kernel (`mtplab.model.kernels`): row i of a verify is bit for bit
 the one-token forward's, so greedy speculative output equals greedy AR by construction. The heads and the draft
 vocabulary's projection go through the same kernel (the heads' layers are `mtplab.model.layers`, whose linears are the
 kernel's). kernel="stock" (and any other architecture, with the reason in `forward_path`) runs transformers' forward
@@ -42,7 +42,7 @@ from mtplab.model.heads import build_heads
 from mtplab.model.layers import KVCache, RaggedKVCache, rotary_table
 from mtplab.model.gpt import GPT, TrunkOutput
 from mtplab.hf.real import REAL_MODELS, quiet_transformers, real_model, resolve_model
-from mtplab.hf.llama import LlamaForward, unsupported
+from mtplab.model.llama import LlamaForward, unsupported
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: F401  (re-exported for teaching.peers, bench.peers)
 from mtplab.model import kernels
 try:
@@ -254,6 +254,10 @@ class HFTarget(nn.Module):
             mtp = mtp.to(device=p.device, dtype=p.dtype)
         self.mtp = mtp
         return self
+
+    def save_heads(self, path, **kw) -> Path:
+        """The heads alone as a heads file (`mtplab.hf.heads_file.save_heads`), what `training.heads` saves."""
+        return save_heads(self, path, **kw)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -17,10 +17,10 @@ from mtplab.device import now
 from mtplab.errors import MtplabError
 from mtplab.files import atomic_write, atomic_write_text
 from mtplab.hf import workfiles as wf
-from mtplab.hf.run import held_back
+from mtplab.training.heads import held_back
 
 TOPK = 8  # target probabilities kept per position in the cache
-VAL_ROWS = 128             # prompts held back for validation (`run.held_back`), never counted or trained on
+VAL_ROWS = 128             # prompts held back for validation (`training.heads.held_back`), never counted or trained on
 
 
 class Work:
@@ -78,7 +78,7 @@ def fingerprint(rows: list[dict]) -> str:
 
 
 def split(work: Work, rows: list[dict] | None = None, *, val_rows: int = VAL_ROWS, seed: int = 0):
-    """(held back, trained): `run.held_back` over this work folder's rows, drawn from the rows before it grew when
+    """(held back, trained): `training.heads.held_back` over this work folder's rows, drawn from the rows before it grew when
     it did (split.json, checked against their fingerprint)."""
     rows = work.answers() if rows is None else rows
     return held_back(len(rows), val_rows=val_rows, seed=seed, drawn=drawn_rows(work, rows))

@@ -6,6 +6,7 @@
 * `runs`: a run's directory: checked, locked, saved as one atomic set, resumed bit for bit
 * `distributed`: torchrun shards and the one all_reduce
 * `fit`: `fit(TrainConfig)`, the training loop
+* `heads`: heads on a frozen trunk (a Hugging Face one, live or cached) in the same loop and save set
 
 May import: `model` and the ground floor. Never `decoding` (the two are independent; `hf.run` joins them).
 """

@@ -24,7 +24,7 @@ from mtplab.hf import trunkcache  # noqa: E402
 from mtplab.hf import vocab as draft_vocab  # noqa: E402
 from mtplab.hf.trunkcache import cache_tensors  # noqa: E402
 from scripts.make_chat_data import template_prompts  # noqa: E402
-from mtplab.hf.run import fit_heads  # noqa: E402
+from mtplab.training.heads import fit_heads  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
 from mtplab.hf.target import load_hf, load_target  # noqa: E402
 from mtplab.training import runs  # noqa: E402
@@ -134,7 +134,7 @@ def test_fit_heads_starts_from_a_heads_file_of_the_same_family(tiny, tmp_path):
 def test_fit_heads_saves_one_save_set_and_resumes_bit_for_bit(tiny, tmp_path, monkeypatch):
     """The cached-trunk training runs on the lab's one loop: one save set (heads file with its vocabulary, state,
     manifest), and a run interrupted in step 5 of 8 resumes to the uninterrupted run's heads."""
-    from mtplab.hf import run as hfrun
+    from mtplab.training import heads as hfrun
     t, rows = tiny
     cache = TrunkCache([cache_tensors(t, rows[i:i + 8]) for i in range(0, 24, 8)])
     vocab = torch.arange(0, 320, 2)

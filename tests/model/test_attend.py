@@ -69,7 +69,7 @@ def test_the_llama_forward_runs_its_rows_through_the_kernel(monkeypatch):
     pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mtplab.hf.llama import LlamaForward
+    from mtplab.model.llama import LlamaForward
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=64)

@@ -1,4 +1,4 @@
-"""The lab's own Llama forward (mtplab.hf.llama) through the exact kernel: a verify's rows are the one-token forward's
+"""The lab's own Llama forward (mtplab.model.llama) through the exact kernel: a verify's rows are the one-token forward's
 rows bit for bit, so greedy speculative output equals greedy AR by construction; transformers stays the reference
 (logits within a tolerance, greedy `generate` counted).
 

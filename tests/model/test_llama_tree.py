@@ -1,4 +1,4 @@
-"""Token trees on the lab's Llama forward (mtplab.hf.llama): `forward(idx, cache, positions=, mask=)` means what the
+"""Token trees on the lab's Llama forward (mtplab.model.llama): `forward(idx, cache, positions=, mask=)` means what the
 classroom GPT's does, so a tree verify's row for each node is, bit for bit, the one-token forward at the end of its
 branch, and the tree decoder (mtplab.decoding.tree) gives greedy AR's tokens on a tiny GQA Llama."""
 
