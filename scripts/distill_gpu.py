@@ -31,7 +31,7 @@ from mtplab.device import now, pick  # noqa: E402
 from mtplab.hf import distill as d  # noqa: E402
 from mtplab.hf import workfiles as wf  # noqa: E402
 from mtplab.hf.real import real_model  # noqa: E402
-from mtplab.hf.run import fit_heads  # noqa: E402
+from mtplab.training.heads import fit_heads  # noqa: E402
 from mtplab.hf.target import load_hf  # noqa: E402
 from mtplab.hf.trunkcache import TrunkCache, Work, split  # noqa: E402
 from mtplab.hf.vocab import coverage, load_vocab, token_counts  # noqa: E402

@@ -5,7 +5,7 @@
   its own drafts easy); notebook 08 prints its live decode the same way.
 * `typical_study`: the exact rule against Medusa's typical acceptance on a toy whose second-token distribution is
   computed exactly (`sampling.second_token_marginal`), tested with the lab's one chi-square level.
-* `benchmark_story`: why two shipped records give different speedups for the same heads on the same machine,
+* `benchmark_story`: why two shipped records give different speedups for the same heads (on one machine or two),
   read from the records' own fields (prompts, new tokens, rounds, the cost curve, tokens per forward).
 
 The notebook races live with `measuring.timing.interleaved_race`; this module never times anything.
@@ -275,7 +275,7 @@ def typical_study(model, prompt: list[int], n: int, *, seed: int = 0, seeds: int
 
 # ---------------------------------------------------------------------------------------------- two records
 def benchmark_story(a: dict, b: dict, *, name_a: str, name_b: str, pairs: list[tuple[str, dict, dict]]) -> str:
-    """Why two records disagree on the same heads on the same machine, from their own fields.
+    """Why two records disagree on the same heads, from their own fields (the machines named: one or two).
 
     a, b: the records ("prompts", "max_new_tokens", "repeats", "cost_curve"); pairs: (what, row of a, row of b),
     rows with "k", a speedup ("speedup_wall" or "speedup"), "tokens_per_forward" and "acceptance_per_position";

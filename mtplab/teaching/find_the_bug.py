@@ -318,7 +318,7 @@ def power_text(power: dict[str, float], *, seeds: int, n: int = N_DRAWS, key: di
         lines.append("the correct rules were rejected on " + ", ".join(f"{r}: {h} of {seeds}" for r, h in hits.items())
                      + " seeds")
     lines.append(f"too few seeds to estimate a false-alarm rate (at ALPHA a correct rule is rejected at least once in "
-                 f"{seeds} seeds with probability {chance:.0%}); notebook 06 shows it over 40 seeds")
+                 f"{seeds} seeds with probability {chance:.0%}); notebook 06 shows it over its N_SEEDS seeds")
     return "; ".join(lines)
 
 

@@ -11,10 +11,22 @@ from mtplab.measuring.record import Record
 from mtplab.teaching.check import Check, _call
 
 TARGET, DRAFT, HEADS = "mtplab-llama", "mtplab-llama-draft", "mtplab-llama-deepseek-d1.safetensors"
-# (HF's row, mtplab's row on the same drafts) at k = 4, as `bench peers` names them
-PAIRS = (("HF generate, greedy", "mtplab AR"),
-         ("HF prompt lookup, 3 drafts", "mtplab n-gram, HF's rule, k=4"),
-         ("HF assisted, 3 drafts", "mtplab draft-model, k=4"))
+
+
+def pairs(k: int = 4) -> tuple[tuple[str, str], ...]:
+    """(HF's row, mtplab's row on the same drafts) at k tokens a step, as `bench peers` names them."""
+    return (("HF generate, greedy", "mtplab AR"),
+            (f"HF prompt lookup, {k - 1} drafts", f"mtplab n-gram, HF's rule, k={k}"),
+            (f"HF assisted, {k - 1} drafts", f"mtplab draft-model, k={k}"))
+
+
+PAIRS = pairs(4)  # the record's k and the exercises'
+
+
+def _pairs_in(by: dict) -> list[tuple[str, str]]:
+    """The pairs whose two rows are both in `by`, at whatever k the rows were run (the live race may use another)."""
+    found = [p for k in range(2, 17) for p in pairs(k) if p[0] in by and p[1] in by]
+    return list(dict.fromkeys(found))  # AR's pair is the same at every k
 
 
 def load_own(device="cpu") -> dict:
@@ -43,24 +55,20 @@ def loop_ratios(record: dict) -> dict[str, float]:
     """mtplab's wall clock over HF's on the same drafts, per pair: > 1 means mtplab's loop is faster.
     Both rows are timed against the same HF greedy rounds, so the ratio of their speedups is the ratio of times."""
     by = {r["method"]: r for r in record["rows"]}
-    return {mine: by[mine]["speedup_vs_hf_greedy"] / by[hf]["speedup_vs_hf_greedy"]
-            for hf, mine in PAIRS if hf in by and mine in by}
+    return {mine: by[mine]["speedup_vs_hf_greedy"] / by[hf]["speedup_vs_hf_greedy"] for hf, mine in _pairs_in(by)}
 
 
 def pair_speedups(record: dict) -> dict[str, tuple[float, float]]:
     """Per pair on the same drafts: (HF's row, mtplab's row), each one's wall clock against HF's plain greedy."""
     by = {r["method"]: r for r in record["rows"]}
-    return {mine: (by[hf]["speedup_vs_hf_greedy"], by[mine]["speedup_vs_hf_greedy"])
-            for hf, mine in PAIRS if hf in by and mine in by}
+    return {mine: (by[hf]["speedup_vs_hf_greedy"], by[mine]["speedup_vs_hf_greedy"]) for hf, mine in _pairs_in(by)}
 
 
 def peer_sentences(record: dict) -> list[str]:
     """One sentence per pair on the same drafts, and one for the row with no HF peer, from the record's numbers."""
     by = {r["method"]: r for r in record["rows"]}
     out = []
-    for hf, mine in PAIRS:
-        if hf not in by or mine not in by:
-            continue
+    for hf, mine in _pairs_in(by):
         a, b = by[hf], by[mine]
         ratio = b["speedup_vs_hf_greedy"] / a["speedup_vs_hf_greedy"]
         verdict = "faster than" if ratio > 1.02 else "slower than" if ratio < 0.98 else "as fast as (within 2%)"
@@ -82,8 +90,8 @@ def split_sentences(record: dict, top: int = 3) -> list[str]:
     by = {r["method"]: r for r in record["rows"]}
     prof = record.get("profile", {})
     out = []
-    for hf, mine in PAIRS:
-        if hf not in by or mine not in by or "rest_share" not in by[hf]:
+    for hf, mine in _pairs_in(by):
+        if "rest_share" not in by[hf]:
             continue
         a, b = by[hf], by[mine]
         funcs = "; ".join(f"{t['function']} {1e3 * t['own_s']:.1f} ms in {t['calls']} calls"

@@ -18,6 +18,7 @@ from mtplab.measuring.race import NOT_MEASURED, NOT_VALID
 from mtplab.measuring.record import speedup_span, speedup_text
 from mtplab.device import machine
 from mtplab.model import kernels
+from mtplab.platform_compat import cpu_seconds
 
 __all__ = ["NOT_MEASURED", "NOT_VALID", "agree", "bench_speedup_text", "busy_line", "compare_rates", "fastest_words",
            "live_text", "overlap", "range_text", "range_words", "rate_text", "side_of_one", "spread"]
@@ -25,9 +26,14 @@ __all__ = ["NOT_MEASURED", "NOT_VALID", "agree", "bench_speedup_text", "busy_lin
 
 # ---------------------------------------------------------------------------------- the busy-machine guard
 def busy_line(busy: str | None, what: str = "this timing") -> str:
-    """The guard's line for one live measurement: valid, or why not (printed before any verdict)."""
-    return f"{what}: valid (the busy-machine guard saw no other load)" if busy is None else \
-        f"{what}: " + NOT_VALID.format(why=busy)
+    """The guard's line for one live measurement: valid, or why not (printed before any verdict). Where this machine's
+    load cannot be read (`platform_compat.cpu_seconds` is None), a valid verdict rests on the rounds' spread alone,
+    and the line says so: never "no other load" unmeasured."""
+    if busy is not None:
+        return f"{what}: " + NOT_VALID.format(why=busy)
+    if cpu_seconds() is None:
+        return f"{what}: valid by the rounds' spread only; {NOT_MEASURED}"
+    return f"{what}: valid (the busy-machine guard saw no other load)"
 
 
 # ---------------------------------------------------------------------------------- ranges

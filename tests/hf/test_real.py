@@ -241,7 +241,8 @@ def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained
     """`--stages grow`: heads trained on a spread subset continue (--resume) on the data's other answers. The trimmed
     shards come back and the new answers follow, numbered after the rows trained on; the held-back prompts stay
     those drawn from them, every new row trains; a folder whose first rows moved since is refused."""
-    from mtplab.hf import distill, run
+    from mtplab.hf import distill
+    from mtplab.training import heads as run
     t, rows = tiny
     data, got = _chat_data(t, rows, tmp_path, monkeypatch, 16)
     work = distill.Work(tmp_path / "work").limits(t)

@@ -169,6 +169,17 @@ def test_the_shared_words_live_in_one_module():
     assert words.busy_line("x", "t") == "t: " + NOT_VALID.format(why="x")
 
 
+def test_busy_line_never_says_no_other_load_where_the_load_was_not_read(monkeypatch):
+    """Review of 07 (session 56): a valid race whose load could not be read (no psutil) printed 'the guard saw no
+    other load'; it now says the load was not measured."""
+    from mtplab.measuring.race import NOT_MEASURED
+    from mtplab.teaching import words
+    assert "saw no other load" in words.busy_line(None, "t")  # this machine reads its load (psutil is installed)
+    monkeypatch.setattr(words, "cpu_seconds", lambda: None)
+    line = words.busy_line(None, "t")
+    assert NOT_MEASURED in line and "no other load" not in line and line.startswith("t: valid by the rounds' spread")
+
+
 def test_lineage_words_count_the_last_phase_and_the_whole_record():
     from mtplab.model import checkpoint
     words = blockwise.lineage_words("stern-k4")
