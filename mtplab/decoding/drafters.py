@@ -260,7 +260,8 @@ class DraftModelDrafter(BaseDrafter):
     def begin(self, model, tokens, out, prompt_len, **kw):
         super().begin(model, tokens, out, prompt_len, **kw)
         check_same_vocabulary(self.draft, model)
-        self.cache = self.draft.new_cache()
+        # the committed tokens and one step's drafts but its last (never fed): `max_len`, within the draft's window
+        self.cache = self.draft.new_cache(max_len=min(self.max_len, self.draft.config.block_size))
         self.fed: list[int] = []  # tokens whose keys/values sit in the draft cache
 
     def feedback(self, out, n_keep, tokens):

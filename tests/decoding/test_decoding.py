@@ -48,6 +48,14 @@ def test_caches_are_sized_for_the_decode_not_the_window(family_models, monkeypat
         monkeypatch.undo()
         if fam == "deepseek":
             assert drafter.H[0].shape[1] == drafter.caches[0].max_len == len(prompt) + 1 + m + drafter.max_drafts + 2
+    target, small = family_models["none"], random_model(seed=11)  # a draft model's cache: the same fitted size
+    drafter = DraftModelDrafter(small)
+    for sampled in (False, True):  # greedy and sampled drafts, each at k = 2 and a k larger than the decode
+        for kk in (2, m + 3):
+            kw = dict(temperature=1.0, generator=torch.Generator().manual_seed(1)) if sampled else {}
+            tr = speculative(target, drafter, prompt, max_new_tokens=m, k=kk, **kw)
+            assert len(tr.tokens) == m and drafter.cache.max_len == drafter.max_len <= len(prompt) + m + 3
+            assert sampled or tr.tokens == autoregressive(target, prompt, max_new_tokens=m).tokens
     model = family_models["deepseek"]
     edge = list(range(model.config.block_size - m - k))  # prompt + m + k = block_size: the longest allowed, clamped
     ref = autoregressive(model, edge, max_new_tokens=m).tokens
