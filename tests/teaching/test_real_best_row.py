@@ -159,3 +159,28 @@ def test_untrained_words_rank_the_ngram_row_above_every_trained_row_only_where_t
                          "trained row")
     rec = _record(k3=(1.22, 1.15, 1.30))  # every trained row's range below the n-gram row's
     assert "beats the trained heads" in real.untrained_words(rec)
+
+
+def test_study_row_falls_back_to_the_same_heads_at_the_nearest_k_and_says_so():
+    """05's default row (the record's best, DeepSeek reused at k=3) was not in the acceptance study (k=2 and k=4),
+    and the cell printed a miss: it now reads the same method and vocabulary at the nearest k, with a note."""
+    def row(method, k, vocab="reduced", kernel="exact"):
+        return {"label": f"{method} k={k} {vocab} {kernel}", "method": method, "k": k, "draft_vocab": vocab,
+                "kernel": kernel, "threads": 1}
+    rows = [row("deepseek", 2), row("deepseek-reuse", 3), row("deepseek-reuse", 4), row("deepseek-reuse", 6),
+            row("deepseek-reuse", 3, kernel="stock"), row("stern", 4)]
+    rec = {"rows": rows, "acceptance_all": {rows[0]["label"]: {"prompts": 24}, rows[2]["label"]: {"prompts": 24},
+                                            rows[3]["label"]: {"prompts": 24}}}
+    got, note = real.study_row(rec, rows[2]["label"])
+    assert got["label"] == rows[2]["label"] and note == ""
+    got, note = real.study_row(rec, rows[1]["label"])  # k=3: k=4 is nearer than k=6
+    assert got["label"] == rows[2]["label"] and "not deepseek-reuse k=3" in note and "k=4" in note
+    for miss in (rows[4]["label"], rows[5]["label"], "no such row"):  # another kernel, another method, no row
+        got, note = real.study_row(rec, miss)
+        assert got is None and "is not in the record's acceptance study" in note
+
+
+def test_study_row_of_the_shipped_record_answers_05s_default():
+    rec = real.record()  # docs/bench/real.json
+    got, note = real.study_row(rec, real.label_of("best", rec))
+    assert got is not None and got["prompts"] == 24
