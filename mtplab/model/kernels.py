@@ -32,9 +32,12 @@ reads the weights as one row does. The blocks are chosen at import by the CPU (R
 Each later block of a panel reads its weights from the L2 cache, which the first brought in. At every step of k a
 block asks the CPU to start loading the weight vector it will need some steps later (`llvm.prefetch`, a hint that
 changes no value): the hardware's own prefetcher alone kept one thread's stream of weights slower than stock
-F.linear's. Measured on a Xeon (AMX, SmolLM2's whole forward, one thread, old and new kernel interleaved in one
-process, medians of 12): one row 64.4 -> 51.4-53.9 ms (stock 52.1-54.1), four rows 72.6 -> 59.5-64.3, eight rows
-99.5 -> 66.6-71.5; at two threads one row 44.7 -> 37.5 ms (stock 31.7). A last, partial block
+F.linear's. Measured on a Xeon (AMX), SmolLM2's whole forward through the lab's Llama forward at 200 cached tokens,
+the kernel before and after interleaved in one process with the same forward on F.linear (`use_stock`), medians of
+12, in runs a few minutes apart: one thread, one row 64.4 -> 51.4-53.9 ms (F.linear 52.1-54.1), four rows
+72.6 -> 59.5-64.3, eight 99.5 -> 66.6-71.5; two threads, one row 44.7 -> 37.5 ms (F.linear 31.7). These were
+profiling runs; the record is `bench real`'s cost curve (docs/bench/real.json), whose stock rows are transformers'
+own forward. A last, partial block
 repeats its last row (computed, not written). Which block computes a row changes no bit of it: every output is the
 same chain of fused steps, so both plans give the same bits (the tests run both on any machine). Two
 threads split the panels (outputs), so each output is still computed by one thread in one order: one and two

@@ -5,7 +5,7 @@
   its own drafts easy); notebook 08 prints its live decode the same way.
 * `typical_study`: the exact rule against Medusa's typical acceptance on a toy whose second-token distribution is
   computed exactly (`sampling.second_token_marginal`), tested with the lab's one chi-square level.
-* `benchmark_story`: why two shipped records give different speedups for the same heads (on one machine or two),
+* `benchmark_story`: why two shipped records give different speedups for the same heads (with their machine lines),
   read from the records' own fields (prompts, new tokens, rounds, the cost curve, tokens per forward).
 
 The notebook races live with `measuring.timing.interleaved_race`; this module never times anything.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from mtplab.decoding.drafters import SternDrafter
 from mtplab.decoding.trace import Trace, conditional_counts, pooled
 from mtplab.errors import MtplabError
-from mtplab.measuring.record import Record
+from mtplab.measuring.record import Record, machine_text
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_onset, loop_window
 from mtplab.model.toy import random_model
@@ -275,7 +275,7 @@ def typical_study(model, prompt: list[int], n: int, *, seed: int = 0, seeds: int
 
 # ---------------------------------------------------------------------------------------------- two records
 def benchmark_story(a: dict, b: dict, *, name_a: str, name_b: str, pairs: list[tuple[str, dict, dict]]) -> str:
-    """Why two records disagree on the same heads, from their own fields (the machines named: one or two).
+    """Why two records disagree on the same heads, from their own fields, each record's machine line printed.
 
     a, b: the records ("prompts", "max_new_tokens", "repeats", "cost_curve"); pairs: (what, row of a, row of b),
     rows with "k", a speedup ("speedup_wall" or "speedup"), "tokens_per_forward" and "acceptance_per_position";
@@ -318,7 +318,8 @@ def benchmark_story(a: dict, b: dict, *, name_a: str, name_b: str, pairs: list[t
         parts.append(line)
     return (f"{name_a} decoded {a['prompts']} prompts x {a['max_new_tokens']} new tokens over {a['repeats']} rounds, "
             f"{name_b} {b['prompts']} x {b['max_new_tokens']} over {b['repeats']}, "
-            + ("on the same machine" if a.get("machine") == b.get("machine") else "on different machines")
-            + " and with the same schedule per method; neither record counts its looping continuations. "
+            + (f"both {machine_text(a.get('machine'))}," if a.get("machine") == b.get("machine") else
+               f"{name_a} {machine_text(a.get('machine'))}, {name_b} {machine_text(b.get('machine'))},")
+            + " with the same schedule per method; neither record counts its looping continuations. "
             + ". ".join(parts) + ". Acceptance varies from prompt to prompt, so neither record is wrong: "
             "quote a speedup with its prompts, m and rounds.")

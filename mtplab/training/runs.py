@@ -9,7 +9,7 @@ The manifest is the commit point: resume loads whichever state file has the sha2
 killed at any point resumes from the last complete save and reaches the uninterrupted run's weights.
 The temp files a kill inside a save leaves behind are removed by the next --resume or --overwrite.
 
-The lab's own runs (`mtplab.training.fit`) and heads on a Hugging Face trunk (`mtplab.hf.run`) share all of
+The lab's own runs (`mtplab.training.fit`) and heads on a Hugging Face trunk (`mtplab.training.heads`) share all of
 it: the checks of --out, the lock, the save set, the save cadence (steps, and every SAVE_SECONDS of wall time)
 and the signals (SIGINT and SIGTERM finish the step, save it and stop with one line).
 """

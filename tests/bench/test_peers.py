@@ -123,6 +123,19 @@ def test_notebook_10_reads_the_pairs_off_the_record():
     assert "copy.py:deepcopy 2.0 ms in 100 calls" in peers.split_sentences(rec)[1]
 
 
+def test_notebook_10_finds_the_pairs_of_a_live_race_at_another_k():
+    """10's exercise 2 reruns the race at k=3: its pairs are 'HF prompt lookup, 2 drafts' beside 'mtplab n-gram,
+    HF's rule, k=3', which the k=4 table (`PAIRS`) missed, so the lookup pair dropped out of the printout."""
+    from mtplab.teaching import peers
+
+    assert peers.pairs(3)[1] == ("HF prompt lookup, 2 drafts", "mtplab n-gram, HF's rule, k=3") and peers.PAIRS == peers.pairs(4)
+    rec = _record()
+    for r in rec["rows"]:
+        r["method"] = r["method"].replace("3 drafts", "2 drafts").replace("k=4", "k=3")
+    assert peers.pair_speedups(rec) == {"mtplab AR": (1.0, 1.1), "mtplab n-gram, HF's rule, k=3": (1.5, 1.2)}
+    assert [s.split(" is ")[0] for s in peers.peer_sentences(rec)] == ["mtplab AR", "mtplab n-gram, HF's rule, k=3"]
+
+
 def test_notebook_10_checker():
     from mtplab.teaching import peers
 

@@ -90,22 +90,29 @@ def test_a_drafter_that_drafts_in_turn_stops_at_the_first_unsure_draft_and_draft
     assert all(s.draft_forwards - len(s.drafted) in (0, 1) for s in early.steps[1:])
 
 
-@pytest.mark.parametrize("family,make,adapt", [
-    ("stern", SternDrafter, adaptive.Schedule),
-    ("stern", SternDrafter, lambda: adaptive.ConfidenceStop(threshold=0.2)),  # cuts drafts short on this model (09 §2)
-    ("deepseek", lambda m: DeepSeekDrafter(m, reuse=3), adaptive.Fixed),  # one module applied three times (09 §3)
+@pytest.mark.parametrize("family,make,adapt,cuts", [
+    ("stern", SternDrafter, adaptive.Schedule, False),
+    ("stern", SternDrafter, lambda: adaptive.ConfidenceStop(threshold=0.2), True),  # cuts drafts short here (09 §2)
+    ("deepseek", lambda m: DeepSeekDrafter(m, reuse=3), adaptive.Fixed, False),  # module 1 reused for both drafts
 ], ids=["schedule", "confidence", "deepseek-reuse"])
-def test_engine_choices_keep_the_target_distribution_when_sampling(family, make, adapt):
+def test_engine_choices_keep_the_target_distribution_when_sampling(family, make, adapt, cuts):
     """09 says every exact method it studies samples from the target's distribution: the joint of the first two
     sampled tokens against the target's exact joint, chi-square, for adaptive k (both policies) and a reused module."""
     target = random_model(family, 2 if family == "deepseek" else 3, vocab_size=V, seed=23, noise=2.0)
     g = torch.Generator().manual_seed(5)
-    counts = torch.zeros(V, V)
+    counts, cut = torch.zeros(V, V), False
     for _ in range(N):
-        t = speculative(target, make(target), PROMPT, max_new_tokens=4, k=3, temperature=1.0, generator=g,
-                        adapt=adapt()).tokens
+        tr = speculative(target, make(target), PROMPT, max_new_tokens=4, k=3, temperature=1.0, generator=g,
+                         adapt=adapt())
+        t = tr.tokens
         counts[t[1], t[2]] += 1
+        done = 0
+        for s in tr.steps:  # a step's room: k-1 drafts, at most the new tokens left but one (the overlap schedule)
+            if not s.prefill:
+                cut = cut or len(s.drafted) < min(2, 4 - done - 1)
+            done += len(s.emitted)
     assert chi2_pvalue(counts, N * exact_joint(target, 1.0, None)) > 0.01
+    assert cut == cuts  # only the confidence stop drafts fewer than a step has room for
 
 
 def test_typical_acceptance_is_greedy_at_temperature_0():

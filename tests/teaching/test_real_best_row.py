@@ -74,7 +74,7 @@ def test_best_words_name_a_token_tree_above_the_chains(shipped):
 
 
 def test_best_words_read_the_shipped_record_from_its_ranges():
-    """The student's case: in docs/bench/real.json k = 2 has the highest median, and whether it is 'the fastest'
+    """The student's case: whether the row of the highest median in docs/bench/real.json is 'the fastest'
     depends on whether any other exact row's range overlaps its own, computed here from the record, not assumed."""
     rec = real.record()
     if rec is None:

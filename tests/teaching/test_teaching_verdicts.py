@@ -174,8 +174,9 @@ def test_busy_line_never_says_no_other_load_where_the_load_was_not_read(monkeypa
     other load'; it now says the load was not measured."""
     from mtplab.measuring.race import NOT_MEASURED
     from mtplab.teaching import words
-    assert "saw no other load" in words.busy_line(None, "t")  # this machine reads its load (psutil is installed)
-    monkeypatch.setattr(words, "cpu_seconds", lambda: None)
+    monkeypatch.setattr(words, "cpu_seconds", lambda: (1.0, 2.0))  # a machine whose load can be read
+    assert words.busy_line(None, "t") == "t: valid (the busy-machine guard saw no other load)"
+    monkeypatch.setattr(words, "cpu_seconds", lambda: None)  # one whose load cannot (no psutil)
     line = words.busy_line(None, "t")
     assert NOT_MEASURED in line and "no other load" not in line and line.startswith("t: valid by the rounds' spread")
 
