@@ -32,7 +32,7 @@ reads the weights as one row does. The blocks are chosen at import by the CPU (R
 Each later block of a panel reads its weights from the L2 cache, which the first brought in. At every step of k a
 block asks the CPU to start loading the weight vector it will need some steps later (`llvm.prefetch`, a hint that
 changes no value): the hardware's own prefetcher alone kept one thread's stream of weights slower than stock
-F.linear's. Measured on a Xeon (AMX), SmolLM2's whole forward through the lab's Llama forward at 200 cached tokens,
+F.linear's. Measured on a Xeon (AMX), SmolLM2's whole forward through the lab's Llama forward after a short chat prompt,
 the kernel before and after interleaved in one process with the same forward on F.linear (`use_stock`), medians of
 12, in runs a few minutes apart: one thread, one row 64.4 -> 51.4-53.9 ms (F.linear 52.1-54.1), four rows
 72.6 -> 59.5-64.3, eight 99.5 -> 66.6-71.5; two threads, one row 44.7 -> 37.5 ms (F.linear 31.7). These were
