@@ -144,6 +144,10 @@ try:  # pragma: no cover - the branch taken depends on the environment
             return types.float32(w), codegen
         return None
 
+    from llvmlite import binding as _llvm
+    # the intrinsic's name mangles its pointer type: opaque pointers (LLVM 15 on) are "p0", typed ones "p0i8"
+    _PREFETCH = "llvm.prefetch.p0" if _llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
+
     @intrinsic
     def _prefetch(typingctx, wp, at):
         """Ask the CPU to start loading the panel entry at flat index `at` (`llvm.prefetch`: read, keep in every
@@ -157,7 +161,7 @@ try:  # pragma: no cover - the branch taken depends on the environment
                                 ir.IntType(8).as_pointer())
             i32 = ir.IntType(32)
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [p.type, i32, i32, i32]),
-                                                "llvm.prefetch.p0")
+                                                _PREFETCH)
             builder.call(fn, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
             return context.get_dummy_value()
         return types.void(wp, types.intp), codegen
