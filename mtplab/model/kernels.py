@@ -151,8 +151,8 @@ try:  # pragma: no cover - the branch taken depends on the environment
     @intrinsic
     def _prefetch(typingctx, wp, at):
         """Ask the CPU to start loading the panel entry at flat index `at` (`llvm.prefetch`: read, keep in every
-        cache level). A hint only: it changes no value, and an address past the array's end is never touched (a
-        prefetch does not fault)."""
+        cache level). A hint only: it changes no value, and an address past the array's end is harmless (a prefetch
+        never faults)."""
         if not isinstance(wp, types.Array):
             return None
 
