@@ -33,7 +33,7 @@ TREE_WIDTHS = {  # name -> widths; nodes = verify width - 1
 
 
 def run_batch(a) -> dict:
-    sizes, m, reps = ((1, 4, 16), 24, 1) if a.quick else (BATCH_SIZES, 64, 3)
+    sizes, m, reps = ((1, 4, 16), 24, 3) if a.quick else (BATCH_SIZES, 64, 3)
     prompts = held_out_ids(max(sizes))
     rows, dev = [], None
     for meth in BATCH_METHODS:
@@ -58,7 +58,7 @@ def run_batch(a) -> dict:
 
 
 def run_tree(a) -> dict:
-    n_prompts, m, reps = (3, 32, 1) if a.quick else (12, 128, 3)
+    n_prompts, m, reps = (3, 32, 3) if a.quick else (12, 128, 3)
     widths = {n: w for n, w in TREE_WIDTHS.items() if not a.quick or n in ("chain (1,1,1)", "tree (3)",
                                                                            "tree (2,2,1)")}
     prompts = held_out_ids(n_prompts)
