@@ -9,6 +9,7 @@ import torch
 from mtplab.decoding.batch import batched_autoregressive, batched_speculative
 from mtplab.decoding.generate import decode_with, max_k
 from mtplab.device import sync
+from mtplab.model import kernels
 from mtplab.model.layers import RaggedKVCache
 import contextlib
 import os
@@ -32,7 +33,8 @@ def untimed_output(fn):
 def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int = 5) -> dict:
     """t(q)/t(1) at batch size B: one cached forward over q new tokens per row, against one token per row, raced
     (`race`: a warm-up each, `repeats` interleaved rounds, the medians). Returns {"ratio", "busy"} (the race's
-    busy-machine verdict: None when valid)."""
+    busy-machine verdict: None when valid) and "kernels": the kernel of each forward (`kernels.kernel_for`: B and
+    B * q rows), which differ where B <= 16 < B * q."""
     dev = model.wte.weight.device
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -46,7 +48,8 @@ def batch_cost_ratio(model, B: int, q: int, *, context: int = 64, repeats: int =
         cache.lengths = [context] * B
     res = race({n: untimed_output(lambda n=n: forward(n)) for n in (1, q)}, [None], baseline=1, rounds=repeats,
                device=dev)
-    return {"ratio": res.seconds_median(q) / res.seconds_median(1), "busy": res.busy}
+    return {"ratio": res.seconds_median(q) / res.seconds_median(1), "busy": res.busy,
+            "kernels": (kernels.kernel_for(B), kernels.kernel_for(B * q))}
 
 
 class _Batch:
@@ -62,7 +65,8 @@ def measure_batch(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: 
     each, `repeats` interleaved rounds). Rows: batch_size, tokens_per_s and latency_ms_per_token (the median round;
     latency is wall time over the tokens one row got), tokens_per_forward (per row), the speedup over AR at the
     same B and the busy-machine guard's verdict (`RaceResult.row`: speedup, speedup_min, speedup_max, rounds,
-    valid, busy). Checks greedy equality."""
+    valid, busy), and the kernel of its forwards (`kernels.kernel_for`: AR's B rows, a verify's B * k). Checks greedy
+    equality."""
     dev = model.wte.weight.device
     rows = []
     for B in batch_sizes:
@@ -78,7 +82,8 @@ def measure_batch(model, make_drafter, prompts, *, batch_sizes, max_new_tokens: 
             del row["identical"], row["prompts"]  # one batch: its tokens were checked above
             rows.append({"kind": name, "batch_size": B, "tokens_per_s": out.new_tokens / wall,
                          "latency_ms_per_token": 1e3 * wall / max_new_tokens,
-                         "tokens_per_forward": out.new_tokens / sum(out.batch_sizes), **row, "repeats": repeats})
+                         "tokens_per_forward": out.new_tokens / sum(out.batch_sizes), **row, "repeats": repeats,
+                         "kernel": kernels.kernel_for(B * (k if name == "spec" else 1))})
     return rows
 
 

@@ -382,6 +382,12 @@ def active() -> bool:
     return EXACT and not _stock()
 
 
+def kernel_for(rows: int) -> str:
+    """Which kernel a float32 CPU call over `rows` rows runs now: "exact" up to MAX_ROWS, "stock" above (or with the
+    exact kernel off). A batch of B rows verifying k tokens each is B * k rows."""
+    return "exact" if active() and 1 <= rows <= MAX_ROWS else "stock"
+
+
 # ---- panels: each weight packed once, kept while the weight lives and is not changed in place ----------------------
 _PANELS: dict[int, tuple] = {}
 

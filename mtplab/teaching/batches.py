@@ -29,8 +29,10 @@ def trend(before: float, after: float, *, noise: float = NOISE) -> str:
     return "stayed about the same"
 
 
-def ratio_text(ratios: dict[int, float]) -> str:
-    """What t(k)/t(1) did over the batch sizes, in words; flags a ratio below 1 (a disturbed timing)."""
+def ratio_text(ratios: dict[int, float], kernels: dict[int, tuple[str, str]] | None = None) -> str:
+    """What t(k)/t(1) did over the batch sizes, in words. A ratio below 1 is either two kernels (`kernels`: B -> the
+    kernel of the one-token and of the k-token forward, `timing.batch_cost_ratio`'s, where they differ: the exact
+    kernel serves up to 16 rows, the stock one more) or a disturbed timing."""
     if not ratios:
         raise MtplabError("no cost ratios: give {batch size: t(k)/t(1)} for at least one batch size")
     text = "t(k)/t(1) by batch size: " + ", ".join(f"B = {B}: {r:.2f}" for B, r in sorted(ratios.items()))
@@ -40,7 +42,13 @@ def ratio_text(ratios: dict[int, float]) -> str:
         text += (f"; from B = {b0} to B = {b1} the ratio "
                  + {"grew": "climbs", "shrank": "falls", "stayed about the same": "barely moves"}[move]
                  + f" ({ratios[b0]:.2f} -> {ratios[b1]:.2f})")
-    low = [B for B, r in sorted(ratios.items()) if r < 0.95]
+    kernels = kernels or {}
+    switch = [B for B, r in sorted(ratios.items()) if len(set(kernels.get(B, ()))) == 2]
+    if switch:
+        text += (f". At B = {', '.join(map(str, switch))} the two forwards ran different kernels (one token a row: "
+                 f"{', '.join(kernels[B][0] for B in switch)}; k tokens a row: {', '.join(kernels[B][1] for B in switch)}"
+                 f"): the exact kernel serves up to 16 rows a call, so that ratio compares two kernels, not two widths")
+    low = [B for B, r in sorted(ratios.items()) if r < 0.95 and B not in switch]
     if low:
         text += (f". A forward over k tokens a row cannot cost less than one over 1 token, yet B = "
                  f"{', '.join(map(str, low))} measured below 1: the machine was busy while it was timed; rerun alone")
@@ -91,6 +99,10 @@ def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, ship
                 f"{r['speedup_max']:.2f}), {r['tokens_per_forward']:.2f} tokens per row-forward")
         if predict and B in ratios and ratios[B] > 0:
             line += f"; the rule tokens / (t(k)/t(1)) predicts {r['tokens_per_forward'] / ratios[B]:.2f}x"
+        ar = next((a for a in rows if a["kind"] == "ar" and a["batch_size"] == B), None)
+        if ar and ar.get("kernel") and r.get("kernel") and ar["kernel"] != r["kernel"]:
+            line += (f"; AR ran the {ar['kernel']} kernel ({B} rows a forward) and the verify the {r['kernel']} one "
+                     "(B x k rows; the exact kernel serves up to 16): part of this speedup is the kernel")
         if shipped and shipped.get(B):
             n = shipped[B].get("repeats")  # the record's own count, not assumed
             line += (f"; shipped batch-quick.json: {shipped[B]['speedup']:.2f}x ("

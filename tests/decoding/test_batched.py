@@ -115,6 +115,10 @@ def test_batch_and_tree_benchmarks_run_on_tiny_models(tmp_path, monkeypatch):
     assert {r["method"] for r in batch} == {"ar", "blockwise-overlap", "meta", "deepseek"}
     assert {r["batch_size"] for r in batch} == {1, 4, 16}
     assert all(r["latency_ms_per_token"] > 0 and r["t_q_over_t1"] > 0 for r in batch)
+    from mtplab.model import kernels  # each row names its forwards' kernel: exact up to 16 rows a call
+    by = {(r["method"], r["k"], r["batch_size"]): r["kernel"] for r in batch}
+    assert by[("ar", 1, 16)] == kernels.kernel_for(16) and by[("meta", 4, 16)] == "stock"
+    assert by[("meta", 4, 4)] == kernels.kernel_for(16)
     for what in ("batch", "tree"):  # each record says which model it measured and on which machine
         data = json.loads((tmp_path / f"{what}-quick.json").read_text())
         assert all(r["n_layer"] == 2 for r in data["rows"]) and data["machine"]["cpu"]

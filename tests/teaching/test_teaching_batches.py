@@ -49,6 +49,19 @@ def test_ratio_text_flags_a_ratio_below_one():
         batches.ratio_text({})
 
 
+def test_a_ratio_below_one_across_the_kernel_switch_is_named_as_two_kernels_not_a_busy_machine():
+    """bench batch --quick on a Xeon (session 56): t(4)/t(1) 0.58-0.73 at B = 16 on every trunk, run alone. One token
+    a row is 16 rows (the exact kernel), four tokens a row 64 (the stock one): two kernels, not a disturbed timing."""
+    from mtplab.model import kernels
+    assert kernels.kernel_for(16) == ("exact" if kernels.active() else "stock") and kernels.kernel_for(64) == "stock"
+    text = batches.ratio_text({1: 1.5, 16: 0.66}, {1: ("exact", "exact"), 16: ("exact", "stock")})
+    assert "At B = 16 the two forwards ran different kernels" in text and "busy" not in text
+    assert "busy" in batches.ratio_text({1: 0.66, 16: 0.7}, {1: ("exact", "exact"), 16: ("exact", "stock")})
+    spec, ar = {**_row(16, 1.3, 1.2, 1.4), "kernel": "stock"}, {**_row(16, 1, 1, 1, kind="ar"), "kernel": "exact"}
+    assert "part of this speedup is the kernel" in batches.batch_lines([spec, ar], {}, "m")[0]
+    assert "kernel" not in batches.batch_lines([{**spec, "kernel": "exact"}, ar], {}, "m")[0]
+
+
 def test_tree_lines_say_within_noise_when_the_ranges_overlap():
     t = {"chain": {"speedup": 0.92, "speedup_min": 0.55, "speedup_max": 1.50, "rounds": [1.0] * 5, "busy": None},
          "tree": {"speedup": 0.94, "speedup_min": 0.61, "speedup_max": 1.72, "rounds": [1.0] * 5, "busy": None}}
