@@ -99,11 +99,14 @@ def batch_tables() -> str:
     if isinstance(b, str) or isinstance(t, str):
         return b if isinstance(b, str) else str(t)
     spec = [r for r in b.rows if r["method"] != "ar"]
+    ar = {(r["checkpoint"], r["batch_size"]): r.get("kernel", "-") for r in b.rows if r["method"] == "ar"}
     batch = _table(f"`docs/bench/batch-quick.md`: {b['max_new_tokens']} new tokens a row, median of {b['repeats']}, "
-                   f"{b['dtype']}, {b.kernel()} kernels; {b.machine_text()}; each method against batched AR of its "
-                   "own checkpoint:", ["method", "checkpoint (layers)", "k", "batch", "tokens per row-forward",
-                                       "wall clock vs AR", "t(k)/t(1) at this batch"],
+                   f"{b['dtype']}; {b.machine_text()}; each method against batched AR of its own checkpoint; the "
+                   "kernels of AR's forwards (B rows) and of the verify's (B x k rows: exact up to 16, stock above):",
+                   ["method", "checkpoint (layers)", "k", "batch", "kernels: AR / verify", "tokens per row-forward",
+                    "wall clock vs AR", "t(k)/t(1) at this batch"],
                    [f"| {r['method']} | {r['checkpoint']} ({_f(r.get('n_layer'))}) | {r['k']} | {r['batch_size']} | "
+                    f"{ar.get((r['checkpoint'], r['batch_size']), '-')} / {r.get('kernel', '-')} | "
                     f"{r['tokens_per_forward']:.2f} | {r['speedup']:.2f}x | {r['t_q_over_t1']:.2f} |" for r in spec])
     tree = _table(f"`docs/bench/tree-quick.md`: {t['prompts']} held-out prompts, {t['max_new_tokens']} new tokens, "
                   f"median of {t['repeats']}, {t['dtype']}, {t.kernel()} kernels; {t.machine_text()}:",
