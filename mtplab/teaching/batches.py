@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from mtplab.errors import MtplabError
+from mtplab.model.kernels import MAX_ROWS
 from mtplab.teaching.check import Check, number_from
 from mtplab.teaching.words import NOT_VALID, overlap, range_text
 
@@ -47,7 +48,7 @@ def ratio_text(ratios: dict[int, float], kernels: dict[int, tuple[str, str]] | N
     if switch:
         text += (f". At B = {', '.join(map(str, switch))} the two forwards ran different kernels (one token a row: "
                  f"{', '.join(kernels[B][0] for B in switch)}; k tokens a row: {', '.join(kernels[B][1] for B in switch)}"
-                 f"): the exact kernel serves up to 16 rows a call, so that ratio compares two kernels, not two widths")
+                 f"): the exact kernel serves up to {MAX_ROWS} rows a call, so that ratio compares two kernels, not two widths")
     low = [B for B, r in sorted(ratios.items()) if r < 0.95 and B not in switch]
     if low:
         text += (f". A forward over k tokens a row cannot cost less than one over 1 token, yet B = "
@@ -102,7 +103,7 @@ def batch_lines(rows: list[dict], ratios: dict[int, float], method: str, *, ship
         ar = next((a for a in rows if a["kind"] == "ar" and a["batch_size"] == B), None)
         if ar and ar.get("kernel") and r.get("kernel") and ar["kernel"] != r["kernel"]:
             line += (f"; AR ran the {ar['kernel']} kernel ({B} rows a forward) and the verify the {r['kernel']} one "
-                     "(B x k rows; the exact kernel serves up to 16): part of this speedup is the kernel")
+                     f"(B x k rows; the exact kernel serves up to {MAX_ROWS}): part of this speedup is the kernel")
         if shipped and shipped.get(B):
             n = shipped[B].get("repeats")  # the record's own count, not assumed
             line += (f"; shipped batch-quick.json: {shipped[B]['speedup']:.2f}x ("
