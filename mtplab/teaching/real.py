@@ -229,15 +229,16 @@ def size_lines(smol, model, name: str, device) -> list[str]:
 
 def record_table(rec: dict) -> tuple[str, list[dict]]:
     """Notebook 01 §6: the shipped record's rows (one thread) as a table, and the caption that says where and how
-    they were measured and what the bf16 rows' columns mean."""
+    they were measured and, where the record has bf16 rows, what their columns mean."""
     m = rec["machine"]
     rows = [{"row": r["label"], "dtype": r.get("dtype", "fp32"), "tokens/forward": r.get("tokens_per_forward") or "-",
              "vs AR": r["speedup"], "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}",
              "= AR": f"{r['identical_to_ar']}/{r['prompts']}"} for r in _rows(rec)]
     caption = (f"The shipped record, 1 thread, {rec['prompts_per_category'] * 6} prompts, m = {rec['m']}, measured on "
                f"{m['cpu']}, last-level cache {m['llc']}, torch {m['torch']} (another machine: compare its ratios, not "
-               "its times). The bf16 rows give up exactness: their = AR column counts the prompts whose tokens still "
-               "equal float32 AR's, and their vs AR column says whether bf16 was faster at all.")
+               "its times)." + (" The bf16 rows give up exactness: their = AR column counts the prompts whose tokens "
+                                "still equal float32 AR's, and their vs AR column says whether bf16 was faster at all."
+                                if any(r["dtype"] == "bf16" for r in rows) else ""))
     return caption, rows
 
 

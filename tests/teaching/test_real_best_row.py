@@ -184,3 +184,13 @@ def test_study_row_of_the_shipped_record_answers_05s_default():
     rec = real.record()  # docs/bench/real.json
     got, note = real.study_row(rec, real.label_of("best", rec))
     assert got is not None and got["prompts"] == 24
+
+
+def test_the_record_caption_speaks_of_bf16_rows_only_where_the_record_has_them():
+    """A fresh read (session 56): 01 §6's caption explained 'the bf16 rows' of a record that has none."""
+    rec = real.record()
+    row = next(r for r in rec["rows"] if r["threads"] == 1)
+    caption, rows = real.record_table({**rec, "rows": [row]})
+    assert "bf16 rows" not in caption and rows[0]["dtype"] == row.get("dtype", "fp32") != "bf16"
+    caption, _ = real.record_table({**rec, "rows": [row, {**row, "dtype": "bf16", "label": row["label"] + ", bf16"}]})
+    assert "The bf16 rows give up exactness" in caption
