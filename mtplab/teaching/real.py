@@ -343,16 +343,18 @@ def study_row(rec: dict, label: str) -> tuple[dict | None, str]:
     """The record's acceptance-study row for `label` (with its label), and a note. The study decodes a few rows only;
     for another k of a method it did decode (same method and draft vocabulary), its nearest k is given, and the note
     says so. (None, why) when the study has neither."""
-    study = rec.get("acceptance_all", {})
+    study, rows = rec.get("acceptance_all", {}), rec.get("rows", [])
     if label in study:
         return {**study[label], "label": label}, ""
-    row = next((r for r in rec.get("rows", []) if r["label"] == label), None)
-    near = sorted({(abs(r["k"] - row["k"]), r["k"], r["label"]) for r in rec.get("rows", []) if row and row.get("k")
-                   and r["label"] in study and r.get("k") and (r.get("method"), r.get("draft_vocab"), r.get("kernel"))
-                   == (row.get("method"), row.get("draft_vocab"), row.get("kernel"))})
-    if not near:
+    row = next((r for r in rows if r["label"] == label), {})
+
+    def same(r):  # the same heads, vocabulary and kernel as `row`, at some k
+        return all(r.get(f) == row.get(f) for f in ("method", "draft_vocab", "kernel"))
+    near = min(((abs(r["k"] - row["k"]), r["k"], r["label"]) for r in rows
+                if r["label"] in study and r.get("k") and row.get("k") and same(r)), default=None)
+    if near is None:
         return None, f"{label!r} is not in the record's acceptance study; it has {list(study)}"
-    _, k, other = near[0]
+    _, k, other = near
     return {**study[other], "label": other}, (
         f"the acceptance study decoded {other}, not {label}: the same heads and draft vocabulary at k={k}; the first "
         f"draft comes from the same module either way, but the steps start at other positions, so the rates can differ "
