@@ -69,8 +69,8 @@ def _train(a):
 
 
 def _train_hf(a):
-    """train --hf PATH: self-distilled heads on a local Hugging Face model (mtplab.hf.run)."""
-    from mtplab.hf.run import run_hf_train
+    """train --hf PATH: self-distilled heads on a local Hugging Face model (mtplab.distill.live)."""
+    from mtplab.distill.live import run_hf_train
 
     if a.from_ is not None:
         raise MtplabError("--hf trains heads on the model at that path with its trunk frozen; drop --from")
@@ -249,7 +249,7 @@ def _convert(a):
 
 def _distill(a):
     import time
-    from mtplab.hf.distill import run_distill
+    from mtplab.distill.pipeline import run_distill
     stages = tuple(s.strip() for s in a.stages.split(",") if s.strip())
     res = run_distill(a.model, a.work, stages=stages, resume=a.resume, steps=a.steps, max_seconds=a.max_seconds,
                       device=a.device, data=a.data, overwrite=a.overwrite, answers=a.answers,

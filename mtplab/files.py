@@ -1,6 +1,7 @@
 """Files the lab reads and writes, on the ground floor: bounded readers (a file it did not write in this process is
-read up to a limit, never followed into a device or a pipe), sha256 of a file, and atomic writes (a failed write
-leaves the old file intact). Imports only mtplab.errors.
+read up to a limit, never followed into a device or a pipe; `regular` checks from `os.stat`, before anything is
+opened, that a path is a regular file no larger than its kind can be), sha256 of a file, and atomic writes (a failed
+write leaves the old file intact). Imports only mtplab.errors.
 """
 from __future__ import annotations
 
@@ -150,3 +151,64 @@ def safetensors_header(path) -> tuple[dict, dict, dict]:
     if [b for b, _ in spans] != [0] + [e for _, e in spans][:-1] or (spans[-1][1] if spans else 0) != size - 8 - n:
         raise ValueError("the tensors do not cover the file (truncated, or bytes beyond what the header declares)")
     return shapes, dtypes, meta
+
+
+# ------------------------------------------------------------------------------------------- checked before opened
+def regular(path, *, limit: int, what: str, fix: str) -> int:
+    """The size of `path`, a regular file of at most `limit` bytes, from `os.stat` before anything opens it; a
+    missing file, a directory, a FIFO, a device or a file larger than its kind can be is one line."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise MtplabError(f"{p} is missing (or a link to nothing), not {what}; {fix}") from None
+    except (OSError, ValueError) as e:
+        raise MtplabError(f"cannot read {p} ({getattr(e, 'strerror', None) or e}); {fix}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MtplabError(f"{p} is not a regular file (a device, a pipe or a directory), not {what}; {fix}")
+    if st.st_size > limit:
+        raise MtplabError(f"{p} holds {st.st_size} bytes, more than {what} can ({limit}); {fix}")
+    return st.st_size
+
+
+def json_file(path, *, limit: int, what: str, fix: str):
+    """A JSON file checked by `regular`, then read bounded (`read_json`)."""
+    regular(path, limit=limit, what=what, fix=fix)
+    return read_json(Path(path), limit=limit, what=what, fix=fix)
+
+
+def bad_file(path, what: str, why: str, fix: str) -> MtplabError:
+    """The one line for a file that is not what it should be: its path, what it should be, why not, the fix."""
+    return MtplabError(f"{path} is not {what} ({why}); {fix}")
+
+
+def finite(x) -> bool:
+    """A JSON number (not a bool) that is finite."""
+    return (type(x) is int or type(x) is float) and math.isfinite(x)
+
+
+def ids_ok(ids, V: int) -> bool:
+    """A list of token ids, each an int in 0..V-1."""
+    return isinstance(ids, list) and all(type(i) is int and 0 <= i < V for i in ids)
+
+
+def ids_why(ids, V: int, key: str) -> str:
+    """Why `ids` (a file's `key`) is not a list of token ids in 0..V-1."""
+    if not isinstance(ids, list):
+        return f"{key} is a {type(ids).__name__}, not a list of token ids"
+    bad = next(i for i in ids if not (type(i) is int and 0 <= i < V))
+    return f"{key} holds {json.dumps(bad)[:40]}, not a token id in 0..{V - 1}"
+
+
+def checked_header(path, *, limit: int, what: str, fix: str) -> tuple[dict, dict, dict]:
+    """(shapes, dtypes, metadata) of a safetensors file, after `regular`, from `safetensors_header`
+    (bounded header; the tensors must exactly cover the file)."""
+    regular(path, limit=limit, what=what, fix=fix)
+    try:
+        return safetensors_header(path)
+    except RecursionError:
+        raise bad_file(path, what, "its header is nested too deeply", fix) from None
+    except OSError as e:
+        raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise bad_file(path, what, f"corrupt or truncated: {str(e)[:160]}", fix) from None

@@ -28,13 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from mtplab.device import now, pick  # noqa: E402
-from mtplab.hf import distill as d  # noqa: E402
-from mtplab.hf import workfiles as wf  # noqa: E402
+from mtplab.distill import pipeline as d  # noqa: E402
+from mtplab.hf.heads_file import read_heads_record, read_vocab  # noqa: E402
 from mtplab.hf.real import real_model  # noqa: E402
 from mtplab.training.heads import fit_heads  # noqa: E402
 from mtplab.hf.target import load_hf  # noqa: E402
-from mtplab.hf.trunkcache import TrunkCache, Work, split  # noqa: E402
-from mtplab.hf.vocab import coverage, load_vocab, token_counts  # noqa: E402
+from mtplab.distill.trunkcache import TrunkCache, Work, split  # noqa: E402
+from mtplab.distill.vocab import coverage, load_vocab, token_counts  # noqa: E402
 from mtplab.paths import DATA_DIR  # noqa: E402
 
 T0 = now()
@@ -48,8 +48,8 @@ def keep_vocab(work: Work, shipped: Path) -> int:
     """The shipped heads' draft vocabulary as this work folder's choice: vocab-study.json from the shipped record
     (its sizes, coverages and projection times were measured when it was chosen) and vocab-N.json with the same ids,
     its coverage measured on this folder's held-back answers. Returns N."""
-    ids = wf.read_vocab(shipped / "draft-vocab.json", vocab_size=work.V, shipped=True)
-    study = wf.read_heads_record(shipped / "record.json").get("draft_vocab")
+    ids = read_vocab(shipped / "draft-vocab.json", vocab_size=work.V, shipped=True)
+    study = read_heads_record(shipped / "record.json").get("draft_vocab")
     if not isinstance(study, dict):
         raise SystemExit(f"{shipped / 'record.json'} holds no draft vocabulary study; restore it from git")
     rows = work.answers()

@@ -6,7 +6,7 @@
 The heads were trained over the draft vocabulary that the distillation's vocab stage chose by coverage (the smallest
 size holding 98% of the held-out answers' tokens, else every token counted). Decoding weighs more than coverage: each
 draft is projected onto every row of the vocabulary, so a smaller one makes every draft cheaper and loses the drafts
-of the tokens it left out. `mtplab.hf.vocab.decode_sizes` races the sizes (DeepSeek D=1 reused, k=4) against AR on
+of the tokens it left out. `mtplab.distill.vocab.decode_sizes` races the sizes (DeepSeek D=1 reused, k=4) against AR on
 the held-out prompts that `bench real` does not time (three per category), so that the size is not tuned on the
 prompts that measure it. The tokens are ranked by their count in the model's own answers (data/chat/MODEL; that count
 includes the answers of the 128 prompts held back from training, which no figure here is measured on; the held-out
@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from mtplab.files import atomic_write_text  # noqa: E402
-from mtplab.hf import workfiles as wf  # noqa: E402
-from mtplab.hf.chatdata import ANSWER_TOKENS, decode_rows  # noqa: E402
-from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
+from mtplab.distill import workfiles as wf  # noqa: E402
+from mtplab.distill.chatdata import ANSWER_TOKENS, decode_rows  # noqa: E402
+from mtplab.hf.heads_file import load_heads, read_heads_info, read_heads_record, save_heads  # noqa: E402
 from mtplab.hf.prompts import heldout_ids  # noqa: E402
 from mtplab.hf.real import end_of_turn, real_model  # noqa: E402
 from mtplab.hf.target import load_hf  # noqa: E402
-from mtplab.hf.vocab import DECODE_SIZES, decode_sizes  # noqa: E402
+from mtplab.distill.vocab import DECODE_SIZES, decode_sizes  # noqa: E402
 from mtplab.paths import DATA_DIR, may_write_shipped  # noqa: E402
 
 
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     atomic_write_text(out / "draft-vocab.json", json.dumps({"n": len(ids), "coverage": held_out,
                                                             "coverage_of": "the held-out prompts' greedy answers",
                                                             "ids": ids}) + "\n")
-    record = wf.read_heads_record(out / "record.json")
+    record = read_heads_record(out / "record.json")
     record["draft_vocab"]["decode"] = study
     atomic_write_text(out / "record.json", json.dumps(record, indent=1) + "\n")
     print(f"shipped the {len(ids):,}-token draft vocabulary into {out}")

@@ -17,7 +17,7 @@ contention of one two-thread process sharing its cores with anything else.
 
 Task templates over topic lists and passages of the shipped corpora (`template_prompts`, one per held-out category)
 fill at most 15% of the prompts. A script, not a part of the lab: what it writes ships as data (data/chat/MODEL), and
-`python -m mtplab distill` reads it through `mtplab.hf.chatdata`. Run from the repository root:
+`python -m mtplab distill` reads it through `mtplab.distill.chatdata`. Run from the repository root:
 `python scripts/make_chat_data.py data/chat/smollm2 --stage questions` (then select, then answers).
 """
 from __future__ import annotations
@@ -30,9 +30,8 @@ from pathlib import Path
 import torch
 from mtplab.device import machine, now
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write_text
-from mtplab.hf import workfiles as wf
-from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
+from mtplab.files import atomic_write_text, bad_file, json_file
+from mtplab.distill.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
 from mtplab.hf.prompts import CATEGORIES, heldout_prompts
 from mtplab.hf.real import REAL_MODELS, template_ids
 from mtplab.paths import DATA_DIR
@@ -136,17 +135,17 @@ def read_data_prompts(path) -> list[dict]:
     """The select stage's prompts.json: {"prompts": [{"category": str, "prompt": str of 1..MAX_PROMPT_CHARS}, ...], ...};
     returns the prompts."""
     what, fix = "the selected prompts", "delete it and rerun the select stage"
-    d = wf.json_file(path, limit=256 << 20, what=what, fix=fix)
+    d = json_file(path, limit=256 << 20, what=what, fix=fix)
     ps = d.get("prompts") if isinstance(d, dict) else None
     if not isinstance(ps, list) or not ps:
-        raise wf._bad(path, what, "a JSON object with a non-empty list of prompts", fix)
+        raise bad_file(path, what, "a JSON object with a non-empty list of prompts", fix)
     if len(ps) > MAX_PROMPTS:
-        raise wf._bad(path, what, f"{len(ps)} prompts, more than {MAX_PROMPTS}", fix)
+        raise bad_file(path, what, f"{len(ps)} prompts, more than {MAX_PROMPTS}", fix)
     for j, r in enumerate(ps):
         if not isinstance(r, dict) or not isinstance(r.get("category"), str) or not isinstance(r.get("prompt"), str):
-            raise wf._bad(path, what, f"prompt {j} is not an object with a category and a prompt, both text", fix)
+            raise bad_file(path, what, f"prompt {j} is not an object with a category and a prompt, both text", fix)
         if not r["prompt"].strip() or len(r["prompt"]) > MAX_PROMPT_CHARS:
-            raise wf._bad(path, what, f"prompt {j} has {len(r['prompt'])} characters; a training prompt has 1.."
+            raise bad_file(path, what, f"prompt {j} has {len(r['prompt'])} characters; a training prompt has 1.."
                        f"{MAX_PROMPT_CHARS}", fix)
     return ps
 

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # (importer, imported): kept inside a function because the imported module pulls in a heavy optional dependency
 LAZY = {"mtplab.viz": "matplotlib", "mtplab.hf.run": "transformers", "mtplab.hf.target": "transformers",
-        "mtplab.hf.study": "transformers", "mtplab.hf.distill": "transformers"}
+        "mtplab.hf.study": "transformers", "mtplab.distill.pipeline": "transformers", "mtplab.distill.live": "transformers"}
 
 
 def modules(pkg: Path = ROOT / "mtplab") -> dict[str, Path]:

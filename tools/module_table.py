@@ -16,7 +16,7 @@ from tools import readme_section
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- modules: drawn by tools/module_table.py from the folders' docstrings -->", "<!-- /modules -->"
 # the folders from the top floor down, then the ground floor's modules
-FOLDERS = ["teaching", "bench", "hf", "viz", "measuring", "training", "decoding", "model"]
+FOLDERS = ["teaching", "bench", "distill", "hf", "viz", "measuring", "training", "decoding", "model"]
 GROUND = ["cli", "paths", "device", "data", "tokenizer", "errors"]
 
 

@@ -11,13 +11,14 @@ import json
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write, safetensors_header
-from mtplab.hf.workfiles import check_heads_file, in_shipped, shipped_fix
+from mtplab.files import MAX_JSON, atomic_write, bad_file, finite, ids_ok, ids_why, json_file, regular, safetensors_header
+from mtplab.paths import shipped_folder
 from mtplab.model.config import HEAD_FAMILIES, MAX_DEPTHS
 from mtplab.model.heads import build_heads
 
 HEADS_FORMAT = "mtplab-hf-heads"
 DRAFT_VOCAB = "draft_vocab"  # the heads file's tensor of draft token ids (int64, (N,))
+MAX_HEADS_FILE = 2 << 30  # bytes of a heads .safetensors file
 
 
 def config_hash(hf_config) -> str:
@@ -163,3 +164,52 @@ def _load_heads(target, path, *, draft_vocab: bool = True):
         return target._use_draft_vocab(ids if draft_vocab else None)
     except MtplabError as e:
         raise MtplabError(f"{Path(path).name}: {e}; retrain the heads") from None
+
+
+# ------------------------------------------------------------------------------------------- what ships in data/hf/NAME
+def in_shipped(path) -> bool:
+    """The file lies in what the lab ships (its folder does: a link there to elsewhere is still a shipped file)."""
+    return shipped_folder(Path(path).absolute().parent) is not None
+
+
+def shipped_fix(path) -> str:
+    """The fix for a bad file that ships in data/: restore it, since no command rewrites it in place."""
+    return f"restore it from git (git checkout -- {Path(path).parent})"
+
+
+def read_vocab(path, *, vocab_size: int, shipped: bool = False) -> list[int]:
+    """A draft vocabulary ({"n": N, "ids": [id], ...}): N distinct token ids in 0..vocab_size-1, sorted. `shipped`:
+    data/hf/NAME/draft-vocab.json (the fix is to restore it); else distill's vocab-N.json (rerun the stage)."""
+    what = "a draft vocabulary"
+    fix = shipped_fix(path) if shipped else "delete it and rerun the deepseek or stern stage with --resume"
+    d = json_file(path, limit=4 << 20, what=what, fix=fix)
+    ids = d.get("ids") if isinstance(d, dict) else None
+    if not isinstance(ids, list) or not ids:
+        raise bad_file(path, what, "a JSON object with a non-empty list of token ids, 'ids'", fix)
+    if not ids_ok(ids, vocab_size):
+        raise bad_file(path, what, ids_why(ids, vocab_size, "ids"), fix)
+    n = d.get("n", len(set(ids)))
+    if type(n) is not int or n != len(set(ids)):
+        raise bad_file(path, what, f"n = {str(n)[:20]} but it lists {len(set(ids))} distinct ids", fix)
+    if "coverage" in d and not (finite(d["coverage"]) and 0 <= d["coverage"] <= 1):
+        raise bad_file(path, what, "its coverage is not a fraction in 0..1", fix)
+    return sorted(set(ids))
+
+
+def read_heads_record(path) -> dict:
+    """data/hf/NAME/record.json: a JSON object whose "heads" (if any) maps names to objects."""
+    what, fix = "the shipped heads' record", shipped_fix(path)
+    d = json_file(path, limit=MAX_JSON, what=what, fix=fix)
+    if not isinstance(d, dict) or not isinstance(d.get("heads", {}), dict) or not all(
+            isinstance(v, dict) for v in d.get("heads", {}).values()):
+        raise bad_file(path, what, "a JSON object with a 'heads' object of records", fix)
+    return d
+
+
+def check_heads_file(path) -> Path:
+    """A heads .safetensors file (shipped or given) checked to be a regular file of bounded size before safetensors
+    opens it (a FIFO would block its open forever); the fix names git for a shipped one."""
+    p = Path(path)
+    fix = shipped_fix(p) if in_shipped(p) else "give the heads file that train --hf wrote"
+    regular(p, limit=MAX_HEADS_FILE, what="a heads file", fix=fix)
+    return p

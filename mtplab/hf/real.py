@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write_text, os_reason, sha256
+from mtplab.files import atomic_write_text, checked_header, json_file, os_reason, regular, sha256
 from mtplab.model.checkpoint import check_path
-from mtplab.hf import workfiles
+from mtplab.hf.heads_file import check_heads_file, read_vocab
 from mtplab.paths import REAL_MODELS, RealModel  # the one table of real models, read here by every layer above
 
 SOURCE = "mtplab_source.json"  # written last into a converted folder: what it was converted from
@@ -59,7 +59,7 @@ def gguf_path(rm: RealModel) -> Path:
     for folder in folders:
         p = Path(folder) / rm.gguf
         if os.path.lexists(p):  # there, but perhaps not a file: say so, not 'install the package'
-            size = workfiles.regular(p, limit=1 << 40, what=f"the model file of {rm.package}", fix=reinstall)
+            size = regular(p, limit=1 << 40, what=f"the model file of {rm.package}", fix=reinstall)
             if rm.gguf_size and size != rm.gguf_size:
                 raise MtplabError(f"{p} holds {size} bytes, not the {rm.gguf_size} bytes of the file {rm.package} "
                                   f"{rm.version} ships; {reinstall}")
@@ -95,19 +95,19 @@ def _is_complete(folder: Path, digest: str) -> bool:
     if folder.is_symlink() or not folder.is_dir():
         return False
     try:
-        d = workfiles.json_file(folder / SOURCE, limit=1 << 16, what="a conversion record", fix="convert again")
+        d = json_file(folder / SOURCE, limit=1 << 16, what="a conversion record", fix="convert again")
         if not isinstance(d, dict) or d.get("gguf_sha256") != digest:
             return False
         sizes, sums = d.get("files"), d.get("sha256")
         if isinstance(sizes, dict):
             return set(NEEDED) <= set(sizes) and all(
-                isinstance(n, int) and workfiles.regular(folder / f, limit=n, what=f, fix="") == n
+                isinstance(n, int) and regular(folder / f, limit=n, what=f, fix="") == n
                 for f, n in sizes.items() if isinstance(f, str) and "/" not in f) and all(
                 sizes.get(f, SMALL + 1) <= SMALL and sha256(folder / f) == h
                 for f, h in (sums if isinstance(sums, dict) else {}).items())
         for f in ("config.json", "tokenizer.json", "chat_template.jinja"):
-            workfiles.regular(folder / f, limit=16 << 20, what=f, fix="")
-        workfiles.safetensors_header(folder / "model.safetensors", limit=1 << 36, what="weights", fix="")
+            regular(folder / f, limit=16 << 20, what=f, fix="")
+        checked_header(folder / "model.safetensors", limit=1 << 36, what="weights", fix="")
         return True
     except (MtplabError, OSError):
         return False
@@ -365,7 +365,7 @@ def shipped_heads(name_or_path, family: str) -> Path | None:
     if rm is None or not rm.heads_dir.is_dir():
         return None
     found = sorted(rm.heads_dir.glob(f"{family}-*.safetensors"))
-    return workfiles.check_heads_file(found[0]) if found else None
+    return check_heads_file(found[0]) if found else None
 
 
 def shipped_vocab(name_or_path) -> list[int] | None:
@@ -374,7 +374,7 @@ def shipped_vocab(name_or_path) -> list[int] | None:
     p = rm.heads_dir / "draft-vocab.json" if rm is not None else None
     if p is None or not os.path.lexists(p):
         return None
-    return workfiles.read_vocab(p, vocab_size=rm.vocab_size, shipped=True)
+    return read_vocab(p, vocab_size=rm.vocab_size, shipped=True)
 
 
 def _named(name_or_path) -> RealModel | None:

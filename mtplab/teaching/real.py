@@ -138,7 +138,7 @@ def projection_lines(hc: dict, train: dict | None = None) -> list[str]:
 
 
 def decode_size_lines(dec: dict | None) -> list[str]:
-    """The draft vocabulary's size as decoding chose it after training (`hf.vocab.decode_sizes`, the record's
+    """The draft vocabulary's size as decoding chose it after training (`distill.vocab.decode_sizes`, the record's
     `draft_vocab.decode`): every size's speedup with its range, the rule that chose among them, and what the chosen
     size gives up (held-out coverage, first-draft acceptance) and buys (milliseconds a draft) against the trained one."""
     if not dec:

@@ -8,5 +8,5 @@
 * `fit`: `fit(TrainConfig)`, the training loop
 * `heads`: heads on a frozen trunk (a Hugging Face one, live or cached) in the same loop and save set
 
-May import: `model` and the ground floor. Never `decoding` (the two are independent; `hf.run` joins them).
+May import: `model` and the ground floor. Never `decoding` (the two are independent; `hf` and `distill` join them).
 """

@@ -126,7 +126,7 @@ def need_number(flag: str, v, *, low: float, strict: bool, optional: bool = Fals
 
 def check_loop(c: TrainConfig) -> int:
     """The checks of what the lab's one loop and its run folder take, shared by every trainer on it (`check`, and
-    `train --hf` in `mtplab.hf.run.check_train_options`); returns the depths K."""
+    `train --hf` in `mtplab.distill.live.check_train_options`); returns the depths K."""
     if isinstance(c.steps, bool) or not isinstance(c.steps, int) or c.steps <= 0:
         raise MtplabError(f"steps must be a positive integer (got {c.steps})")
     if not (isinstance(c.lam, (int, float)) and not isinstance(c.lam, bool) and math.isfinite(c.lam) and c.lam >= 0):

@@ -1,7 +1,7 @@
 """Training runs: next-token and multi-token, from scratch or with a frozen trunk, and the one training loop.
 
 `run(step_fn, opt, params, ...)` is the loop every trainer of the lab calls: the classroom models (`fit`), heads on
-a Hugging Face trunk (`mtplab.hf.run.train_heads`) and heads on a cached trunk (`mtplab.training.heads.fit_heads`). It
+a Hugging Face trunk (`mtplab.distill.live.train_heads`) and heads on a cached trunk (`mtplab.training.heads.fit_heads`). It
 sets the learning rate (warm-up, then cosine), runs the caller's step, clips and applies the gradients, validates,
 saves one save set (`mtplab.training.runs`) every `save_every` steps, every `save_seconds` of wall time (5 minutes)
 and at SIGINT or SIGTERM (after the step in flight), and stops at `max_seconds`.

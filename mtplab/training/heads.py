@@ -1,10 +1,10 @@
 """Heads trained on a frozen trunk with the lab's one loop (`fit.run`) and one save set (`runs`): the shared pieces
-of `train --hf` (`mtplab.hf.run.train_heads`, on a live trunk) and the heads on a cached trunk that `distill` trains
+of `train --hf` (`mtplab.distill.live.train_heads`, on a live trunk) and the heads on a cached trunk that `distill` trains
 (`fit_heads`, against the cached-trunk losses of `losses.head_losses`).
 
 The target is any model with a frozen trunk that can `attach(family, depths)` heads as `target.mtp`, and
 `save_heads(path, meta=, vocab=)` them as a heads file (`mtplab.hf.target.HFTarget` is the one the lab has); the
-cache is a `mtplab.hf.trunkcache.TrunkCache` (its `rows` and `batch(rows, device)`).
+cache is a `mtplab.distill.trunkcache.TrunkCache` (its `rows` and `batch(rows, device)`).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def warm_start(target, path) -> None:
             t.copy_(saved[k].to(t.dtype))
 
 
-# ---- heads on a cached trunk (`mtplab.hf.distill`): the same loop, the cached-trunk losses ---------------------
+# ---- heads on a cached trunk (`mtplab.distill.pipeline`): the same loop, the cached-trunk losses ---------------------
 def _rows(train: list[int], step: int, batch_size: int, seed: int) -> list[int]:
     """The cached rows of `step`: epoch e visits the training rows in its own seeded order, so a resumed run draws
     the batches the uninterrupted one draws, with no generator state to carry."""

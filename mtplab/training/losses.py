@@ -126,7 +126,7 @@ LOSS = {"deepseek": deepseek_loss}  # family -> its objective over per-depth los
 
 
 # ---------------------------------------------------------------------------------- on a cached trunk
-# The same objectives when the trunk ran once, ahead of training (`mtplab.hf.distill`): each batch holds the last
+# The same objectives when the trunk ran once, ahead of training (`mtplab.distill.pipeline`): each batch holds the last
 # layer's hidden states (B, T, C), the tokens (B, T), which positions are answer tokens (B, T), and the target's
 # top-k next-token ids and probabilities (B, T, TOPK). The heads draft over a draft vocabulary of N ids.
 def sub_vocab_index(vocab: torch.Tensor, V: int) -> torch.Tensor:

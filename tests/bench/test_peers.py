@@ -64,7 +64,7 @@ def test_forwards_are_counted_on_the_lab_forward_of_a_llama(tmp_path):
 
 
 def test_heads_row_equals_hf_greedy(models, tmp_path):
-    from mtplab.hf.run import train_heads
+    from mtplab.distill.live import train_heads
     from mtplab.hf.heads_file import load_heads, save_heads
 
     t = load_hf(models / "target")

@@ -1,1 +1,1 @@
-"""Tests of mtplab.hf: Hugging Face models, the real model (SmolLM2), the shipped checkpoints, the chat data generator."""
+"""Tests of mtplab.hf: Hugging Face models, the real model (SmolLM2), the shipped checkpoints."""

@@ -20,7 +20,7 @@ from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
 from mtplab.hf.target import load_hf, load_target  # noqa: E402
-from mtplab.hf.run import train_heads  # noqa: E402
+from mtplab.distill.live import train_heads  # noqa: E402
 from mtplab.training.steps import train_step  # noqa: E402
 from mtplab.training.losses import self_distill_cross_entropies  # noqa: E402
 from tests.hf.reference import reference_generate  # noqa: E402
@@ -201,7 +201,7 @@ def test_bad_inputs(dirs, tmp_path):
                                 dict(n_depths=100)])
 def test_train_hf_and_fit_check_the_loop_in_the_same_words(kw):
     """The options of the lab's one loop and run folder have one check (`training.config.check_loop`) for both trainers."""
-    from mtplab.hf.run import check_train_options
+    from mtplab.distill.live import check_train_options
     from mtplab.training.config import TrainConfig, check
     with pytest.raises(MtplabError) as lab:
         check(TrainConfig(heads="stern", **kw))

