@@ -68,7 +68,7 @@ GRIDS = {
     "default": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4),
                 real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 3, "reduced"),
                 real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"), _DS_TREE2,
-                _STERN4,
+                real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4,
                 real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)),
                 real_label("ar", None, kernel="stock"), real_label("deepseek", 2, "reduced", kernel="stock")),
 }
