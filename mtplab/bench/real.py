@@ -1,8 +1,8 @@
 """`bench real`: the real model (SmolLM2-135M-Instruct) with the heads the lab trained on its frozen trunk, on the
 hand-written held-out chat prompts, greedy, against AR of the same model (same weights, same kernels), every row at 1
-and 2 threads; the study itself is `mtplab.hf.study`. Writes OUT/real.{json,md}.
+and 2 threads; the study itself is `mtplab.hf.study`, the rows are `GRIDS` here. Writes OUT/real.{json,md}.
 
-    python -m mtplab bench real                      # the informative grid (`hf.study.GRIDS['default']`)
+    python -m mtplab bench real                      # the informative grid (`GRIDS['default']`)
     python -m mtplab bench real --rows "k; tree"     # other grids, or rows by label, separated by ';'
 
 It prints its estimated time first (`estimate_s`, from the shipped record's own times).
@@ -15,13 +15,45 @@ import torch
 from tqdm.auto import tqdm
 
 from mtplab.bench.report import _md, _write
+from mtplab.decoding.drafters import Pair, real_label, pairs
+from mtplab.decoding.generate import decode_with
+from mtplab.decoding.trace import pooled
 from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.prompts import heldout_ids
-from mtplab.hf.real import REAL_MODELS, shipped_heads
+from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads
+from mtplab.measuring.quality import loop_period
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint, kernels
+
+
+# the rows are the real model's `PAIRS` rows (`decoding.drafters.pairs(name)`); these are filters of them, by label
+QUICK = (real_label("ar", None), real_label("hf-generate", None), real_label("deepseek", 2, "reduced"),
+         real_label("deepseek-reuse", 4, "reduced"))
+_AR, _DS2 = real_label("ar", None), real_label("deepseek", 2, "reduced")
+_STERN4 = real_label("blockwise-overlap", 4, "reduced")
+_DS_TREE2 = real_label("deepseek", 2, "reduced", widths=(2,))  # the module's top 2 at depth 1, verified in one forward
+# `bench real --rows NAME`: one comparison each; 'default' is the informative set (one row of each comparison)
+GRIDS = {
+    "baselines": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4)),
+    "vocab": (real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 4),
+              real_label("deepseek-reuse", 4, "reduced"), real_label("blockwise-overlap", 4), _STERN4),
+    "k": (real_label("ngram", 3), real_label("ngram", 4), _DS2, real_label("deepseek-reuse", 3, "reduced"),
+          real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"),
+          real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4),
+    "kernels": (_AR, real_label("ar", None, kernel="stock"), _DS2, real_label("deepseek", 2, "reduced", kernel="stock")),
+    "tree": (real_label("blockwise-overlap", 3, "reduced"), real_label("blockwise-overlap", 3, "reduced", widths=(2, 2)),
+             _STERN4, real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)), _DS2, _DS_TREE2,
+             real_label("deepseek", 2, "reduced", widths=(3,))),
+    "bf16": (real_label("ar", None, dtype="bf16"), real_label("deepseek-reuse", 4, "reduced", "bf16")),
+    "default": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4),
+                real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 3, "reduced"),
+                real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"), _DS_TREE2,
+                real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4,
+                real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)),
+                real_label("ar", None, kernel="stock"), real_label("deepseek", 2, "reduced", kernel="stock")),
+}
 
 
 def table(rec: dict) -> str:
@@ -102,7 +134,7 @@ def estimate_s(rows, prompts: int, rounds: dict, *, acceptance_decodes: int, m: 
 
 def run_real(a) -> dict:
     """bench real: the study at each thread count asked for, written to OUT/real.{json,md}."""
-    from mtplab.hf.study import ACCEPTANCE_ROWS, acceptance_study, load_heads_all, pick_rows
+    from mtplab.hf.study import load_heads_all  # transformers
     per_cat = a.prompts if a.prompts is not None else 1
     if isinstance(per_cat, bool) or not isinstance(per_cat, int) or not 1 <= per_cat <= 4:
         raise MtplabError(f"--prompts is held-out prompts per category for bench real, 1..4 (got {per_cat})")
@@ -133,6 +165,54 @@ def run_real(a) -> dict:
            "cost_curves": cost_curves(heads.target, list(rounds), quick=a.quick)}
     _write(a.out, "real-quick" if a.quick else "real", rec, markdown(rec, studies), device=pick(a.device))
     return rec
+
+
+def pick_rows(heads, only: str | None, quick: bool) -> list[Pair]:
+    """The rows to race: `only` names grids (`GRIDS`) and labels, separated by ';' (AR always comes first); None:
+    the 'default' grid, or `QUICK` with quick. Rows whose heads or draft vocabulary the model lacks are left out."""
+    every = pairs(REAL)
+    rows = [r for r in every if r.family is None or r.family in heads.families]
+    rows = [r for r in rows if r.draft_vocab == "full" or heads.vocab is not None]
+    want = [s.strip() for s in only.split(";") if s.strip()] if only else ["quick" if quick else "default"]
+    labels = {r.label for r in every}
+    bad = [w for w in want if w not in labels and w not in GRIDS and w not in ("all", "quick")]
+    if bad:
+        raise MtplabError(f"no bench real row named {bad[0]!r}; choose grids ({', '.join([*GRIDS, 'all', 'quick'])}) "
+                          f"or rows among: {'; '.join(r.label for r in every)}")
+    chosen = {lab for w in want for lab in ({w} if w in labels else labels if w == "all" else
+                                            set(QUICK) if w == "quick" else set(GRIDS[w]))}
+    return [r for r in rows if r.label in chosen or r.label == "AR"]
+
+
+ACCEPTANCE_ROWS = (real_label("deepseek", 2, "reduced"), real_label("deepseek-reuse", 4, "reduced"))
+
+
+def acceptance_study(heads, prompts: list[list[int]], cats: list[str], *, m: int,
+                     labels=ACCEPTANCE_ROWS, bar=None) -> dict:
+    """Untimed: each row decoded once on every prompt, for acceptance by position (pooled and per category, with
+    intervals), the looping count and exactness on more prompts than a timed race can afford."""
+    from mtplab.hf.study import acceptance_table, rejections_outside  # transformers
+    by = {r.label: r for r in pairs(REAL)}
+    stop = end_of_turn(heads.target)  # acceptance on the answer only
+    ars = [decode_with("ar", heads.use(None, "full"), p, max_new_tokens=m, stop=stop).tokens for p in prompts]
+    out = {}
+    for label in labels:
+        r = by[label]
+        if r.family is not None and r.family not in heads.families:
+            continue
+        traces, same = [], 0
+        for p, ar in zip(prompts, ars):
+            tr = decode_with(r.method, heads.use(r.family, r.draft_vocab), p, max_new_tokens=m, k=r.k, stop=stop)
+            traces.append(tr)
+            same += tr.tokens == ar
+            if bar is not None:
+                bar.update(1)
+        outside, rejections = rejections_outside(traces, heads.vocab if r.draft_vocab == "reduced" else None)
+        out[label] = {"acceptance": acceptance_table(traces, cats), "prompts": len(prompts), "identical_to_ar": same,
+                      "rejections": rejections, "rejected_outside_vocab": outside,
+                      "looping": sum(loop_period(t.tokens) is not None for t in traces),
+                      "tokens_per_forward": pooled(traces).tokens_per_forward}
+    return out
 
 
 def races(heads, rows, prompts, cats, *, m: int, rounds: dict) -> dict:

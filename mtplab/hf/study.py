@@ -2,12 +2,12 @@
 (`mtplab.measuring.race`) against AR of the same model on held-out chat prompts, and what is read off the first
 round. `bench real` writes it as a record; notebooks 01, 05 and 09 run short live versions of it.
 
-Rows (`GRIDS`, chosen with `bench real --rows`): AR; the baselines that need no training (transformers' `generate` and
-its prompt lookup, mtplab's n-gram drafter); each head family with the full and the reduced draft vocabulary and at
-several k; the stock kernels against the exact ones; a token tree against the chain. Per row: tokens per target
-forward, the wall-clock ratio against AR (median and range over rounds), acceptance by position with 95% Wilson
-intervals (pooled and per category), the looping count, the split of a step (target forward, drafter, the rest), and
-whether the tokens equal AR's and `generate`'s.
+Rows (the real model's `PAIRS` rows; `bench real --rows` picks grids of them, `bench.real.GRIDS`): AR; the baselines
+that need no training (transformers' `generate` and its prompt lookup, mtplab's n-gram drafter); each head family with
+the full and the reduced draft vocabulary and at several k; the stock kernels against the exact ones; a token tree
+against the chain. Per row: tokens per target forward, the wall-clock ratio against AR (median and range over rounds),
+acceptance by position with 95% Wilson intervals (pooled and per category), the looping count, the split of a step
+(target forward, drafter, the rest), and whether the tokens equal AR's and `generate`'s.
 
 The record names the heads file each row decoded with by its sha256 and the kernel it ran on, so that `choose_k` can
 take the best k for a method from rows of the very heads that are loaded, and says so when it cannot.
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from mtplab import paths
-from mtplab.decoding.drafters import METHODS, Pair, method as get_method, pairs, real_label
+from mtplab.decoding.drafters import METHODS, Pair, method as get_method, pairs
 from mtplab.decoding.generate import decode_with
 from mtplab.decoding.trace import pooled
 from mtplab.decoding.tree import tree_speculative
@@ -44,34 +44,6 @@ def rows_of_real() -> list[Pair]:
     """The study's rows: the real model's `PAIRS` rows (`decoding.drafters.pairs`), AR first. A real model given by
     its folder races the same rows."""
     return pairs(next(iter(REAL_MODELS)))
-
-
-# the rows are the real model's `PAIRS` rows (`decoding.drafters.pairs(name)`); these are filters of them, by label
-QUICK = (real_label("ar", None), real_label("hf-generate", None), real_label("deepseek", 2, "reduced"),
-         real_label("deepseek-reuse", 4, "reduced"))
-_AR, _DS2 = real_label("ar", None), real_label("deepseek", 2, "reduced")
-_STERN4 = real_label("blockwise-overlap", 4, "reduced")
-_DS_TREE2 = real_label("deepseek", 2, "reduced", widths=(2,))  # the module's top 2 at depth 1, verified in one forward
-# `bench real --rows NAME`: one comparison each; 'default' is the informative set (one row of each comparison)
-GRIDS = {
-    "baselines": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4)),
-    "vocab": (real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 4),
-              real_label("deepseek-reuse", 4, "reduced"), real_label("blockwise-overlap", 4), _STERN4),
-    "k": (real_label("ngram", 3), real_label("ngram", 4), _DS2, real_label("deepseek-reuse", 3, "reduced"),
-          real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"),
-          real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4),
-    "kernels": (_AR, real_label("ar", None, kernel="stock"), _DS2, real_label("deepseek", 2, "reduced", kernel="stock")),
-    "tree": (real_label("blockwise-overlap", 3, "reduced"), real_label("blockwise-overlap", 3, "reduced", widths=(2, 2)),
-             _STERN4, real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)), _DS2, _DS_TREE2,
-             real_label("deepseek", 2, "reduced", widths=(3,))),
-    "bf16": (real_label("ar", None, dtype="bf16"), real_label("deepseek-reuse", 4, "reduced", "bf16")),
-    "default": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4),
-                real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 3, "reduced"),
-                real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"), _DS_TREE2,
-                real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4,
-                real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)),
-                real_label("ar", None, kernel="stock"), real_label("deepseek", 2, "reduced", kernel="stock")),
-}
 
 
 class Heads:
@@ -196,36 +168,6 @@ def rejections_outside(traces: list, vocab) -> tuple[int, int]:
     return (sum(1 for tok in rej if tok not in inside) if inside is not None else 0), len(rej)
 
 
-ACCEPTANCE_ROWS = (real_label("deepseek", 2, "reduced"), real_label("deepseek-reuse", 4, "reduced"))
-
-
-def acceptance_study(heads: Heads, prompts: list[list[int]], cats: list[str], *, m: int,
-                     labels=ACCEPTANCE_ROWS, bar=None) -> dict:
-    """Untimed: each row decoded once on every prompt, for acceptance by position (pooled and per category, with
-    intervals), the looping count and exactness on more prompts than a timed race can afford."""
-    by = {r.label: r for r in rows_of_real()}
-    stop = end_of_turn(heads.target)  # acceptance on the answer only
-    ars = [decode_with("ar", heads.use(None, "full"), p, max_new_tokens=m, stop=stop).tokens for p in prompts]
-    out = {}
-    for label in labels:
-        r = by[label]
-        if r.family is not None and r.family not in heads.families:
-            continue
-        traces, same = [], 0
-        for p, ar in zip(prompts, ars):
-            tr = decode_with(r.method, heads.use(r.family, r.draft_vocab), p, max_new_tokens=m, k=r.k, stop=stop)
-            traces.append(tr)
-            same += tr.tokens == ar
-            if bar is not None:
-                bar.update(1)
-        outside, rejections = rejections_outside(traces, heads.vocab if r.draft_vocab == "reduced" else None)
-        out[label] = {"acceptance": acceptance_table(traces, cats), "prompts": len(prompts), "identical_to_ar": same,
-                      "rejections": rejections, "rejected_outside_vocab": outside,
-                      "looping": sum(loop_period(t.tokens) is not None for t in traces),
-                      "tokens_per_forward": pooled(traces).tokens_per_forward}
-    return out
-
-
 def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
     """The model with every head family the lab ships for it, and its draft vocabulary."""
     target = load_hf(name, device=device, dtype=dtype)
@@ -236,23 +178,6 @@ def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
             load_heads(target, p)
             fams[fam] = (target.mtp, target.config)
     return Heads(target, fams, shipped_vocab(name), name)
-
-
-def pick_rows(heads: Heads, only: str | None, quick: bool) -> list[Pair]:
-    """The rows to race: `only` names grids (`GRIDS`) and labels, separated by ';' (AR always comes first); None:
-    the 'default' grid, or `QUICK` with quick. Rows whose heads or draft vocabulary the model lacks are left out."""
-    every = rows_of_real()
-    rows = [r for r in every if r.family is None or r.family in heads.families]
-    rows = [r for r in rows if r.draft_vocab == "full" or heads.vocab is not None]
-    want = [s.strip() for s in only.split(";") if s.strip()] if only else ["quick" if quick else "default"]
-    labels = {r.label for r in every}
-    bad = [w for w in want if w not in labels and w not in GRIDS and w not in ("all", "quick")]
-    if bad:
-        raise MtplabError(f"no bench real row named {bad[0]!r}; choose grids ({', '.join([*GRIDS, 'all', 'quick'])}) "
-                          f"or rows among: {'; '.join(r.label for r in every)}")
-    chosen = {lab for w in want for lab in ({w} if w in labels else labels if w == "all" else
-                                            set(QUICK) if w == "quick" else set(GRIDS[w]))}
-    return [r for r in rows if r.label in chosen or r.label == "AR"]
 
 
 # ---------------------------------------------------------------------------------- the default k, from the record

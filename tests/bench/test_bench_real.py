@@ -68,13 +68,14 @@ def test_bench_real_refuses_a_row_it_does_not_have(chat_llama, tmp_path):
         run_real(a)
 
 
-class _Heads:  # what pick_rows reads of `hf.study.Heads`: the families loaded and the draft vocabulary
+class _Heads:  # what `bench.real.pick_rows` reads of `hf.study.Heads`: the families loaded and the draft vocabulary
     def __init__(self, families=("deepseek", "stern"), vocab=(1, 2, 3)):
         self.families, self.vocab = dict.fromkeys(families), vocab
 
 
 def test_the_grids_name_catalogue_rows_and_the_default_covers_every_comparison():
-    from mtplab.hf.study import GRIDS, pick_rows, rows_of_real
+    from mtplab.bench.real import GRIDS, pick_rows
+    from mtplab.hf.study import rows_of_real
     labels = {r.label for r in rows_of_real()}
     assert all(lab in labels for g in GRIDS.values() for lab in g)
     rows = pick_rows(_Heads(), None, quick=False)
@@ -99,7 +100,7 @@ def test_every_row_runs_at_every_thread_count(monkeypatch):
     """bench real races the same rows at 1 and 2 threads (`ROUNDS`), each with its own rounds."""
     from mtplab.bench import real
     from mtplab.hf import study
-    from mtplab.hf.study import pick_rows
+    from mtplab.bench.real import pick_rows
     seen = []
 
     def fake(heads, prompts, cats, *, rows, m, rounds, bar=None):
@@ -114,7 +115,7 @@ def test_every_row_runs_at_every_thread_count(monkeypatch):
 
 def test_bench_real_estimates_its_time_from_the_shipped_record():
     from mtplab.bench.real import ROUNDS, estimate_s
-    from mtplab.hf.study import pick_rows
+    from mtplab.bench.real import pick_rows
     rows = pick_rows(_Heads(), None, quick=False)
     est = estimate_s(rows, 6, ROUNDS, acceptance_decodes=72)
     assert est is not None and 5 * 60 < est < 60 * 60
