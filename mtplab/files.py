@@ -1,7 +1,9 @@
 """Files the lab reads and writes, on the ground floor: bounded readers (a file it did not write in this process is
-read up to a limit, never followed into a device or a pipe; `regular` checks from `os.stat`, before anything is
-opened, that a path is a regular file no larger than its kind can be), sha256 of a file, and atomic writes (a failed
-write leaves the old file intact). Imports only mtplab.errors.
+read up to a limit, never followed into a device or a pipe), sha256 of a file, and atomic writes (a failed write
+leaves the old file intact). For the files other commands left behind: `regular` checks from `os.stat`, before
+anything is opened, that a path is a regular file no larger than its kind can be; `json_file` and `checked_header`
+read a JSON file or a safetensors header after it; `bad_file`, `finite`, `ids_ok` and `ids_why` word and check what
+was read. Imports only mtplab.errors.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from mtplab.errors import MtplabError
 
-MAX_JSON = 16 << 20  # bytes of a JSON file (a checkpoint's NAME.json, a run's manifest) we are willing to read
+MAX_JSON = 16 << 20  # bytes of a JSON file we are willing to read (a checkpoint's NAME.json, a manifest, a record)
 
 
 def atomic_write(path: Path, write) -> None:

@@ -25,7 +25,7 @@ OUT/NAME.md (and a PNG where there is a figure), each naming the machine (`bench
 * `real`: the real model (SmolLM2-135M-Instruct) with the heads trained on its trunk (`bench real`)
 * `report`: the records, atomically written, each naming its machine
 
-May import every layer below (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
+May import every layer below but `distill` (`viz` lazily: matplotlib), never `teaching` (the notebooks' companions).
 """
 from __future__ import annotations
 

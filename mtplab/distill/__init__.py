@@ -1,5 +1,5 @@
-"""HEADS FOR A REAL MODEL: how the heads that ship in data/hf/NAME were made (`python -m mtplab distill`), on two
-CPU cores or one GPU, from the model's own answers.
+"""HEADS FOR A HUGGING FACE MODEL: `train --hf` (your own model, on a text corpus), and the distillation that made the
+heads shipped in data/hf/NAME (`python -m mtplab distill`, from the model's own answers, on two CPU cores or one GPU).
 
 * `pipeline`: the stages, each resumable in a work folder: answers, held-out answers, trunk cache, draft vocabulary,
   the DeepSeek and Stern heads, ship
@@ -13,5 +13,5 @@ The heads train on the lab's one loop (`training.heads`), with the cached-trunk 
 model is loaded through `hf`.
 
 May import `hf` and every layer below it; `chatdata` imports transformers itself (its batched greedy answers keep a
-`DynamicCache`). `bench` and `teaching` never import it.
+`DynamicCache`). `bench` and `teaching` never import it (an import-linter contract in pyproject.toml).
 """

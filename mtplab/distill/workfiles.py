@@ -1,7 +1,7 @@
 """Validated, bounded readers of the distillation's work folders: its answers/ and cache/ shards and times.json
 (the heads' save sets are read by `mtplab.training.runs`), and the chat data's questions/ and answers/ shards
-(`mtplab.distill.chatdata`, written by scripts/make_chat_data.py). What ships in data/hf/NAME is read by
-`mtplab.hf.heads_file`.
+(`mtplab.distill.chatdata`, written by scripts/make_chat_data.py). A draft vocabulary (vocab-N.json here, and
+draft-vocab.json where it ships) and what ships in data/hf/NAME are read by `mtplab.hf.heads_file`.
 
 Each reader first checks the path with `mtplab.files.regular` (a regular file no larger than its kind can be, from
 `os.stat`, before anything is opened), then reads it and checks its type, keys, lengths, token ids (against the

@@ -3,6 +3,9 @@ metadata names the base model (the sha256 of its config and a fingerprint of its
 the draft vocabulary the heads draft over (the int64 tensor `draft_vocab`, as EAGLE-3's d2t travels with its draft).
 `load_heads` refuses heads trained on another base, checks every shape from the header before allocating, and
 applies the draft vocabulary.
+
+Also the bounded readers of what ships in data/hf/NAME (`read_heads_record`, `read_vocab`, `check_heads_file`; a bad
+shipped file's fix is to restore it from git, `shipped_fix`); `read_vocab` reads the distillation's vocab-N.json too.
 """
 from __future__ import annotations
 

@@ -14,6 +14,6 @@
 * `real` (01, 05, 09): SmolLM2 in the notebooks: its cost curve, its projection's cost, live races, a chat answer token by token
 * `peers` (10): your own Hugging Face model, the peer table's pairs on the same drafts, code against prose; a checker
 
-Imported only by notebooks and tests. May import every layer below (`hf` lazily, for the widget's own-model
+Imported only by notebooks and tests. May import every layer below but `distill` (`hf` lazily, for the widget's own-model
 folders); `bench` never imports it.
 """

@@ -19,10 +19,10 @@ from mtplab.decoding.drafters import METHODS  # noqa: E402
 from mtplab.decoding.generate import decode_with  # noqa: E402
 from mtplab.errors import MtplabError  # noqa: E402
 from mtplab.hf import real  # noqa: E402
-from mtplab.distill.pipeline import TrunkCache, heldout_prompts  # noqa: E402
+from mtplab.hf.prompts import heldout_prompts  # noqa: E402
 from mtplab.distill import trunkcache  # noqa: E402
 from mtplab.distill import vocab as draft_vocab  # noqa: E402
-from mtplab.distill.trunkcache import cache_tensors  # noqa: E402
+from mtplab.distill.trunkcache import TrunkCache, cache_tensors  # noqa: E402
 from scripts.make_chat_data import template_prompts  # noqa: E402
 from mtplab.training.heads import fit_heads  # noqa: E402
 from mtplab.hf.heads_file import load_heads, read_heads_info, save_heads  # noqa: E402
