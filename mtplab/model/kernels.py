@@ -343,10 +343,23 @@ def split_layer() -> str:
     if not EXACT:
         return ""
     if _state["layer"] is None:
-        with _POOL:
+        with _POOL, _keep_torch_threads():
             _parallel(np.zeros((1, 1), np.float32), np.zeros((1, 1, JB), np.float32), np.empty((1, 1), np.float32), ROWS)
             _state["layer"] = numba.threading_layer()
     return _state["layer"]
+
+
+@contextlib.contextmanager
+def _keep_torch_threads():
+    """torch's thread count as it was before the block. numba's OpenMP layer runs on the libgomp torch loaded, so
+    launching it (or changing numba's count) sets that runtime's count, which torch reads as its own: a process on
+    one thread was left on two, and its OpenMP teams of two then spun beside other processes."""
+    saved = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != saved:
+            torch.set_num_threads(saved)
 
 
 def status() -> str:
@@ -476,7 +489,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if t > 1 and _POOL.acquire(blocking=False):  # same bits either way: the split is over outputs
         try:
             if numba.get_num_threads() != t:
-                numba.set_num_threads(t)
+                with _keep_torch_threads():
+                    numba.set_num_threads(t)
             _parallel(x2, wp, out, ROWS)
         finally:
             _POOL.release()
