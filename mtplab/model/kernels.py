@@ -486,7 +486,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x2 = _rows(x, rows)
     out = np.empty((rows, m), np.float32)
     t = _threads(threads, weight)
-    if t > 1 and _POOL.acquire(blocking=False):  # same bits either way: the split is over outputs
+    # same bits either way: the split is over outputs; split_layer() first, so that numba's layer (which
+    # numba.get_num_threads would launch) is launched once, keeping torch's thread count
+    if t > 1 and split_layer() and _POOL.acquire(blocking=False):
         try:
             if numba.get_num_threads() != t:
                 with _keep_torch_threads():
