@@ -197,6 +197,12 @@ def _generate(a):
     if a.k is not None and a.method in METHODS and not METHODS[a.method].speculative:
         raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
                           "forward: drop --k or choose a speculative --method")
+    if a.confidence_stop is not None and a.method in METHODS and not METHODS[a.method].speculative:
+        raise MtplabError("--confidence-stop ends the drafts of a speculative method's step; --method ar drafts "
+                          "nothing: drop it or choose a speculative --method")
+    if a.confidence_stop is not None and not 0 < a.confidence_stop <= 1:
+        raise MtplabError(f"--confidence-stop is a probability in (0, 1] (got {a.confidence_stop}); 0.3 ends a step's "
+                          "drafts at the first the drafter gives less than 30%")
     if not a.hf and (a.heads_checkpoint or a.draft_hf):
         raise MtplabError("--heads-checkpoint and --draft-hf go with --hf PATH; the lab's own models take --checkpoint")
     if a.hf and (a.checkpoint or a.draft_checkpoint):
@@ -211,7 +217,7 @@ def _generate(a):
             res = run_generate(method=a.method, checkpoint=a.checkpoint, prompt=_read_prompt(a),
                                max_new_tokens=a.max_new_tokens, k=a.k, temperature=a.temperature, top_k=a.top_k,
                                seed=a.seed, alpha=a.alpha, draft_checkpoint=a.draft_checkpoint, device=a.device,
-                               dtype=a.dtype)
+                               dtype=a.dtype, confidence=a.confidence_stop)
     if a.json:
         _print_json(res)
     else:
@@ -227,16 +233,17 @@ def _generate(a):
 
 
 def _generate_hf(a) -> dict:
-    """generate --hf: the heads file's draft vocabulary and, unless --k is given, the best k of the record for these
-    heads (`hf.study.choose_k`); the output says where each came from (`k_source`, `k_why`, `draft_vocab_why`)."""
+    """generate --hf: the heads file's draft vocabulary and, unless --k is given, the best k and confidence stop of
+    the record for these heads (`measuring.choice.choose_k`); the output says where each came from (`k_source`,
+    `k_why`, `draft_vocab_why`)."""
     from mtplab.hf.run import run_hf_generate
     from mtplab.hf.study import generate_defaults
     d = generate_defaults(a.hf, a.method, heads=a.heads_checkpoint, draft_vocab=a.draft_vocab, k=a.k,
-                          kernel=a.kernel, dtype=a.dtype)
+                          kernel=a.kernel, dtype=a.dtype, stop=a.confidence_stop)
     res = run_hf_generate(hf=a.hf, heads_checkpoint=a.heads_checkpoint, method=a.method, prompt=_read_prompt(a),
                           max_new_tokens=a.max_new_tokens, k=d["k"], temperature=a.temperature, top_k=a.top_k,
                           seed=a.seed, alpha=a.alpha, draft_hf=a.draft_hf, device=a.device, dtype=a.dtype,
-                          chat=a.chat, draft_vocab=d["draft_vocab"], kernel=a.kernel)
+                          chat=a.chat, draft_vocab=d["draft_vocab"], kernel=a.kernel, confidence=d["stop"])
     res.update({key: d[key] for key in ("k_source", "k_why", "draft_vocab_why")})
     return res
 
@@ -407,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--k", type=int, default=None,
                    help="tokens per step: at most k tokens a step (k-1 drafts + 1); "
                         "default: the most the checkpoint supports, 4 otherwise")
+    g.add_argument("--confidence-stop", type=float, default=None, metavar="P",
+                   help="end a step's drafts at the first whose drafter probability is below P (it changes the "
+                        "speed, never the output); default with --hf: the record's best row's, else none")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=0)
@@ -437,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "peers", "domain", "real"])
     b.add_argument("--prompts", type=int, default=None, help="decode: held-out prompts (default 20, --quick 4)")
     b.add_argument("--hf", default=None, help=f"peers: a local Hugging Face causal LM folder; real: {', '.join(REAL_MODELS)}")
-    b.add_argument("--rows", default=None, help="real: grids (default, baselines, vocab, k, kernels, tree, bf16, all) or "
+    b.add_argument("--rows", default=None, help="real: grids (default, baselines, vocab, k, kernels, tree, stop, bf16, all) or "
                                                  "row labels, separated by ';' (AR always); the time is estimated first")
     b.add_argument("--draft-hf", default=None, help="peers: a smaller model with the same tokenizer (assisted rows)")
     b.add_argument("--heads-checkpoint", default=None, help="peers: heads trained on --hf with train --hf")

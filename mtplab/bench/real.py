@@ -22,6 +22,7 @@ from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.prompts import heldout_ids
 from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads
+from mtplab.measuring.choice import REAL_JSON, heads_sha256
 from mtplab.measuring.quality import loop_period
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
@@ -34,6 +35,8 @@ QUICK = (real_label("ar", None), real_label("hf-generate", None), real_label("de
 _AR, _DS2 = real_label("ar", None), real_label("deepseek", 2, "reduced")
 _STERN4 = real_label("blockwise-overlap", 4, "reduced")
 _DS_TREE2 = real_label("deepseek", 2, "reduced", widths=(2,))  # the module's top 2 at depth 1, verified in one forward
+_STOPS = (real_label("deepseek-reuse", 4, "reduced", stop=0.3), real_label("deepseek-reuse", 5, "reduced", stop=0.3),
+          real_label("blockwise-overlap", 4, "reduced", stop=0.3))  # drafts end at the first below 0.3 confidence
 # `bench real --rows NAME`: one comparison each; 'default' is the informative set (one row of each comparison)
 GRIDS = {
     "baselines": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4)),
@@ -46,10 +49,11 @@ GRIDS = {
     "tree": (real_label("blockwise-overlap", 3, "reduced"), real_label("blockwise-overlap", 3, "reduced", widths=(2, 2)),
              _STERN4, real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)), _DS2, _DS_TREE2,
              real_label("deepseek", 2, "reduced", widths=(3,))),
+    "stop": (real_label("deepseek-reuse", 3, "reduced"), real_label("deepseek-reuse", 4, "reduced"), _STERN4, *_STOPS),
     "bf16": (real_label("ar", None, dtype="bf16"), real_label("deepseek-reuse", 4, "reduced", "bf16")),
     "default": (_AR, real_label("hf-generate", None), real_label("hf-lookup", 4), real_label("ngram", 4),
                 real_label("deepseek", 2), _DS2, real_label("deepseek-reuse", 3, "reduced"),
-                real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"), _DS_TREE2,
+                real_label("deepseek-reuse", 4, "reduced"), real_label("deepseek-reuse", 5, "reduced"), *_STOPS, _DS_TREE2,
                 real_label("blockwise-overlap", 2, "reduced"), real_label("blockwise-overlap", 3, "reduced"), _STERN4,
                 real_label("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)),
                 real_label("ar", None, kernel="stock"), real_label("deepseek", 2, "reduced", kernel="stock")),
@@ -111,7 +115,6 @@ def estimate_s(rows, prompts: int, rounds: dict, *, acceptance_decodes: int, m: 
     answer tokens per prompt, and each row's speedup where it measured the row; a row it did not measure is counted as
     AR; answers cut at m new tokens scaled from the record's m): the races, their warm-ups, the untimed acceptance
     study and the cost curves. None without a record."""
-    from mtplab.hf.study import REAL_JSON
     path = REAL_JSON if record is None else record
     try:
         rec = Record.load(path)
@@ -232,9 +235,8 @@ def races(heads, rows, prompts, cats, *, m: int, rounds: dict) -> dict:
 
 def flat_rows(name: str, studies: dict) -> list[dict]:
     """One list of rows, each with its thread count, the model, and the heads file it decoded with, by name and by
-    sha256 (`hf.study.choose_k` takes a default k only from rows of the heads that are loaded): Record.row(...,
+    sha256 (`measuring.choice.choose_k` takes a default k only from rows of the heads that are loaded): Record.row(...,
     threads=1) finds a row."""
-    from mtplab.hf.study import heads_sha256
     files = {f: shipped_heads(name, f) for f in ("deepseek", "stern")}
     sums = {f: heads_sha256(p) for f, p in files.items()}
     return [{**r, "threads": int(n), "model": name,

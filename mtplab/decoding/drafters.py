@@ -418,6 +418,7 @@ class Pair(NamedTuple):
     dtype: str = "fp32"           # 'bf16': faster, not exact
     kernel: str = "exact"         # 'stock': F.linear and transformers' forward (`HFTarget.use_kernel`), to compare
     widths: tuple | None = None   # a token tree's candidates per depth (`decoding.tree`); None: the chain
+    stop: float | None = None     # a chain's confidence stop (`adaptive.ConfidenceStop`); None: k-1 drafts every step
 
     @property
     def family(self) -> str | None:
@@ -433,20 +434,21 @@ REAL_HEADS = {"deepseek": "deepseek-d1", "stern": "stern-k4"}  # the heads file 
 
 
 def real_label(method: str, k: int | None, draft_vocab: str = "full", dtype: str = "fp32", kernel: str = "exact",
-               widths: tuple | None = None) -> str:
+               widths: tuple | None = None, stop: float | None = None) -> str:
     """'DeepSeek D=1 reused, k=4, reduced vocab': a real-model row's label made from its fields (a tree:
-    'Stern K=4 tree 2x1x1, k=4, ...'; the stock kernels: '..., stock kernels')."""
+    'Stern K=4 tree 2x1x1, k=4, ...'; a confidence stop: '..., confidence stop 0.3'; the stock kernels: '..., stock
+    kernels')."""
     name = REAL_METHOD_NAMES[method] + (" tree " + "x".join(map(str, widths)) if widths else "")
     head = f"{name}, {k - 1} drafts" if method == "hf-lookup" and k else (f"{name}, k={k}" if k else name)
     return (head + (", reduced vocab" if draft_vocab == "reduced" else "") + (", bf16" if dtype == "bf16" else "")
-            + (", stock kernels" if kernel == "stock" else ""))
+            + (f", confidence stop {stop:g}" if stop is not None else "") + (", stock kernels" if kernel == "stock" else ""))
 
 
 def _real(method: str, k: int | None, draft_vocab: str = "full", dtype: str = "fp32", *, kernel: str = "exact",
-          widths: tuple | None = None) -> Pair:
+          widths: tuple | None = None, stop: float | None = None) -> Pair:
     family = METHODS[method].family if method in METHODS else None
-    return Pair(real_label(method, k, draft_vocab, dtype, kernel, widths), method,
-                REAL_HEADS.get(family) if family else None, k, REAL_NAMES[0], draft_vocab, dtype, kernel, widths)
+    return Pair(real_label(method, k, draft_vocab, dtype, kernel, widths, stop), method,
+                REAL_HEADS.get(family) if family else None, k, REAL_NAMES[0], draft_vocab, dtype, kernel, widths, stop)
 
 
 # What ships: every pair a benchmark measures; the benchmarks' tables are filters of it (`pairs`).
@@ -462,11 +464,14 @@ PAIRS: list[Pair] = [
     Pair("oracle alpha=0.8", "oracle", METHODS["oracle"].checkpoint, 4),
     # the real model (`bench real`): the baselines that need no training (transformers' generate and prompt lookup,
     # the lab's n-gram), each head family over the full and the draft vocabulary and at several k, the stock kernels
-    # against the exact ones, a token tree against the chain, and the lossy bf16 mode
+    # against the exact ones, a token tree against the chain, a confidence stop against k-1 drafts every step, and
+    # the lossy bf16 mode
     _real("ar", None), _real("hf-generate", None), _real("hf-lookup", 4), _real("ngram", 3), _real("ngram", 4),
     _real("deepseek", 2), _real("deepseek", 2, "reduced"), _real("deepseek-reuse", 3, "reduced"),
     _real("deepseek-reuse", 4), _real("deepseek-reuse", 4, "reduced"), _real("deepseek-reuse", 5, "reduced"),
+    _real("deepseek-reuse", 4, "reduced", stop=0.3), _real("deepseek-reuse", 5, "reduced", stop=0.3),
     _real("blockwise-overlap", 2, "reduced"), _real("blockwise-overlap", 3, "reduced"),
+    _real("blockwise-overlap", 4, "reduced", stop=0.3),
     _real("blockwise-overlap", 4), _real("blockwise-overlap", 4, "reduced"),
     _real("blockwise-overlap", 4, "reduced", widths=(2, 1, 1)), _real("blockwise-overlap", 3, "reduced", widths=(2, 2)),
     _real("deepseek", 2, "reduced", widths=(2,)), _real("deepseek", 2, "reduced", widths=(3,)),

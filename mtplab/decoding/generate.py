@@ -85,7 +85,10 @@ def _check_draft_window(draft, model, n_prompt: int, max_new_tokens: int, k: int
 
 
 def run_generate(*, method="ar", checkpoint=None, prompt: str, max_new_tokens=64, k=None, temperature=0.0,
-                 top_k=None, seed=0, alpha=0.8, draft_checkpoint=None, device="auto", dtype="fp32") -> dict:
+                 top_k=None, seed=0, alpha=0.8, draft_checkpoint=None, device="auto", dtype="fp32",
+                 confidence: float | None = None) -> dict:
+    """`generate` on the lab's own models; `confidence`: a confidence stop (`adaptive.ConfidenceStop`), None for
+    k-1 drafts every step."""
     if not prompt:
         raise MtplabError("the prompt is empty; give some text with --prompt")
     model, name, dev = load_for(method, checkpoint, device=device, dtype=dtype)
@@ -97,9 +100,10 @@ def run_generate(*, method="ar", checkpoint=None, prompt: str, max_new_tokens=64
         _check_draft_window(draft, model, len(ids), max_new_tokens, k or 4)
     t0 = now(dev)
     trace = decode_with(method, model, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
-                        top_k=top_k, seed=seed, alpha=alpha, draft_model=draft)
+                        top_k=top_k, seed=seed, alpha=alpha, draft_model=draft,
+                        **({} if confidence is None else {"adapt": "confidence", "threshold": confidence}))
     res = trace.summary()
-    res.update(checkpoint=name, device=describe(dev), wall_s=now(dev) - t0)
+    res.update(checkpoint=name, device=describe(dev), wall_s=now(dev) - t0, confidence_stop=confidence)
     return res
 
 

@@ -39,13 +39,16 @@ def warm_up(target, ids: list[int]) -> float:
 
 def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str, max_new_tokens=64, k=None,
                     temperature=0.0, top_k=None, seed=0, alpha=0.8, draft_hf=None, device="auto",
-                    dtype="fp32", chat: bool = False, draft_vocab: str = "full", kernel: str = "exact") -> dict:
+                    dtype="fp32", chat: bool = False, draft_vocab: str = "full", kernel: str = "exact",
+                    confidence: float | None = None) -> dict:
     """`generate --hf`: decode with any method; `tokens` are the model's own token ids, `text` its decoding.
     For a real model named by its bare name (`smollm2`), a head method finds the heads the lab ships for it;
     `chat` wraps the prompt as one user turn and ends the decode at the end of the model's turn (`end_of_turn`);
     `answer` is the new text without that token; `draft_vocab='reduced'` drafts over the vocabulary saved with the
     heads (`save_heads`), and the trace records its size. `kernel='stock'` decodes through transformers' forward and
-    F.linear everywhere (the old path, to compare with the exact default); `forward` says which ran."""
+    F.linear everywhere (the old path, to compare with the exact default); `forward` says which ran. `confidence`: a
+    confidence stop (`decoding.adaptive.ConfidenceStop`): a step's drafts end at the first the drafter is less sure
+    of; it changes the speed, never the output."""
 
     m = get_method(method)
     if dtype not in DTYPES:
@@ -79,12 +82,13 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
         warm = warm_up(target, ids) + (warm_up(draft, ids) if draft is not None else 0.0)
         t0 = now()
         trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
-                            top_k=top_k, seed=seed, alpha=alpha, draft_model=draft, stop=stop)
+                            top_k=top_k, seed=seed, alpha=alpha, draft_model=draft, stop=stop,
+                            **({} if confidence is None else {"adapt": "confidence", "threshold": confidence}))
         wall = now() - t0
     res = trace.summary(target.decode)  # the text by the model's own tokenizer
     res.update(checkpoint=str(heads_checkpoint) if heads_checkpoint else target.path, hf=target.path,
                device=describe(dev), wall_s=wall, warm_s=warm, kernel=kernel, forward=target.forward_path,
-               draft_vocab=draft_vocab, draft_vocab_size=trace.draft_vocab, chat=chat,
+               draft_vocab=draft_vocab, draft_vocab_size=trace.draft_vocab, chat=chat, confidence_stop=confidence,
                answer=target.decode(trace.tokens[:-1] if trace.tokens[-1:] == [stop] else trace.tokens),
                ended_turn=stop is not None and trace.tokens[-1:] == [stop])
     return res

@@ -4,29 +4,25 @@ round. `bench real` writes it as a record; notebooks 01, 05 and 09 run short liv
 
 Rows (the real model's `PAIRS` rows; `bench real --rows` picks grids of them, `bench.real.GRIDS`): AR; the baselines
 that need no training (transformers' `generate` and its prompt lookup, mtplab's n-gram drafter); each head family with
-the full and the reduced draft vocabulary and at several k; the stock kernels against the exact ones; a token tree
-against the chain. Per row: tokens per target forward, the wall-clock ratio against AR (median and range over rounds),
-acceptance by position with 95% Wilson intervals (pooled and per category), the looping count, the split of a step
-(target forward, drafter, the rest), and whether the tokens equal AR's and `generate`'s.
+the full and the reduced draft vocabulary and at several k, with k-1 drafts every step or a confidence stop; the stock
+kernels against the exact ones; a token tree against the chain. Per row: tokens per target forward, the wall-clock
+ratio against AR (median and range over rounds), acceptance by position with 95% Wilson intervals (pooled and per
+category), the looping count, the split of a step (target forward, drafter, the rest), and whether the tokens equal
+AR's and `generate`'s.
 
-The record names the heads file each row decoded with by its sha256 and the kernel it ran on, so that `choose_k` can
-take the best k for a method from rows of the very heads that are loaded, and says so when it cannot.
+The record names the heads file each row decoded with by its sha256 and the kernel it ran on, so that
+`measuring.choice.choose_k` can take the best k and stop for a method from rows of the very heads that are loaded.
 """
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import torch
 
-from mtplab import paths
 from mtplab.decoding.drafters import METHODS, Pair, method as get_method, pairs
 from mtplab.decoding.generate import decode_with
 from mtplab.decoding.trace import pooled
 from mtplab.decoding.tree import tree_speculative
 from mtplab.errors import MtplabError
-from mtplab.files import sha256
 from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads, shipped_vocab
 from mtplab.hf.run import generate_ids
 from mtplab.hf.heads_file import load_heads, read_heads_info
@@ -34,7 +30,7 @@ from mtplab.hf.target import load_hf
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.quality import loop_period
 from mtplab.measuring.race import race
-from mtplab.measuring.record import Record, speedup_text
+from mtplab.measuring.choice import choose_k
 from mtplab.model import kernels
 from mtplab.model.config import ModelConfig
 from mtplab.training.losses import CACHED_LOSSES
@@ -85,11 +81,13 @@ def contenders(heads: Heads, rows: list[Pair], m: int) -> dict:
 
 
 def lab_decode(row: Pair, target, ids, *, m: int, stop: int | None):
-    """One of the lab's decodes of a row: the chain (`decode_with`), or a token tree of the row's widths (greedy)."""
+    """One of the lab's decodes of a row: the chain (`decode_with`; with the row's confidence stop where it has one),
+    or a token tree of the row's widths (greedy)."""
     if row.widths:
         drafter = METHODS[row.method].make(target)
         return tree_speculative(target, drafter, ids, max_new_tokens=m, widths=row.widths, stop=stop)
-    return decode_with(row.method, target, ids, max_new_tokens=m, k=row.k, stop=stop)
+    adapt = {} if row.stop is None else {"adapt": "confidence", "threshold": row.stop}
+    return decode_with(row.method, target, ids, max_new_tokens=m, k=row.k, stop=stop, **adapt)
 
 
 def on_kernel(kernel: str, target, fn):
@@ -136,6 +134,7 @@ def study(heads: Heads, prompts: list[list[int]], cats: list[str], *, rows: list
         toks = res.tokens[r.label]
         row = {"label": r.label, "method": r.method, "family": r.family, "k": r.k, "draft_vocab": r.draft_vocab,
                "dtype": r.dtype, "kernel": r.kernel, "widths": list(r.widths) if r.widths else None,
+               "adapt": "fixed" if r.stop is None else "confidence", "threshold": r.stop,  # as bench k's rows say it
                **sp, "identical_to_ar": sp["identical"],
                "looping": sum(loop_period(t) is not None for t in toks)}
         if r.dtype == "bf16" and "AR, bf16" in res.tokens:  # against AR of the same (bf16) model too
@@ -180,93 +179,12 @@ def load_heads_all(name: str, device, dtype=torch.float32) -> Heads:
     return Heads(target, fams, shipped_vocab(name), name)
 
 
-# ---------------------------------------------------------------------------------- the default k, from the record
-REAL_JSON, RERUN = paths.REAL_JSON, paths.REAL_RERUN  # `bench real`'s record, and what rewrites it
-FALLBACK_K = 4  # no matching row: the most the heads support, at most this (`decode_with` alone takes the most)
-
-
-@dataclass(frozen=True)
-class KChoice:
-    """The k a decode runs with, and where it came from: 'given' (--k), 'record' (the exact row of these heads with
-    the highest median in `bench real`'s record; `why` gives every compared row's median and range and makes no
-    ranking of its own: `teaching.real.k_words` says whether the ranges rank them) or 'default' (no such row:
-    `FALLBACK_K`, or fewer where the heads allow fewer)."""
-    k: int
-    source: str
-    why: str
-    rows: tuple = field(default=(), compare=False)  # 'record': the rows compared, at one thread count, the chosen
-    # one first (record rows are dicts: left out of == and hash(), which the three fields above decide)
-
-
-def heads_sha256(path) -> str | None:
-    """The sha256 of a heads file: what a `bench real` row names the heads it decoded with by."""
-    return sha256(Path(path)) if path is not None else None
-
-
-def record_rows(rec: Record, name: str, method: str, *, heads_sha: str | None, draft_vocab: str, kernel: str,
-                dtype: str = "fp32") -> list[dict]:
-    """The record's chain rows of this method that decoded exactly (every prompt equal to AR) with these heads (by
-    sha256; none for a method without heads), this draft vocabulary, kernel and dtype."""
-    if rec.get("model") != name:
-        return []
-    out = []
-    for r in rec.rows:
-        same = (r.get("method") == method and r.get("heads_sha256") == heads_sha and not r.get("widths")
-                and r.get("draft_vocab", "full") == draft_vocab and (r.get("kernel") or rec.kernel()) == kernel
-                and r.get("dtype", "fp32") == dtype and isinstance(r.get("k"), int) and r.get("valid", True))
-        if same and r.get("identical_to_ar") == r.get("prompts"):
-            out.append(r)
-    return out
-
-
-def choose_k(name: str, method: str, *, k: int | None = None, heads=None, draft_vocab: str = "full",
-             kernel: str = "exact", limit: int | None = None, dtype: str = "fp32", threads: int | None = None,
-             record=None) -> KChoice:
-    """The k of a decode of `method` on the real model `name`: k when given; else the k of the record's exact row
-    with the highest median of these heads (`heads`: the heads file, by its sha256) on this kernel, draft vocabulary
-    and dtype, at `threads` (default: torch's now) when the record has such rows, else at any thread count; else `FALLBACK_K`,
-    capped at `limit` (the most the heads support). `record`: default `REAL_JSON`. `why` says which, in one line:
-    the only row, or the highest median of several with every one's median and range (at the chosen row's thread
-    count), never 'fastest', which their ranges may not carry."""
-    if k is not None:
-        return KChoice(k, "given", f"k={k}, given")
-    record = REAL_JSON if record is None else record
-    fallback = min(FALLBACK_K, limit) if limit else FALLBACK_K
-    threads = threads or torch.get_num_threads()
-    sha = heads_sha256(heads) if heads is not None else None
-    where = Path(record).name
-    try:
-        rows = record_rows(Record.load(record), name, method, heads_sha=sha, draft_vocab=draft_vocab, kernel=kernel,
-                           dtype=dtype) if Path(record).is_file() else []
-    except MtplabError:
-        rows = []
-    rows = [r for r in rows if limit is None or r["k"] <= limit]
-    here = [r for r in rows if r.get("threads") == threads] or rows
-    if not here:
-        of = f" with these heads (sha256 {sha[:12]})" if sha else ""
-        return KChoice(fallback, "default", f"k={fallback}, the default (the most the heads support, at most "
-                       f"{FALLBACK_K}): {where} has no exact row of {method}{of}, {draft_vocab} vocabulary, "
-                       f"{kernel} kernel; {RERUN} measures them")
-    best = max(here, key=lambda r: r["speedup"])
-    same = [best] + sorted((r for r in here if r is not best and r.get("threads") == best.get("threads")),
-                           key=lambda r: -r["speedup"])  # like with like: one thread count
-    of = (f"exact row{'s' if len(same) > 1 else ''} of {method} in {where}" + (" with these heads" if sha else "")
-          + f" at {best['threads']} thread{'s' if best['threads'] != 1 else ''}")
-    if len(same) == 1:
-        why = f"k={best['k']}, the only {of} ({best['label']}: {speedup_text(best)}), so the record compares no other k"
-        if limit == best["k"]:
-            why += f"; {method} drafts at most k={limit} with these heads"
-    else:  # the highest median, every compared row with its range: 'fastest' is the teaching layer's verdict to make
-        why = (f"k={best['k']}, the highest median of the {len(same)} {of} ("
-               + "; ".join(f"{r['label']}: {speedup_text(r)}" for r in same) + ")")
-    return KChoice(best["k"], "record", why, tuple(same))
-
-
 def generate_defaults(name: str, method: str, *, heads=None, draft_vocab: str | None = None, k: int | None = None,
-                      kernel: str = "exact", dtype: str = "fp32") -> dict:
+                      kernel: str = "exact", dtype: str = "fp32", stop: float | None = None) -> dict:
     """What `generate --hf NAME --method M` decodes with when flags are left out: the heads file's draft vocabulary
-    (`reduced` where it carries one), and k from `choose_k` (the record's best for these heads, else the default).
-    Heads that cannot be read are left for `run_hf_generate` to refuse in its own words."""
+    (`reduced` where it carries one), and k and the confidence stop from `measuring.choice.choose_k` (the record's
+    best for these heads, else the default). Heads that cannot be read are left for `run_hf_generate` to refuse in
+    its own words."""
     m = get_method(method)
     path = heads if heads is not None else (shipped_heads(name, m.family) if m.family else None)
     try:
@@ -278,11 +196,11 @@ def generate_defaults(name: str, method: str, *, heads=None, draft_vocab: str | 
     vocab_why = ("given (--draft-vocab)" if draft_vocab else "the heads file's" if vocab == "reduced" else
                  "no heads" if not m.family else "the heads file carries none")
     if not m.speculative:
-        return {"k": k, "draft_vocab": vocab, "k_source": None, "k_why": None, "draft_vocab_why": vocab_why}
+        return {"k": k, "stop": None, "draft_vocab": vocab, "k_source": None, "k_why": None, "draft_vocab_why": vocab_why}
     limit = None
     if info is not None and info.get("heads") == m.family and m.max_k is not None:
         limit = m.max_k(ModelConfig().with_heads(info["heads"], info["n_depths"]))
     choice = choose_k(name, method, k=k, heads=path if m.family and info is not None else None, draft_vocab=vocab,
-                      kernel=kernel, limit=limit, dtype=dtype)  # unreadable heads: no sha256 to match, the default
-    return {"k": choice.k, "draft_vocab": vocab, "k_source": choice.source, "k_why": choice.why,
+                      kernel=kernel, limit=limit, dtype=dtype, stop=stop)  # unreadable heads: no sha256, the default
+    return {"k": choice.k, "stop": choice.stop, "draft_vocab": vocab, "k_source": choice.source, "k_why": choice.why,
             "draft_vocab_why": vocab_why}

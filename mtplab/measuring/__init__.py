@@ -2,6 +2,7 @@
 
 * `race`: the lab's one race of contenders (interleaved rounds, synced clock) and its busy-machine guard
 * `record`: the one reader of benchmark records: rows found by method and checkpoint, and their machine line
+* `choice`: what a real model's decode runs with when its flags are left out: the record's best k and confidence stop
 * `theory`: forward counts, expected tokens per step and its inverse, the predicted speedup
 * `acceptance`: the acceptance conventions, converted into each other, with Wilson intervals
 * `teacher_forced`: acceptance without decoding; two models' agreement position by position

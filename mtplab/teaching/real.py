@@ -23,6 +23,7 @@ from mtplab.decoding.generate import decode_with, k_limit
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
+from mtplab.measuring.choice import choose_k, row_stop
 from mtplab.measuring.record import Record, machine_text, speedup_text
 from mtplab.teaching.words import fastest_words, overlap, range_words
 
@@ -301,12 +302,36 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
 
 
 def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
-    """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary, by k (the bf16 rows
-    are lossy, their tokens may differ from fp32 AR's, so they are left out), and the table the notebook shows of them."""
-    ks = [r for r in exact_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"]
+    """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary that draft k-1 tokens
+    every step, by k (the bf16 rows are lossy, their tokens may differ from fp32 AR's, so they are left out; the rows
+    with a confidence stop are `stop_lines`'), and the table the notebook shows of them."""
+    ks = [r for r in _deepseek_reduced(rec) if row_stop(r) is None]
     table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],
               "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}"} for r in ks]
     return ks, table
+
+
+def _deepseek_reduced(rec: dict) -> list[dict]:
+    return [r for r in exact_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"]
+
+
+def stop_lines(rec: dict, ks: list[dict]) -> list[str]:
+    """The record's DeepSeek rows with a confidence stop against the best of `ks` (k-1 drafts every step): each one's
+    median and range, and whether the ranges lie apart; nothing where the record has no such row."""
+    stops = [r for r in _deepseek_reduced(rec) if row_stop(r) is not None]
+    if not stops or not ks:
+        return []
+    best = max(ks, key=lambda r: r["speedup"])
+    out = []
+    for r in stops:
+        side = ("above" if r["speedup_min"] > best["speedup_max"] else "below" if r["speedup_max"] < best["speedup_min"]
+                else None)
+        out.append(f"k = {r['k']}, drafts stopped below {row_stop(r):g} confidence: {speedup_text(r)}, "
+                   f"{r['tokens_per_forward']:.2f} tokens per forward; "
+                   + (f"its range lies {side} the best fixed k's ({speedup_text(best)})" if side else
+                      f"its range overlaps the best fixed k's ({speedup_text(best)}), so the record does not separate "
+                      "them"))
+    return out
 
 
 def k_sweep_lines(rec: dict, ks: list[dict]) -> list[str]:
@@ -415,7 +440,7 @@ def exact_rows(rec: dict, threads: str = "1") -> list[dict]:
 
 def best_row(rec: dict, threads: str = "1") -> dict:
     """The exact MTP row with the highest median wall clock against AR in the record, among the rows of the heads
-    the lab ships now (by the heads file's sha256, `hf.study.heads_sha256`). When no row is of those heads (they were
+    the lab ships now (by the heads file's sha256, `measuring.choice.heads_sha256`). When no row is of those heads (they were
     retrained and the record not rerun, or the record names no heads), the highest among the rows the record has,
     flagged: the returned copy's `other_heads` is `heads_note`'s line (None for a row of the shipped heads), and
     every caller prints it. `best_words` says whether the ranges make it the fastest."""
@@ -467,7 +492,7 @@ def best_words(rec: dict, threads: str = "1") -> str:
 
 
 def k_words(choice) -> str:
-    """`hf.study.choose_k`'s choice in words: its `why` (every compared row's median and range), and, when the record
+    """`measuring.choice.choose_k`'s choice in words: its `why` (every compared row's median and range), and, when the record
     compared several k, whether their ranges make the chosen k the fastest (`words.fastest_words`)."""
     if choice.source != "record" or len(choice.rows) < 2:
         return choice.why
@@ -688,20 +713,20 @@ def settings_problem(method: str, k, row, device="cpu") -> str | None:
     return None
 
 
-def chat_answer(smol, method: str, k: int, prompt: str, *, max_new_tokens: int):
+def chat_answer(smol, method: str, k: int, prompt: str, *, max_new_tokens: int, stop: float | None = None):
     """One chat turn answered by `method` at k with the reduced draft vocabulary's heads, to its end of turn (at
-    most `max_new_tokens`). Returns (the target, the Trace)."""
+    most `max_new_tokens`); `stop`: a confidence stop (None: k-1 drafts every step). Returns (the target, the Trace)."""
     target = smol.use("deepseek" if method.startswith("deepseek") else "stern", "reduced")
     trace = decode_with(method, target, chat_ids(target, prompt), max_new_tokens=max_new_tokens, k=k,
-                        stop=end_of_turn(target))  # the answer ends at the end of its turn
+                        stop=end_of_turn(target),  # the answer ends at the end of its turn
+                        **({} if stop is None else {"adapt": "confidence", "threshold": stop}))
     return target, trace
 
 
 def default_k(smol, method: str):
-    """k for `method` on the real model as `generate --hf` takes it with no --k (`hf.study.choose_k`): the record's
-    exact row of the heads that ship now with the highest median, else the documented default; its `why` says which
-    (`k_words` adds whether the ranges make it the fastest)."""
-    from mtplab.hf.study import choose_k  # transformers
+    """k and confidence stop for `method` on the real model as `generate --hf` takes them with no --k
+    (`measuring.choice.choose_k`): the record's exact row of the heads that ship now with the highest median, else the
+    documented default; its `why` says which (`k_words` adds whether the ranges make it the fastest)."""
     family = METHODS[method].family
     target = smol.use(family, "reduced" if family and smol.vocab is not None else "full")
     return choose_k(REAL, method, heads=shipped_heads(REAL, family) if family else None,
@@ -709,12 +734,13 @@ def default_k(smol, method: str):
                     limit=k_limit(method, target))
 
 
-def answer_line(trace, vocab, method: str, k: int, *, from_record: bool) -> str:
+def answer_line(trace, vocab, method: str, k: int, *, from_record: bool, stop: float | None = None) -> str:
     """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
     token outside the draft vocabulary (which no draft could match)."""
     outside, rejections = outside_vocab(trace, vocab)
     best = " (the record’s exact chain row with trained heads of the highest median)" if from_record else ""
-    return (f"{method}, k = {k}{best}: {len(trace.tokens)} tokens "
+    stop_words = f", drafts stopped below {stop:g} confidence" if stop is not None else ""
+    return (f"{method}, k = {k}{stop_words}{best}: {len(trace.tokens)} tokens "
             f"in {trace.forwards} target forwards ({trace.tokens_per_forward:.2f} per forward); "
             f"{trace.num_accepted_tokens} of {trace.num_draft_tokens} drafts accepted "
             f"({trace.num_accepted_tokens / max(1, trace.num_draft_tokens):.0%}); {outside} of {rejections} "

@@ -14,9 +14,11 @@ from mtplab.decoding.drafters import real_label  # noqa: E402
 
 
 
-def _row(method, k, *, sha=None, speedup=1.2, vocab="reduced", kernel="exact", threads=1, same=6, widths=None):
-    return {"label": real_label(method, k, vocab, kernel=kernel, widths=widths), "method": method, "k": k,
-            "draft_vocab": vocab, "dtype": "fp32", "kernel": kernel, "threads": threads, "heads_sha256": sha,
+def _row(method, k, *, sha=None, speedup=1.2, vocab="reduced", kernel="exact", threads=1, same=6, widths=None,
+         stop=None):
+    return {"label": real_label(method, k, vocab, kernel=kernel, widths=widths, stop=stop), "method": method, "k": k,
+            "adapt": "fixed" if stop is None else "confidence", "threshold": stop, "draft_vocab": vocab, "dtype": "fp32",
+            "kernel": kernel, "threads": threads, "heads_sha256": sha,
             "speedup": speedup, "identical_to_ar": same, "prompts": 6, "valid": True, "widths": widths,
             "family": "deepseek" if method.startswith("deepseek") else None, "checkpoint": None}
 
@@ -35,7 +37,7 @@ def heads_file(tmp_path):
 
 
 def test_choose_k_takes_the_fastest_exact_row_of_these_heads(tmp_path, heads_file):
-    from mtplab.hf.study import choose_k, heads_sha256
+    from mtplab.measuring.choice import choose_k, heads_sha256
     sha = heads_sha256(heads_file)
     rows = [_row("deepseek-reuse", 3, sha=sha, speedup=1.07), _row("deepseek-reuse", 4, sha=sha, speedup=0.98),
             _row("deepseek-reuse", 5, sha=sha, speedup=1.50, same=5),          # not equal to AR on every prompt
@@ -63,7 +65,7 @@ def test_choose_k_takes_the_fastest_exact_row_of_these_heads(tmp_path, heads_fil
 
 
 def test_choose_k_prefers_rows_at_this_thread_count(tmp_path, heads_file):
-    from mtplab.hf.study import choose_k, heads_sha256
+    from mtplab.measuring.choice import choose_k, heads_sha256
     sha = heads_sha256(heads_file)
     rec = _record(tmp_path, "smollm2", [_row("deepseek-reuse", 3, sha=sha, speedup=1.3, threads=1),
                                         _row("deepseek-reuse", 4, sha=sha, speedup=1.2, threads=2),
@@ -74,11 +76,31 @@ def test_choose_k_prefers_rows_at_this_thread_count(tmp_path, heads_file):
     assert choose_k("smollm2", "deepseek-reuse", threads=4, **kw).k == 3  # none at 4: the fastest at any count
 
 
+def test_choose_k_takes_the_confidence_stop_of_the_fastest_row(tmp_path, heads_file):
+    """A row with a confidence stop competes with the rows of k-1 drafts every step; the choice carries its stop, and
+    a stop given alone picks among the rows with that stop."""
+    from mtplab.measuring.choice import choose_k, heads_sha256
+    sha = heads_sha256(heads_file)
+    rec = _record(tmp_path, "smollm2", [_row("deepseek-reuse", 3, sha=sha, speedup=1.30),
+                                        _row("deepseek-reuse", 4, sha=sha, speedup=1.36, stop=0.3),
+                                        _row("deepseek-reuse", 5, sha=sha, speedup=1.33, stop=0.3),
+                                        _row("deepseek-reuse", 6, sha=sha, speedup=1.50, stop=0.3, same=5)])
+    kw = dict(heads=heads_file, draft_vocab="reduced", limit=8, threads=1, record=rec)
+    c = choose_k("smollm2", "deepseek-reuse", **kw)
+    assert (c.k, c.stop, c.source) == (4, 0.3, "record") and c.why.startswith("k=4, confidence stop 0.3, the highest")
+    assert "confidence stop 0.3: 1.36x" in c.why and "k=3, reduced vocab: 1.30x" in c.why
+    assert (choose_k("smollm2", "deepseek-reuse", stop=0.5, **kw).stop, choose_k("smollm2", "deepseek-reuse", stop=0.5,
+                                                                                  **kw).source) == (0.5, "default")
+    assert choose_k("smollm2", "deepseek-reuse", k=3, **kw).stop is None  # a k given: every step drafts k-1
+    c = choose_k("smollm2", "deepseek-reuse", fixed=True, **kw)  # the widget: only rows drafting k-1 every step
+    assert (c.k, c.stop, c.source) == (3, None, "record")
+
+
 def test_the_shipped_record_names_the_shipped_heads():
     """docs/bench/real.json: every head row names its heads file by sha256 and its kernel, and today's shipped heads
     are the record's, so `generate --hf smollm2` takes k from it (a retrained head file must rerun bench real)."""
     from mtplab.hf.real import shipped_heads
-    from mtplab.hf.study import REAL_JSON, choose_k, heads_sha256
+    from mtplab.measuring.choice import REAL_JSON, choose_k, heads_sha256
     from mtplab.measuring.record import Record
     rec = Record.load(REAL_JSON)
     for r in rec.rows:
@@ -126,10 +148,10 @@ def _generate(capsys, *args):
 
 
 def test_generate_hf_takes_k_and_vocabulary_from_the_record_of_its_heads(tiny, tmp_path, capsys, monkeypatch):
-    from mtplab.hf import study
+    from mtplab.measuring import choice
     d, heads = tiny
-    sha = study.heads_sha256(heads)
-    monkeypatch.setattr(study, "REAL_JSON", _record(tmp_path, str(d), [
+    sha = choice.heads_sha256(heads)
+    monkeypatch.setattr(choice, "REAL_JSON", _record(tmp_path, str(d), [
         _row("deepseek-reuse", 3, sha=sha, speedup=1.3, threads=torch.get_num_threads()),
         _row("deepseek-reuse", 5, sha=sha, speedup=1.1, threads=torch.get_num_threads()),
         _row("ngram", 2, vocab="full", speedup=1.4, threads=torch.get_num_threads())]))
@@ -144,6 +166,15 @@ def test_generate_hf_takes_k_and_vocabulary_from_the_record_of_its_heads(tiny, t
     assert (res["k"], res["k_source"], res["draft_vocab"]) == (4, "default", "full") and "no exact row" in res["k_why"]
     res = _generate(capsys, "--hf", str(d), "--method", "ngram")  # no heads: rows without heads
     assert (res["k"], res["k_source"]) == (2, "record") and res["tokens"] == ar
+    # a confidence stop row measured fastest: generate takes its k and its stop, and the output is still AR's
+    monkeypatch.setattr(choice, "REAL_JSON", _record(tmp_path, str(d), [
+        _row("deepseek-reuse", 3, sha=sha, speedup=1.3, threads=torch.get_num_threads()),
+        _row("deepseek-reuse", 4, sha=sha, speedup=1.4, threads=torch.get_num_threads(), stop=0.3)]))
+    res = _generate(capsys, "--hf", str(d), "--method", "deepseek-reuse", "--heads-checkpoint", str(heads))
+    assert (res["k"], res["confidence_stop"], res["k_source"]) == (4, 0.3, "record") and res["tokens"] == ar
+    res = _generate(capsys, "--hf", str(d), "--method", "deepseek-reuse", "--heads-checkpoint", str(heads),
+                    "--confidence-stop", "0.9")  # given: no row has it, so k is the default's
+    assert (res["k"], res["confidence_stop"], res["k_source"]) == (4, 0.9, "default") and res["tokens"] == ar
 
 
 def test_generate_hf_verbose_says_where_k_came_from(tiny, capsys):
@@ -181,7 +212,7 @@ def test_widget_takes_k_from_the_record_on_smollm2():
     if real.missing():
         pytest.skip(real.missing())
     from mtplab.hf.real import shipped_heads
-    from mtplab.hf.study import choose_k
+    from mtplab.measuring.choice import choose_k
     from mtplab.teaching.acceptance_lab import session
     from mtplab.teaching.acceptance_lab.state import LabState
     models = session.ModelCache()

@@ -20,7 +20,7 @@ def _row(method, k, sha, speedup, lo, hi, threads=1):
 
 @pytest.fixture()
 def setup(tmp_path):
-    from mtplab.hf.study import heads_sha256
+    from mtplab.measuring.choice import heads_sha256
     heads = tmp_path / "heads.safetensors"
     heads.write_bytes(b"heads")
     sha = heads_sha256(heads)
@@ -32,7 +32,7 @@ def setup(tmp_path):
 
 
 def test_one_row_is_the_only_one_not_the_fastest(setup):
-    from mtplab.hf.study import choose_k
+    from mtplab.measuring.choice import choose_k
     heads, rec = setup
     c = choose_k("smollm2", "deepseek", heads=heads, draft_vocab="reduced", limit=2, threads=1, record=rec)
     assert (c.k, c.source, len(c.rows)) == (2, "record", 1)
@@ -43,7 +43,7 @@ def test_one_row_is_the_only_one_not_the_fastest(setup):
 
 
 def test_several_rows_give_the_highest_median_with_every_range_at_one_thread_count(setup):
-    from mtplab.hf.study import choose_k
+    from mtplab.measuring.choice import choose_k
     from mtplab.teaching import real
     heads, rec = setup
     c = choose_k("smollm2", "deepseek-reuse", heads=heads, draft_vocab="reduced", limit=8, threads=1, record=rec)
@@ -57,7 +57,7 @@ def test_several_rows_give_the_highest_median_with_every_range_at_one_thread_cou
 
 
 def test_the_default_names_the_command_that_rewrites_the_record_it_reads(setup, tmp_path):
-    from mtplab.hf.study import RERUN, choose_k
+    from mtplab.measuring.choice import RERUN, choose_k
     from mtplab.teaching import real
     heads, rec = setup
     other = tmp_path / "other.safetensors"
@@ -70,7 +70,7 @@ def test_the_default_names_the_command_that_rewrites_the_record_it_reads(setup, 
 def test_the_shipped_records_deepseek_k_is_not_called_the_fastest():
     """The student's sentence: with the shipped heads, 'deepseek' has one exact row in docs/bench/real.json."""
     from mtplab.hf.real import shipped_heads
-    from mtplab.hf.study import choose_k
+    from mtplab.measuring.choice import choose_k
     ds = shipped_heads("smollm2", "deepseek")
     if ds is None:
         pytest.skip("no shipped DeepSeek heads")
@@ -82,7 +82,7 @@ def test_the_shipped_records_deepseek_k_is_not_called_the_fastest():
 
 
 def test_a_choice_stays_hashable_and_compares_by_its_k_source_and_why(setup):
-    from mtplab.hf.study import KChoice, choose_k
+    from mtplab.measuring.choice import KChoice, choose_k
     heads, rec = setup
     c = choose_k("smollm2", "deepseek-reuse", heads=heads, draft_vocab="reduced", limit=8, threads=1, record=rec)
     assert hash(c) == hash(KChoice(c.k, c.source, c.why)) and c == KChoice(c.k, c.source, c.why)

@@ -128,7 +128,9 @@ def test_the_real_models_rows_are_pairs_rows_labelled_from_their_fields():
     from mtplab.hf.real import REAL_MODELS
     name = next(iter(REAL_MODELS))
     real = pairs(name)
-    assert real and all(p.label == real_label(p.method, p.k, p.draft_vocab, p.dtype, p.kernel, p.widths) for p in real)
+    assert real and all(p.label == real_label(p.method, p.k, p.draft_vocab, p.dtype, p.kernel, p.widths, p.stop)
+                        for p in real)
+    assert real_label("deepseek-reuse", 4, "reduced", stop=0.3) == "DeepSeek D=1 reused, k=4, reduced vocab, confidence stop 0.3"
     assert real_label("deepseek-reuse", 4, "reduced", "bf16") == "DeepSeek D=1 reused, k=4, reduced vocab, bf16"
     assert real[0].label == "AR" and not set(pairs()) & set(real)
     rec = Record.load("real")
@@ -137,7 +139,7 @@ def test_the_real_models_rows_are_pairs_rows_labelled_from_their_fields():
         assert (p.method, p.checkpoint, p.k, p.draft_vocab, p.dtype, p.model) == (
             r["method"], r["checkpoint"], r["k"], r["draft_vocab"], r["dtype"], r["model"]), r["label"]
         assert rec.row(method=p.method, k=p.k, draft_vocab=p.draft_vocab, dtype=p.dtype, kernel=p.kernel,
-                       widths=list(p.widths) if p.widths else None, threads=r["threads"]) is r  # JSON: a list
+                       widths=list(p.widths) if p.widths else None, threshold=p.stop, threads=r["threads"]) is r  # JSON
 
 
 def test_records_name_their_kernel_and_old_ones_read_as_stock(tmp_path):

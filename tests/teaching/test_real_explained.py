@@ -203,6 +203,24 @@ def test_the_k_sweep_says_slower_only_where_the_ranges_lie_apart():
     assert "overlap" not in line.split("; the most")[0] and "yet slower, because its step costs more" in line
 
 
+def test_the_k_sweep_keeps_fixed_rows_and_the_stop_rows_say_where_their_ranges_lie():
+    """A row with a confidence stop is not one more k: the sweep keeps the rows of k-1 drafts every step, and
+    `stop_lines` sets each stop row against the best fixed k, 'above' only where the ranges lie apart."""
+    def row(k, sp, stop=None):
+        return {"k": k, "label": f"k={k}" + (f" stop {stop}" if stop else ""), "family": "deepseek", "threads": 1,
+                "draft_vocab": "reduced", "tokens_per_forward": 2.0, "speedup": sp[0], "speedup_min": sp[1],
+                "speedup_max": sp[2], "adapt": "confidence" if stop else "fixed", "threshold": stop}
+    rec = {"rows": [row(3, (1.58, 1.56, 1.60)), row(4, (1.56, 1.51, 1.57)), row(4, (1.65, 1.62, 1.68), 0.3),
+                    row(5, (1.59, 1.55, 1.63), 0.3)]}
+    ks, table = real.k_sweep(rec)
+    assert [r["label"] for r in ks] == ["k=3", "k=4"] and len(table) == 2
+    above, overlapping = real.stop_lines(rec, ks)
+    assert above.startswith("k = 4, drafts stopped below 0.3 confidence: 1.65x AR, range 1.62-1.68")
+    assert "lies above the best fixed k's (1.58x AR, range 1.56-1.60)" in above
+    assert "overlaps the best fixed k's" in overlapping and "does not separate them" in overlapping
+    assert real.stop_lines({"rows": rec["rows"][:2]}, ks) == []
+
+
 def test_projection_lines_say_cheaper_only_when_it_was():
     """Issue 40: 01 §6 printed '0.3x cheaper' for a draft vocabulary whose projection took 3x the full one's on a
     busy run; the direction now comes from the numbers, a busy timing points at the record, and the record line says

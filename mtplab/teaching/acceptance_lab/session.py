@@ -19,6 +19,7 @@ from mtplab.decoding.drafters import METHODS, method as get_method
 from mtplab.device import describe, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
+from mtplab.measuring.choice import choose_k
 from mtplab.measuring.race import race
 from mtplab.measuring.record import Record
 from mtplab.model import checkpoint as ckpt
@@ -182,9 +183,9 @@ def check_k_fits(state: LabState, models: ModelCache, *, clamp: bool = False) ->
 
 def record_k(state: LabState, models: ModelCache) -> LabState:
     """For a real model named bare (smollm2) and a speculative method: k from `bench real`'s record, the exact row of
-    the heads loaded with the highest median (`hf.study.choose_k`; without such a row, its documented default), and a
-    note that says which and whether the record's ranges make it the fastest (`teaching.real.k_words`). Anything
-    else is left as it is."""
+    the heads loaded with the highest median among those that draft k-1 tokens every step, as the lab shows them
+    (`measuring.choice.choose_k`; without such a row, its documented default), and a note that says which and whether
+    the record's ranges make it the fastest (`teaching.real.k_words`). Anything else is left as it is."""
     if state.checkpoint not in REAL_MODELS or state.method not in METHODS or not METHODS[state.method].speculative:
         return state
     try:
@@ -192,10 +193,10 @@ def record_k(state: LabState, models: ModelCache) -> LabState:
         model = models.get(state.checkpoint, pick(state.device), heads)
     except MtplabError:
         return state  # the decode names the control
-    from mtplab.hf.study import choose_k  # transformers, as the model itself
     vocab = "reduced" if getattr(model, "draft_vocab", None) is not None else "full"
     c = choose_k(state.checkpoint, state.method, heads=heads or None, draft_vocab=vocab,
-                 kernel=getattr(model, "kernel", "exact"), limit=generate.k_limit(state.method, model))
+                 kernel=getattr(model, "kernel", "exact"), limit=generate.k_limit(state.method, model),
+                 fixed=True)  # the lab shows k-1 drafts at every step: rows with a confidence stop are not its to take
     return replace(state, k=c.k, note=f"{state.method} on {state.checkpoint}: {k_words(c)}")
 
 
