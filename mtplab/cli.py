@@ -200,6 +200,10 @@ def _generate(a):
     if a.confidence_stop is not None and a.method in METHODS and not METHODS[a.method].speculative:
         raise MtplabError("--confidence-stop ends the drafts of a speculative method's step; --method ar drafts "
                           "nothing: drop it or choose a speculative --method")
+    if a.confidence_stop is not None and a.method in METHODS and METHODS[a.method].family is None:
+        raise MtplabError(f"--confidence-stop reads the heads' own confidence; --method {a.method} drafts without heads "
+                          "and reports none, so the stop would change nothing: drop it or choose a head method "
+                          f"({', '.join(n for n, m in METHODS.items() if m.family)})")
     if a.confidence_stop is not None and not 0 < a.confidence_stop <= 1:
         raise MtplabError(f"--confidence-stop is a probability in (0, 1] (got {a.confidence_stop}); 0.3 ends a step's "
                           "drafts at the first the drafter gives less than 30%")
@@ -416,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the most the checkpoint supports, 4 otherwise")
     g.add_argument("--confidence-stop", type=float, default=None, metavar="P",
                    help="end a step's drafts at the first whose drafter probability is below P (it changes the "
-                        "speed, never the output); default with --hf: the record's best row's, else none")
+                        "speed, never the output); default with --hf and no --k: the record's best row's, else "
+                        "none")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=0)

@@ -194,7 +194,7 @@ def acceptance_study(heads, prompts: list[list[int]], cats: list[str], *, m: int
                      labels=ACCEPTANCE_ROWS, bar=None) -> dict:
     """Untimed: each row decoded once on every prompt, for acceptance by position (pooled and per category, with
     intervals), the looping count and exactness on more prompts than a timed race can afford."""
-    from mtplab.hf.study import acceptance_table, rejections_outside  # transformers
+    from mtplab.hf.study import acceptance_table, lab_decode, rejections_outside  # transformers
     by = {r.label: r for r in pairs(REAL)}
     stop = end_of_turn(heads.target)  # acceptance on the answer only
     ars = [decode_with("ar", heads.use(None, "full"), p, max_new_tokens=m, stop=stop).tokens for p in prompts]
@@ -205,7 +205,7 @@ def acceptance_study(heads, prompts: list[list[int]], cats: list[str], *, m: int
             continue
         traces, same = [], 0
         for p, ar in zip(prompts, ars):
-            tr = decode_with(r.method, heads.use(r.family, r.draft_vocab), p, max_new_tokens=m, k=r.k, stop=stop)
+            tr = lab_decode(r, heads.use(r.family, r.draft_vocab), p, m=m, stop=stop)  # the row as raced
             traces.append(tr)
             same += tr.tokens == ar
             if bar is not None:

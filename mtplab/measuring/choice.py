@@ -66,7 +66,8 @@ def row_stop(row: dict) -> float | None:
     return row.get("threshold") if row.get("adapt") == "confidence" else None
 
 
-def _what(k: int, stop: float | None) -> str:
+def setting(k: int, stop: float | None) -> str:
+    """'k=4, confidence stop 0.3' (or 'k=4'): a decode's setting in the words of the row labels."""
     return f"k={k}" + (f", confidence stop {stop:g}" if stop is not None else "")
 
 
@@ -82,7 +83,7 @@ def choose_k(name: str, method: str, *, k: int | None = None, heads=None, draft_
     with every one's median and range (at the chosen row's thread count), never 'fastest', which their ranges may
     not carry."""
     if k is not None:
-        return KChoice(k, "given", f"{_what(k, stop)}, given", stop=stop)
+        return KChoice(k, "given", f"{setting(k, stop)}, given", stop=stop)
     record = REAL_JSON if record is None else record
     fallback = min(FALLBACK_K, limit) if limit else FALLBACK_K
     threads = threads or torch.get_num_threads()
@@ -96,17 +97,18 @@ def choose_k(name: str, method: str, *, k: int | None = None, heads=None, draft_
     rows = [r for r in rows if (limit is None or r["k"] <= limit) and (stop is None or row_stop(r) == stop)
             and not (fixed and row_stop(r) is not None)]
     here = [r for r in rows if r.get("threads") == threads] or rows
+    only = (f", confidence stop {stop:g}" if stop is not None else "") + (", k-1 drafts every step" if fixed else "")
     if not here:
         of = f" with these heads (sha256 {sha[:12]})" if sha else ""
-        return KChoice(fallback, "default", f"{_what(fallback, stop)}, the default (the most the heads support, at "
+        return KChoice(fallback, "default", f"{setting(fallback, stop)}, the default (the most the heads support, at "
                        f"most {FALLBACK_K}): {where} has no exact row of {method}{of}, {draft_vocab} vocabulary, "
-                       f"{kernel} kernel; {RERUN} measures them", stop=stop)
+                       f"{kernel} kernel{only}; {RERUN} measures them", stop=stop)
     best = max(here, key=lambda r: r["speedup"])
     same = [best] + sorted((r for r in here if r is not best and r.get("threads") == best.get("threads")),
                            key=lambda r: -r["speedup"])  # like with like: one thread count
-    of = (f"exact row{'s' if len(same) > 1 else ''} of {method} in {where}" + (" with these heads" if sha else "")
+    of = (f"exact row{'s' if len(same) > 1 else ''} of {method}{only} in {where}" + (" with these heads" if sha else "")
           + f" at {best['threads']} thread{'s' if best['threads'] != 1 else ''}")
-    what = _what(best["k"], row_stop(best))
+    what = setting(best["k"], row_stop(best))
     if len(same) == 1:
         why = f"{what}, the only {of} ({best['label']}: {speedup_text(best)}), so the record compares no other k"
         if limit == best["k"]:

@@ -23,7 +23,7 @@ from mtplab.decoding.generate import decode_with, k_limit
 from mtplab.hf.real import REAL_MODELS, chat_ids, end_of_turn, shipped_heads
 from mtplab.measuring import timing
 from mtplab.measuring.race import race
-from mtplab.measuring.choice import choose_k, row_stop
+from mtplab.measuring.choice import choose_k, row_stop, setting
 from mtplab.measuring.record import Record, machine_text, speedup_text
 from mtplab.teaching.words import fastest_words, overlap, range_words
 
@@ -205,7 +205,8 @@ def label_of(spec, rec: dict | None = None) -> str:
     rows = pairs(next(iter(REAL_MODELS)))
     if not isinstance(spec, (tuple, list)) or len(spec) != 3 or tuple(spec[:2]) + (spec[2], "fp32") not in {
             (p.method, p.k, p.draft_vocab, p.dtype) for p in rows}:
-        names = "; ".join(f"({p.method!r}, {p.k}, {p.draft_vocab!r})" for p in rows if p.dtype == "fp32")
+        names = "; ".join(dict.fromkeys(f"({p.method!r}, {p.k}, {p.draft_vocab!r})" for p in rows
+                                        if p.dtype == "fp32" and p.stop is None))
         raise MtplabError(f"name a real-model row as (method, k, draft vocabulary) or by its label (got {spec!r}); "
                           f"the rows are {names}")
     return real_label(spec[0], spec[1], spec[2])
@@ -305,7 +306,7 @@ def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
     """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary that draft k-1 tokens
     every step, by k (the bf16 rows are lossy, their tokens may differ from fp32 AR's, so they are left out; the rows
     with a confidence stop are `stop_lines`'), and the table the notebook shows of them."""
-    ks = [r for r in _deepseek_reduced(rec) if row_stop(r) is None]
+    ks = _deepseek_reduced(rec)
     table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],
               "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}"} for r in ks]
     return ks, table
@@ -316,9 +317,12 @@ def _deepseek_reduced(rec: dict) -> list[dict]:
 
 
 def stop_lines(rec: dict, ks: list[dict]) -> list[str]:
-    """The record's DeepSeek rows with a confidence stop against the best of `ks` (k-1 drafts every step): each one's
-    median and range, and whether the ranges lie apart; nothing where the record has no such row."""
-    stops = [r for r in _deepseek_reduced(rec) if row_stop(r) is not None]
+    """The record's DeepSeek rows with a confidence stop (exact, fp32, a chain over the draft vocabulary) against
+    the best of `ks` (k-1 drafts every step): each one's median and range, and whether the ranges lie apart; nothing
+    where the record has no such row."""
+    stops = [r for r in _rows(rec) if r.get("family") == "deepseek" and r.get("draft_vocab") == "reduced"
+             and r.get("dtype", "fp32") == "fp32" and r.get("kernel", "exact") == "exact" and not r.get("widths")
+             and row_stop(r) is not None]
     if not stops or not ks:
         return []
     best = max(ks, key=lambda r: r["speedup"])
@@ -326,7 +330,7 @@ def stop_lines(rec: dict, ks: list[dict]) -> list[str]:
     for r in stops:
         side = ("above" if r["speedup_min"] > best["speedup_max"] else "below" if r["speedup_max"] < best["speedup_min"]
                 else None)
-        out.append(f"k = {r['k']}, drafts stopped below {row_stop(r):g} confidence: {speedup_text(r)}, "
+        out.append(f"{setting(r['k'], row_stop(r))} (drafts end at the first below that probability): {speedup_text(r)}, "
                    f"{r['tokens_per_forward']:.2f} tokens per forward; "
                    + (f"its range lies {side} the best fixed k's ({speedup_text(best)})" if side else
                       f"its range overlaps the best fixed k's ({speedup_text(best)}), so the record does not separate "
@@ -380,10 +384,12 @@ def study_row(rec: dict, label: str) -> tuple[dict | None, str]:
     if near is None:
         return None, f"{label!r} is not in the record's acceptance study; it has {list(study)}"
     _, k, other = near
+    stopped = (f" and k-1 drafts every step, not the row's confidence stop {row_stop(row):g}"
+               if row_stop(row) is not None else "")
     return {**study[other], "label": other}, (
-        f"the acceptance study decoded {other}, not {label}: the same heads and draft vocabulary at k={k}; the first "
-        f"draft comes from the same module either way, but the steps start at other positions, so the rates can differ "
-        f"a little")
+        f"the acceptance study decoded {other}, not {label}: the same heads and draft vocabulary at k={k}{stopped}; the "
+        f"first draft comes from the same module either way, but the steps start at other positions, so the rates can "
+        f"differ a little")
 
 
 def category_acceptance(row: dict, position: int = 0) -> list[dict]:
@@ -432,10 +438,11 @@ DEEPSEEK_V3_CITE = ("DeepSeek-V3 Technical Report §5.4.3: one MTP module, secon
 
 
 def exact_rows(rec: dict, threads: str = "1") -> list[dict]:
-    """The record's exact rows that draft with trained heads the way a decode does by default (fp32, a head family, the
-    exact kernel, a chain): the lab's MTP rows. The stock-kernel and token-tree rows are comparisons beside them."""
+    """The record's exact rows that draft with trained heads k-1 tokens every step (fp32, a head family, the exact
+    kernel, a chain): the lab's MTP rows, whose tokens per step and costs the notebooks take apart. The stock-kernel,
+    token-tree and confidence-stop rows are comparisons beside them (`stop_lines`)."""
     return [r for r in _rows(rec, threads) if r.get("family") and r.get("dtype", "fp32") == "fp32"
-            and r.get("kernel", "exact") == "exact" and not r.get("widths")]
+            and r.get("kernel", "exact") == "exact" and not r.get("widths") and row_stop(r) is None]
 
 
 def best_row(rec: dict, threads: str = "1") -> dict:
@@ -474,8 +481,9 @@ def record_heads_note(rec: dict, label: str) -> str | None:
 
 def best_words(rec: dict, threads: str = "1") -> str:
     """`best_row` in words the record carries: the fastest exact row with trained heads only when its range lies
-    apart from every other's (`words.fastest_words`), else the fastest by median within the rows it overlaps; and
-    `best_row`'s flag when it was measured with other heads than the shipped ones."""
+    apart from every other's (`words.fastest_words`), else the fastest by median within the rows it overlaps; a token
+    tree or a confidence stop with a higher median, beside it; and `best_row`'s flag when it was measured with other
+    heads than the shipped ones."""
     best = best_row(rec, threads)
     pool = [r for r in exact_rows(rec, threads) if (heads_note(r) is None) == (best["other_heads"] is None)]
     others = [r for r in pool if r["label"] != best["label"]]
@@ -488,6 +496,13 @@ def best_words(rec: dict, threads: str = "1") -> str:
         t = max(trees, key=lambda r: r["speedup"])
         words += (f"; a token tree beside the chains, {t['label']}, has a higher median: {speedup_text(t)}, "
                   + ("overlapping the chain's range" if overlap(t, best) else "above the chain's range"))
+    stops = [r for r in _rows(rec, threads) if r.get("family") and row_stop(r) is not None and not r.get("widths")
+             and r.get("kernel", "exact") == "exact" and r.get("dtype", "fp32") == "fp32"
+             and r["speedup"] > best["speedup"] and (heads_note(r) is None) == (best["other_heads"] is None)]
+    if stops:  # drafts ended at the first unsure one (`stop_lines`), above the chains by median: said, with its range
+        c = max(stops, key=lambda r: r["speedup"])
+        words += (f"; with a confidence stop, {c['label']}, has a higher median: {speedup_text(c)}, "
+                  + ("overlapping the chain's range" if overlap(c, best) else "above the chain's range"))
     return words + (f". {best['other_heads']}" if best["other_heads"] else "")
 
 
@@ -497,7 +512,7 @@ def k_words(choice) -> str:
     if choice.source != "record" or len(choice.rows) < 2:
         return choice.why
     best, *others = choice.rows
-    return choice.why + ": " + fastest_words(best, others, lambda r: f"k={r['k']}", among="k")
+    return choice.why + ": " + fastest_words(best, others, lambda r: setting(r["k"], row_stop(r)), among="k")
 
 
 def shipped_sha256(family: str | None) -> str | None:
@@ -738,9 +753,8 @@ def answer_line(trace, vocab, method: str, k: int, *, from_record: bool, stop: f
     """A chat answer's decode in one line: tokens, forwards, drafts accepted, and how many rejections fell at a
     token outside the draft vocabulary (which no draft could match)."""
     outside, rejections = outside_vocab(trace, vocab)
-    best = " (the record’s exact chain row with trained heads of the highest median)" if from_record else ""
-    stop_words = f", drafts stopped below {stop:g} confidence" if stop is not None else ""
-    return (f"{method}, k = {k}{stop_words}{best}: {len(trace.tokens)} tokens "
+    best = " (as generate --hf takes them: the record’s exact row of this method with the highest median)" if from_record else ""
+    return (f"{method}, {setting(k, stop)}{best}: {len(trace.tokens)} tokens "
             f"in {trace.forwards} target forwards ({trace.tokens_per_forward:.2f} per forward); "
             f"{trace.num_accepted_tokens} of {trace.num_draft_tokens} drafts accepted "
             f"({trace.num_accepted_tokens / max(1, trace.num_draft_tokens):.0%}); {outside} of {rejections} "

@@ -139,7 +139,8 @@ def test_the_real_rows_decode_a_llama_exactly_chain_tree_and_stock(chat_llama):
     heads = Heads(t, {"stern": (t.mtp, t.config)}, list(range(0, 320, 2)), str(chat_llama))
     labels = [real_label("blockwise-overlap", 4, "reduced"), real_label("blockwise-overlap", 4, "reduced",
                                                                        widths=(2, 1, 1)),
-              real_label("blockwise-overlap", 3, "reduced", widths=(2, 2)), real_label("ar", None, kernel="stock")]
+              real_label("blockwise-overlap", 3, "reduced", widths=(2, 2)), real_label("ar", None, kernel="stock"),
+              real_label("blockwise-overlap", 4, "reduced", stop=0.3)]
     prompts = [chat_ids(t, p) for p in ("def f(x):", "Why is the sky blue?", "2 + 2 =")]
     res = study(heads, prompts, ["code", "qa", "math"], rows=[pair("AR")] + [pair(lab) for lab in labels], m=24,
                 rounds=1)
@@ -148,4 +149,7 @@ def test_the_real_rows_decode_a_llama_exactly_chain_tree_and_stock(chat_llama):
         assert rows[lab]["identical_to_ar"] == 3, lab
     tree = rows[labels[1]]
     assert tree["widths"] == [2, 1, 1] and tree["k"] == 4 and "acceptance" not in tree  # a tree has no chain positions
-    assert rows[labels[-1]]["kernel"] == "stock" and t.kernel == "exact"  # the stock row hands the exact path back
+    assert rows[labels[3]]["kernel"] == "stock" and t.kernel == "exact"  # the stock row hands the exact path back
+    chain, stopped = rows[labels[0]], rows[labels[-1]]  # the same heads, drafts ended below 0.3 confidence
+    assert (chain["adapt"], chain["threshold"], stopped["adapt"], stopped["threshold"]) == ("fixed", None, "confidence",
+                                                                                          0.3)

@@ -99,7 +99,9 @@ def test_prompt_file_is_read_only_as_far_as_a_context_window(ckdir):
     (["--k", "3"], "--k is tokens per step of a speculative method; --method ar makes one token a forward"),
     (["--confidence-stop", "0.3"], "--confidence-stop ends the drafts of a speculative method's step; --method ar "
                                    "drafts nothing"),
-    (["--method", "ngram", "--confidence-stop", "1.5"], "--confidence-stop is a probability in (0, 1] (got 1.5)"),
+    (["--method", "meta", "--confidence-stop", "1.5"], "--confidence-stop is a probability in (0, 1] (got 1.5)"),
+    (["--method", "ngram", "--confidence-stop", "0.3"], "--confidence-stop reads the heads' own confidence; --method "
+                                                        "ngram drafts without heads and reports none"),
     (["--method", "ngram", "--k", "1000000"], "k=1000000 tokens per step cannot fit the context window of 128; "
                                               "use k <= 126"),
     (["--method", "ngram", "--k", "1", "--max-new-tokens", "125"],

@@ -100,12 +100,13 @@ def test_the_shipped_record_names_the_shipped_heads():
     """docs/bench/real.json: every head row names its heads file by sha256 and its kernel, and today's shipped heads
     are the record's, so `generate --hf smollm2` takes k from it (a retrained head file must rerun bench real)."""
     from mtplab.hf.real import shipped_heads
-    from mtplab.measuring.choice import REAL_JSON, choose_k, heads_sha256
+    from mtplab.measuring.choice import REAL_JSON, choose_k, heads_sha256, row_stop
     from mtplab.measuring.record import Record
     rec = Record.load(REAL_JSON)
     for r in rec.rows:
         assert r["kernel"] in ("exact", "stock")
         assert (r["heads_sha256"] is None) == (r["checkpoint"] is None)
+        assert r["adapt"] in ("fixed", "confidence") and (r["threshold"] is None) == (r["adapt"] == "fixed")
     ds = shipped_heads("smollm2", "deepseek")
     if ds is None:
         pytest.skip("no shipped DeepSeek heads")
@@ -116,7 +117,7 @@ def test_the_shipped_record_names_the_shipped_heads():
     if best is None:
         assert c.source == "default"
     else:
-        assert (c.k, c.source) == (best["k"], "record")
+        assert (c.k, c.stop, c.source) == (best["k"], row_stop(best), "record")
 
 
 # ------------------------------------------------------------------ generate --hf on a tiny chat Llama
@@ -212,13 +213,16 @@ def test_widget_takes_k_from_the_record_on_smollm2():
     if real.missing():
         pytest.skip(real.missing())
     from mtplab.hf.real import shipped_heads
-    from mtplab.measuring.choice import choose_k
+    from mtplab.measuring.choice import choose_k, row_stop
     from mtplab.teaching.acceptance_lab import session
     from mtplab.teaching.acceptance_lab.state import LabState
     models = session.ModelCache()
     s = session.change(LabState(), models, checkpoint="smollm2", method="deepseek-reuse")
-    want = choose_k("smollm2", "deepseek-reuse", heads=shipped_heads("smollm2", "deepseek"), draft_vocab="reduced",
-                    limit=8)
-    assert s.k == want.k and real.k_words(want) in s.note and not s.error  # the choice and whether the ranges rank it
+    kw = dict(heads=shipped_heads("smollm2", "deepseek"), draft_vocab="reduced", limit=8)
+    fixed = choose_k("smollm2", "deepseek-reuse", fixed=True, **kw)  # the widget shows k-1 drafts at every step
+    assert s.k == fixed.k and real.k_words(fixed) in s.note and not s.error  # the choice and whether the ranges rank it
+    assert fixed.stop is None and "k-1 drafts every step" in fixed.why
     assert session.change(LabState(), models, checkpoint="smollm2", method="deepseek-reuse", k=2).k == 2
-    assert real.default_k(real.load("cpu"), "deepseek-reuse") == want  # notebook 05, REAL_METHOD = "best"
+    want = choose_k("smollm2", "deepseek-reuse", **kw)  # generate --hf and notebook 05 (REAL_METHOD = "best")
+    assert real.default_k(real.load("cpu"), "deepseek-reuse") == want
+    assert want.stop == (row_stop(want.rows[0]) if want.rows else None)

@@ -128,7 +128,9 @@ def test_the_answer_line_names_the_row_by_its_median_not_as_the_best():
     tr = SimpleNamespace(tokens=[1] * 16, forwards=11, tokens_per_forward=16 / 11, num_accepted_tokens=5,
                          num_draft_tokens=10, steps=[])
     line = real.answer_line(tr, None, "deepseek", 2, from_record=True)
-    assert "of the highest median" in line and "best" not in line
+    assert line.startswith("deepseek, k=2 (") and "with the highest median" in line and "best" not in line
+    line = real.answer_line(tr, None, "deepseek-reuse", 4, from_record=True, stop=0.3)
+    assert line.startswith("deepseek-reuse, k=4, confidence stop 0.3 (as generate --hf takes them")
 
 
 def test_gap_words_print_a_gap_equal_to_the_printed_figures():
@@ -194,3 +196,17 @@ def test_the_record_caption_speaks_of_bf16_rows_only_where_the_record_has_them()
     assert "bf16 rows" not in caption and rows[0]["dtype"] == row.get("dtype", "fp32") != "bf16"
     caption, _ = real.record_table({**rec, "rows": [row, {**row, "dtype": "bf16", "label": row["label"] + ", bf16"}]})
     assert "The bf16 rows give up exactness" in caption
+
+
+def test_best_words_name_a_confidence_stop_above_the_chains(shipped):
+    """A row whose drafts end at the first unsure one is not ranked among the chains (`exact_rows`: k-1 drafts every
+    step, whose costs the notebooks take apart); one of a higher median is said beside the best chain."""
+    rec = _record()
+    stop = {**_row("DeepSeek D=1 reused, k=4, reduced vocab, confidence stop 0.3", 4, 1.45, 1.41, 1.48),
+            "adapt": "confidence", "threshold": 0.3}
+    rec["rows"].append(stop)
+    assert real.best_row(rec)["label"] == "DeepSeek D=1, k=2, reduced vocab"
+    assert ("with a confidence stop, DeepSeek D=1 reused, k=4, reduced vocab, confidence stop 0.3, has a higher "
+            "median: 1.45x AR, range 1.41-1.48, above the chain's range") in real.best_words(rec)
+    stop.update(speedup=1.0, speedup_min=0.9, speedup_max=1.1)
+    assert "confidence stop" not in real.best_words(rec)

@@ -215,7 +215,8 @@ def test_the_k_sweep_keeps_fixed_rows_and_the_stop_rows_say_where_their_ranges_l
     ks, table = real.k_sweep(rec)
     assert [r["label"] for r in ks] == ["k=3", "k=4"] and len(table) == 2
     above, overlapping = real.stop_lines(rec, ks)
-    assert above.startswith("k = 4, drafts stopped below 0.3 confidence: 1.65x AR, range 1.62-1.68")
+    assert above.startswith("k=4, confidence stop 0.3 (drafts end at the first below that probability): 1.65x AR, "
+                            "range 1.62-1.68")
     assert "lies above the best fixed k's (1.58x AR, range 1.56-1.60)" in above
     assert "overlaps the best fixed k's" in overlapping and "does not separate them" in overlapping
     assert real.stop_lines({"rows": rec["rows"][:2]}, ks) == []
