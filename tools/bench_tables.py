@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from mtplab.errors import MtplabError
+from mtplab.measuring.choice import STOP_NOTE
 from mtplab.measuring.record import Record, machine_text
 from tools import readme_section
 
@@ -170,6 +171,8 @@ def real_table() -> str:
         parts.append(_table(intro, ["row", "tokens per forward", "wall clock vs AR (range)",
                                     "1st draft accepted (95%)", "step ms: target / drafter / rest", "looping",
                                     "= AR", "= generate"], rows))
+        if any(r.get("adapt") == "confidence" for r in at):
+            parts.append(STOP_NOTE)
         low = [r for r in at if "vs_ar_same_dtype" in r]
         if low:
             parts.append("The bf16 rows are lossy (their tokens may differ from fp32 AR's) and their speed is "

@@ -22,7 +22,7 @@ from mtplab.device import machine, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.prompts import heldout_ids
 from mtplab.hf.real import REAL_MODELS, end_of_turn, shipped_heads
-from mtplab.measuring.choice import REAL_JSON, heads_sha256
+from mtplab.measuring.choice import REAL_JSON, STOP_NOTE, heads_sha256
 from mtplab.measuring.quality import loop_period
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
@@ -246,6 +246,7 @@ def flat_rows(name: str, studies: dict) -> list[dict]:
 
 def markdown(rec: dict, studies: dict) -> str:
     md = "\n\n".join(f"### {n} thread{'s' if n != '1' else ''}\n\n{table(s)}\n\n{s['verdict']}"
+                      + ("\n\n" + STOP_NOTE if any(r.get("adapt") == "confidence" for r in s["rows"]) else "")
                       for n, s in studies.items())
     return md + "\n\n### t(q)/t(1)\n\n" + "\n".join(
         f"- {n} thread(s), {name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(f"t({q})/t(1) = {r:.2f}"

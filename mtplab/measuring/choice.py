@@ -60,6 +60,12 @@ def record_rows(rec: Record, name: str, method: str, *, heads_sha: str | None, d
     return out
 
 
+# said under a table of record rows with a confidence stop (`bench real`'s, the README's): their acceptance column
+STOP_NOTE = ("A row with a confidence stop counts its first drafts over the steps that drafted: a step whose first "
+             "draft fell under the threshold drafted nothing and is not counted, so its rate is not comparable with "
+             "the rows that draft k-1 every step.")
+
+
 def row_stop(row: dict) -> float | None:
     """A record row's confidence stop: its threshold where it adapted by confidence (`adapt`, as bench k names the
     policies), else None (k-1 drafts every step)."""
