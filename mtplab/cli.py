@@ -400,13 +400,7 @@ def _real_model_parsers(sub) -> None:
     f.set_defaults(func=_preflight)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-
-    _train_parser(sub)
-    _train_hf_model_parser(sub)
-
+def _generate_parser(sub):
     g = sub.add_parser("generate", help="generate text, autoregressively or speculatively")
     g.add_argument("--method", default="ar",
                    help=" | ".join(METHODS) + " (deepseek-reuse: the DeepSeek module applied again for each "
@@ -445,8 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft-hf", default=None, help="--hf, method draft-model: a smaller model with the same tokenizer")
     g.set_defaults(func=_generate)
 
-    _real_model_parsers(sub)
 
+def _bench_parser(sub):
     b = sub.add_parser("bench", help="benchmarks (run alone: they time things)")
     b.add_argument("what", choices=["train", "cost-curve", "decode", "crossover", "batch", "tree", "regime", "k",
                                     "peers", "domain", "real"])
@@ -463,6 +457,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     b.add_argument("--out", default="build/bench")
     b.set_defaults(func=_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtplab", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    _train_parser(sub)
+    _train_hf_model_parser(sub)
+    _generate_parser(sub)
+    _real_model_parsers(sub)
+    _bench_parser(sub)
     return p
 
 
