@@ -104,6 +104,11 @@ class ConfidenceStop:
 POLICIES = {"fixed": Fixed, "schedule": Schedule, "confidence": ConfidenceStop}
 
 
+def stop_at(threshold: float | None) -> dict:
+    """`generate.decode_with`'s keywords for a confidence stop at `threshold` (None: k-1 drafts every step)."""
+    return {} if threshold is None else {"adapt": "confidence", "threshold": threshold}
+
+
 def policy(name: str | None, **kw):
     """A fresh policy by name (None: fixed). Each decode needs its own (a schedule has state)."""
     if name is None:

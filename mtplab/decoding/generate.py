@@ -101,7 +101,7 @@ def run_generate(*, method="ar", checkpoint=None, prompt: str, max_new_tokens=64
     t0 = now(dev)
     trace = decode_with(method, model, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
                         top_k=top_k, seed=seed, alpha=alpha, draft_model=draft,
-                        **({} if confidence is None else {"adapt": "confidence", "threshold": confidence}))
+                        **adaptive.stop_at(confidence))
     res = trace.summary()
     res.update(checkpoint=name, device=describe(dev), wall_s=now(dev) - t0, confidence_stop=confidence)
     return res

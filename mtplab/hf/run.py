@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 import torch
 from mtplab.errors import MtplabError
+from mtplab.decoding import adaptive
 from mtplab.decoding.drafters import method as get_method
 from mtplab.decoding.generate import DTYPES, decode_with
 from mtplab.device import describe, now, pick
@@ -83,7 +84,7 @@ def run_hf_generate(*, hf: str, heads_checkpoint=None, method="ar", prompt: str,
         t0 = now()
         trace = decode_with(method, target, ids, max_new_tokens=max_new_tokens, k=k, temperature=temperature,
                             top_k=top_k, seed=seed, alpha=alpha, draft_model=draft, stop=stop,
-                            **({} if confidence is None else {"adapt": "confidence", "threshold": confidence}))
+                            **adaptive.stop_at(confidence))
         wall = now() - t0
     res = trace.summary(target.decode)  # the text by the model's own tokenizer
     res.update(checkpoint=str(heads_checkpoint) if heads_checkpoint else target.path, hf=target.path,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 import torch
 
+from mtplab.decoding import adaptive
 from mtplab.decoding.drafters import METHODS, Pair, method as get_method, pairs
 from mtplab.decoding.generate import decode_with
 from mtplab.decoding.trace import pooled
@@ -86,8 +87,7 @@ def lab_decode(row: Pair, target, ids, *, m: int, stop: int | None):
     if row.widths:
         drafter = METHODS[row.method].make(target)
         return tree_speculative(target, drafter, ids, max_new_tokens=m, widths=row.widths, stop=stop)
-    adapt = {} if row.stop is None else {"adapt": "confidence", "threshold": row.stop}
-    return decode_with(row.method, target, ids, max_new_tokens=m, k=row.k, stop=stop, **adapt)
+    return decode_with(row.method, target, ids, max_new_tokens=m, k=row.k, stop=stop, **adaptive.stop_at(row.stop))
 
 
 def on_kernel(kernel: str, target, fn):

@@ -15,6 +15,7 @@ import torch
 
 from mtplab import paths
 from mtplab.device import machine
+from mtplab.decoding import adaptive
 from mtplab.decoding.drafters import METHODS, pairs, real_label
 from mtplab.errors import MtplabError
 from mtplab.files import sha256
@@ -734,7 +735,7 @@ def chat_answer(smol, method: str, k: int, prompt: str, *, max_new_tokens: int, 
     target = smol.use("deepseek" if method.startswith("deepseek") else "stern", "reduced")
     trace = decode_with(method, target, chat_ids(target, prompt), max_new_tokens=max_new_tokens, k=k,
                         stop=end_of_turn(target),  # the answer ends at the end of its turn
-                        **({} if stop is None else {"adapt": "confidence", "threshold": stop}))
+                        **adaptive.stop_at(stop))
     return target, trace
 
 
