@@ -321,9 +321,7 @@ def stop_lines(rec: dict, ks: list[dict]) -> list[str]:
     """The record's DeepSeek rows with a confidence stop (exact, fp32, a chain over the draft vocabulary) against
     the best of `ks` (k-1 drafts every step): each one's median and range, and whether the ranges lie apart; nothing
     where the record has no such row."""
-    stops = [r for r in _rows(rec) if r.get("family") == "deepseek" and r.get("draft_vocab") == "reduced"
-             and r.get("dtype", "fp32") == "fp32" and r.get("kernel", "exact") == "exact" and not r.get("widths")
-             and row_stop(r) is not None]
+    stops = [r for r in stop_rows(rec) if r["family"] == "deepseek" and r.get("draft_vocab") == "reduced"]
     if not stops or not ks:
         return []
     best = max(ks, key=lambda r: r["speedup"])
@@ -442,8 +440,17 @@ def exact_rows(rec: dict, threads: str = "1") -> list[dict]:
     """The record's exact rows that draft with trained heads k-1 tokens every step (fp32, a head family, the exact
     kernel, a chain): the lab's MTP rows, whose tokens per step and costs the notebooks take apart. The stock-kernel,
     token-tree and confidence-stop rows are comparisons beside them (`stop_lines`)."""
+    return [r for r in _head_chains(rec, threads) if row_stop(r) is None]
+
+
+def stop_rows(rec: dict, threads: str = "1") -> list[dict]:
+    """The record's exact chains with trained heads whose drafts end at a confidence stop (`exact_rows`' siblings)."""
+    return [r for r in _head_chains(rec, threads) if row_stop(r) is not None]
+
+
+def _head_chains(rec: dict, threads: str) -> list[dict]:
     return [r for r in _rows(rec, threads) if r.get("family") and r.get("dtype", "fp32") == "fp32"
-            and r.get("kernel", "exact") == "exact" and not r.get("widths") and row_stop(r) is None]
+            and r.get("kernel", "exact") == "exact" and not r.get("widths")]
 
 
 def best_row(rec: dict, threads: str = "1") -> dict:
@@ -497,9 +504,8 @@ def best_words(rec: dict, threads: str = "1") -> str:
         t = max(trees, key=lambda r: r["speedup"])
         words += (f"; a token tree beside the chains, {t['label']}, has a higher median: {speedup_text(t)}, "
                   + ("overlapping the chain's range" if overlap(t, best) else "above the chain's range"))
-    stops = [r for r in _rows(rec, threads) if r.get("family") and row_stop(r) is not None and not r.get("widths")
-             and r.get("kernel", "exact") == "exact" and r.get("dtype", "fp32") == "fp32"
-             and r["speedup"] > best["speedup"] and (heads_note(r) is None) == (best["other_heads"] is None)]
+    stops = [r for r in stop_rows(rec, threads)
+             if r["speedup"] > best["speedup"] and (heads_note(r) is None) == (best["other_heads"] is None)]
     if stops:  # drafts ended at the first unsure one (`stop_lines`), above the chains by median: said, with its range
         c = max(stops, key=lambda r: r["speedup"])
         words += (f"; with a confidence stop, {c['label']}, has a higher median: {speedup_text(c)}, "
