@@ -16,6 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from mtplab import platform_compat as compat
 from mtplab.errors import MtplabError
 
 MAX_JSON = 16 << 20  # bytes of a JSON file we are willing to read (a checkpoint's NAME.json, a manifest, a record)
@@ -82,7 +83,7 @@ def read_bounded(path, *, limit: int, what: str, fix: str) -> bytes:
     memory runs out), then read up to limit + 1 bytes, so that a file that grows while it is read is refused too."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | compat.O_NONBLOCK | compat.O_CLOEXEC | compat.O_BINARY)
     except OSError as e:
         raise MtplabError(f"cannot read {path} ({e.strerror or e}); {fix}") from None
     try:
@@ -127,7 +128,7 @@ def safetensors_header(path) -> tuple[dict, dict, dict]:
     tensors exactly cover the file (a truncated or padded file is refused, never handed to safetensors). Read here,
     not through safe_open, which maps the whole file: a header naming a 40 GB tensor in a sparse file is refused from
     its few bytes of JSON. Raises ValueError (or OSError, RecursionError, TypeError, KeyError) for the caller to word."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | compat.O_NONBLOCK | compat.O_CLOEXEC | compat.O_BINARY)
     with os.fdopen(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         n = int.from_bytes(f.read(8), "little")

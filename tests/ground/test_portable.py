@@ -308,6 +308,20 @@ def test_no_module_imports_a_posix_only_module_unguarded():
     assert not bad, bad
 
 
+def test_every_file_the_package_opens_is_opened_in_binary_mode():
+    """Windows opens a file in text mode unless O_BINARY is asked for (CRLF turned into LF, ^Z read as the end), so
+    every `os.open` of the package ORs in `platform_compat.O_BINARY` (0 on POSIX). Left out: a directory opened to be
+    fsynced and the null device, neither of which is read."""
+    bad = []
+    for p in sorted((ROOT / "mtplab").rglob("*.py")):
+        for s in ast.walk(ast.parse(p.read_text())):
+            if isinstance(s, ast.Call) and ast.unparse(s.func) == "os.open" and len(s.args) >= 2:
+                where, flags = ast.unparse(s.args[0]), ast.unparse(s.args[1])
+                if "O_BINARY" not in flags and where not in ("d", "os.devnull"):
+                    bad.append(f"{p.relative_to(ROOT)}:{s.lineno} os.open({where}, {flags})")
+    assert not bad, bad
+
+
 def _guarded(tree: ast.AST, node: ast.AST) -> bool:
     """True when `node` sits in the branch of an `if hasattr(os, ...)` (statement or expression) that runs when
     the name is there."""
