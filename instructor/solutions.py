@@ -111,4 +111,7 @@ def laptop_prediction(record, row):
     ratio = {int(q): v for q, v in record["classroom"]["ratio"].items()}
     plain = METHODS[r["method"]].schedule == "plain"  # the plain schedule verifies k - 1 tokens after a predict forward
     q = r["k"] - 1 if plain else r["k"]
+    if q not in ratio:  # t(3)/t(1): between the two nearest q the record measured, linearly
+        lo, hi = max(x for x in ratio if x < q), min(x for x in ratio if x > q)
+        ratio[q] = ratio[lo] + (ratio[hi] - ratio[lo]) * (q - lo) / (hi - lo)
     return r["tokens_per_step"] / (ratio[q] + r["draft_t1"] + (1.0 if plain else 0.0))

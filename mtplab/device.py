@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -66,8 +68,26 @@ def now(device="cpu") -> float:
     return time.perf_counter()
 
 
+def _sysctl(name: str) -> str | None:
+    """macOS's `sysctl -n NAME` (the CPU's name and caches, which macOS keeps out of /proc and /sys); None elsewhere,
+    or where the key does not exist on this Mac."""
+    if sys.platform != "darwin":
+        return None
+    try:
+        r = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = r.stdout.strip()
+    return out if r.returncode == 0 and out else None
+
+
 def _llc_bytes() -> int | None:
-    """The last-level cache of CPU 0, in bytes, from sysfs (Linux); None where it cannot be read."""
+    """The last-level cache of CPU 0, in bytes, from sysfs (Linux) or sysctl (macOS: Apple Silicon reports no L3,
+    so its performance cores' L2); None where it cannot be read."""
+    for key in ("hw.l3cachesize", "hw.perflevel0.l2cachesize", "hw.l2cachesize"):
+        v = _sysctl(key)
+        if v is not None and v.isdigit() and int(v) > 0:
+            return int(v)
     best = None
     for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
@@ -107,6 +127,9 @@ def cpu_words(cpuinfo: str) -> str | None:
 
 
 def _cpu_model() -> str:
+    brand = _sysctl("machdep.cpu.brand_string")  # macOS: "Apple M2", where platform.processor() says "arm"
+    if brand:
+        return brand
     try:
         found = cpu_words(Path("/proc/cpuinfo").read_text())
         if found:

@@ -349,6 +349,26 @@ def test_cpu_seconds_reads_each_systems_fields(monkeypatch, times, busy, total):
     assert compat.cpu_seconds() == (pytest.approx(busy), pytest.approx(total))
 
 
+def test_a_mac_names_its_cpu_and_cache_through_sysctl(monkeypatch):
+    """macOS has no /proc/cpuinfo or /sys caches, and platform.processor() says only "arm": the machine line reads
+    sysctl there (an Apple Silicon Mac reports no L3, so its performance cores' L2 stands as the last level)."""
+    import subprocess
+
+    from mtplab import device
+    answers = {"machdep.cpu.brand_string": "Apple M2", "hw.perflevel0.l2cachesize": "16777216"}
+
+    def fake_run(cmd, **kw):
+        value = answers.get(cmd[-1])
+        return subprocess.CompletedProcess(cmd, 0 if value else 1, stdout=(value or "") + "\n", stderr="")
+    monkeypatch.setattr(device.sys, "platform", "darwin")
+    monkeypatch.setattr(device.subprocess, "run", fake_run)
+    m = device.machine("cpu")
+    assert m["cpu"] == "Apple M2" and m["llc_bytes"] == 16 << 20 and m["llc"] == "16 MiB"
+    monkeypatch.setattr(device.sys, "platform", "linux")  # elsewhere sysctl is never asked
+    monkeypatch.setattr(device.subprocess, "run", lambda *a, **k: pytest.fail("sysctl asked off macOS"))
+    assert device.machine("cpu")["cpu"] != "Apple M2"
+
+
 def test_cpu_seconds_is_none_without_psutil_or_when_it_refuses(monkeypatch):
     monkeypatch.setattr(compat, "psutil", None)
     assert compat.cpu_seconds() is None
@@ -583,6 +603,19 @@ def test_the_student_copy_holds_no_reference_solution():
             if hit:
                 leaks.append(f"{f.relative_to(ROOT)}: {name} = instructor.solutions.{hit[0]}")
     assert not leaks, leaks
+
+
+def test_the_guide_holds_no_answer_of_the_instructors_key():
+    """The guide ships in the students' copy, so its table of what each checker compares with names no answer: the
+    answers (in backticks in the key's middle column) live in instructor/answers.md, which the copy leaves out."""
+    key = ROOT / "instructor" / "answers.md"
+    if not key.exists():
+        pytest.skip("the student copy has no instructor key")
+    rows = [r.split("|") for r in key.read_text().splitlines() if r.startswith("| ") and not r.startswith("| notebook")]
+    answers = [a for r in rows for a in re.findall(r"`([^`]+)`", r[3]) if not re.fullmatch(r"[\w./]+", a)]  # not a name
+    assert len(answers) >= 12
+    guide = " ".join((ROOT / "docs" / "teaching.md").read_text().split())
+    assert not [a for a in answers if " ".join(a.split()) in guide]
 
 
 @pytest.mark.skipif(not shutil.which("make"), reason="needs make")
