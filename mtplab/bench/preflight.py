@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from mtplab import paths
+from mtplab.bench.report import curve_record, curve_words
 from mtplab.device import machine, machine_words, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, gguf_path
@@ -54,21 +55,15 @@ def install_checks() -> dict:
 
 def _curve(model, qs, repeats, *, name: str) -> dict:
     """t(1) and t(q)/t(1) with 128 tokens in the cache; `name` says which weights (the class compares like with like)."""
-    c = measure_cost_curve(model, qs, context=128, repeats=repeats)
-    return {"model": name, "t1_ms": 1e3 * c.seconds[1], "ratio": {str(q): r for q, r in c.ratio.items()}}
+    return {"model": name, **curve_record(measure_cost_curve(model, qs, context=128, repeats=repeats))}
 
 
 def _to_predict(rows: list[dict]) -> list[dict]:
     """Each shipped row's inputs for a prediction on this machine (its method, k, tokens per step, the drafter's cost
     in units of t(1), the speedup raced on the record's machine); the prediction itself is the student's to make."""
-    out = []
-    for r in rows:
-        tps, k = r.get("tps"), r.get("k")
-        if tps is None or not k:
-            continue
-        out.append({"row": r["row"], "method": r["method"], "k": k, "tokens_per_step": tps,
-                    "draft_t1": r.get("draft_t1", 0.0), "measured_there": r.get("measured")})
-    return out
+    return [{"row": r["row"], "method": r["method"], "k": r["k"], "tokens_per_step": r["tps"],
+             "draft_t1": r.get("draft_t1", 0.0), "measured_there": r.get("measured")}
+            for r in rows if r.get("tps") is not None and r.get("k")]
 
 
 def _pos(x) -> bool:
@@ -188,9 +183,7 @@ def report(rec: dict) -> str:
     lines += [f"install {k}: {v}" for k, v in rec["install"].items()]
     for name in ("classroom", REAL):
         if name in rec:
-            c = rec[name]
-            lines.append(f"{name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(
-                f"t({q})/t(1) = {r:.2f}" for q, r in c["ratio"].items() if q != "1"))
+            lines.append(f"{name}: {curve_words(rec[name])}")
     for name, rows in rec["predictions"].items():
         for r in rows:
             there = f"; raced on the record's machine: {r['measured_there']:.2f}x" if r["measured_there"] else ""
