@@ -87,7 +87,7 @@ def run_train(a) -> dict:
     from tqdm.auto import tqdm
     for label, heads, k, eff in tqdm(configs, desc="bench train"):
         spec = dict(common, heads=heads, k=k, efficient=eff)
-        r = subprocess.run([sys.executable, "-c", "import json,sys; from mtplab.bench import _train_probe; "
+        r = subprocess.run([sys.executable, "-c", "import json,sys; from mtplab.bench.costs import _train_probe; "
                             "print(json.dumps(_train_probe(json.loads(sys.argv[1]))))", json.dumps(spec)],
                            capture_output=True, text=True, check=True)
         rows.append({"config": label, **json.loads(r.stdout.strip().splitlines()[-1])})
