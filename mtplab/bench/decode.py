@@ -24,7 +24,7 @@ from mtplab.device import describe, machine, pick
 from mtplab.decoding.drafters import pairs
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.race import race
-from mtplab.measuring.speedup import verify_width
+from mtplab.measuring.speedup import tokens_per_step, verify_width
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.decoding.trace import Trace, conditional_counts, pooled
 from mtplab.bench.report import held_out_count, _md, _write
@@ -62,7 +62,7 @@ def _row(label, method, name, k, traces, ratios, curve, mismatches, ar_traces) -
     forward over one new token at the decode's own cache lengths)."""
     tr = pooled(traces)
     steps = tr.decoding_steps  # the prefills (`Step.prefill`) draft nothing
-    tps = sum(len(s.emitted) for s in steps) / max(1, len(steps))  # tokens per step after the prefill
+    tps = tokens_per_step(tr)  # tokens per step after the prefill
     acc = (tr.acceptance_rate_per_position + [0.0] * (k - 1))[:k - 1]
     counts = conditional_counts(tr)  # (accepted, reached) per position
     counts = (counts + [(0, 0)] * (k - 1))[:k - 1]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import platform
 import stat
@@ -32,7 +31,7 @@ from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint
-from mtplab.files import atomic_write_text, os_reason
+from mtplab.files import atomic_write_text, finite, os_reason
 
 REAL = next(iter(REAL_MODELS))  # the real model preflight times (hf.real.REAL_MODELS names it)
 NEEDS = {"notebooks": ("matplotlib", "ipywidgets", "jupyterlab", "papermill"), "hf": ("transformers", "gguf")}
@@ -67,7 +66,7 @@ def _to_predict(rows: list[dict]) -> list[dict]:
 
 
 def _pos(x) -> bool:
-    return type(x) in (int, float) and math.isfinite(x) and x > 0
+    return finite(x) and x > 0
 
 
 def _shipped_record(p: Path, read) -> list[dict]:
@@ -79,8 +78,8 @@ def _shipped_record(p: Path, read) -> list[dict]:
         rows = read(Record.load(p))
         bad = next((r for r in rows if not (isinstance(r["row"], str) and isinstance(r["method"], str)
                                             and type(r["k"]) is int and r["k"] >= 1 and _pos(r["tps"])
-                                            and type(r["draft_t1"]) in (int, float) and math.isfinite(r["draft_t1"])
-                                            and r["draft_t1"] >= 0 and (r["measured"] is None or _pos(r["measured"])))),
+                                            and finite(r["draft_t1"]) and r["draft_t1"] >= 0
+                                            and (r["measured"] is None or _pos(r["measured"])))),
                    None)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError) as e:
         if isinstance(e, MtplabError):
