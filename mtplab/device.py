@@ -109,11 +109,9 @@ def cpu_words(cpuinfo: str) -> str | None:
 def _cpu_model() -> str:
     try:
         found = cpu_words(Path("/proc/cpuinfo").read_text())
-        if found:
-            return found
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        found = None
+    return found or platform.processor() or platform.machine()
 
 
 def machine(device: torch.device | str = "cpu") -> dict:
