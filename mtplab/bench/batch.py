@@ -20,9 +20,8 @@ from mtplab.device import describe
 from mtplab.decoding.drafters import FAMILIES, METHODS, default_for_family
 from mtplab.decoding.generate import load_for, max_k
 from mtplab.decoding.tree import nodes_per_depth, tree_speculative
-from mtplab.measuring.timing import batch_cost_ratio
+from mtplab.measuring.timing import batch_cost_ratio, measure_batch
 from mtplab.data import held_out_ids
-from mtplab.measuring.timing import measure_batch
 from mtplab.bench.report import _md, _write
 from mtplab.model import kernels
 

@@ -13,13 +13,11 @@ import torch
 
 from mtplab.measuring.race import race
 from mtplab.model.config import preset as get_preset
-from mtplab.device import describe, pick
+from mtplab.device import describe, now, pick
 from mtplab.decoding.generate import DTYPES
 from mtplab.measuring.timing import measure_cost_curve
-from mtplab.device import now
 from mtplab.model.gpt import GPT
-from mtplab.bench.report import _md
-from mtplab.bench.report import _write
+from mtplab.bench.report import _md, _write
 from mtplab.decoding.drafters import OracleDrafter
 from mtplab.decoding.loop import autoregressive, speculative
 from mtplab.training.steps import train_step
@@ -89,7 +87,7 @@ def run_train(a) -> dict:
     from tqdm.auto import tqdm
     for label, heads, k, eff in tqdm(configs, desc="bench train"):
         spec = dict(common, heads=heads, k=k, efficient=eff)
-        r = subprocess.run([sys.executable, "-c", "import json,sys; from mtplab.bench import _train_probe; "
+        r = subprocess.run([sys.executable, "-c", "import json,sys; from mtplab.bench.costs import _train_probe; "
                             "print(json.dumps(_train_probe(json.loads(sys.argv[1]))))", json.dumps(spec)],
                            capture_output=True, text=True, check=True)
         rows.append({"config": label, **json.loads(r.stdout.strip().splitlines()[-1])})
@@ -108,7 +106,6 @@ def run_train(a) -> dict:
 # ------------------------------------------------------------------------------------ crossover
 def run_crossover(a) -> dict:
     from tqdm.auto import tqdm
-
 
     dev = pick(a.device)
     widths = [128, 256, 512] if a.quick else [128, 256, 512, 768, 1024, 1536]

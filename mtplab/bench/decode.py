@@ -24,13 +24,12 @@ from mtplab.device import describe, machine, pick
 from mtplab.decoding.drafters import pairs
 from mtplab.decoding.generate import DTYPES, decode_with, load_for, max_k
 from mtplab.measuring.race import race
-from mtplab.measuring.speedup import verify_width
+from mtplab.measuring.speedup import tokens_per_step, verify_width
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.decoding.trace import Trace, conditional_counts, pooled
-from mtplab.bench.report import _md, _write
+from mtplab.bench.report import held_out_count, _md, _write
 from mtplab.data import held_out_prompts
 from mtplab.measuring.theory import predicted_speedup
-from mtplab.errors import MtplabError
 from mtplab.model import checkpoint as ckpt
 from mtplab.tokenizer import encode
 
@@ -63,7 +62,7 @@ def _row(label, method, name, k, traces, ratios, curve, mismatches, ar_traces) -
     forward over one new token at the decode's own cache lengths)."""
     tr = pooled(traces)
     steps = tr.decoding_steps  # the prefills (`Step.prefill`) draft nothing
-    tps = sum(len(s.emitted) for s in steps) / max(1, len(steps))  # tokens per step after the prefill
+    tps = tokens_per_step(tr)  # tokens per step after the prefill
     acc = (tr.acceptance_rate_per_position + [0.0] * (k - 1))[:k - 1]
     counts = conditional_counts(tr)  # (accepted, reached) per position
     counts = (counts + [(0, 0)] * (k - 1))[:k - 1]
@@ -119,9 +118,7 @@ def run_decode(a) -> dict:
     dev = pick(a.device)
     n_prompts, m, reps = (4, 64, 2) if a.quick else (20, 128, 3)
     if getattr(a, "prompts", None) is not None:
-        if not 1 <= a.prompts <= 20:
-            raise MtplabError(f"--prompts must be in 1..20, the held-out prompts there are (got {a.prompts})")
-        n_prompts = a.prompts
+        n_prompts = held_out_count(a)
     prompts = [encode(p)[:48] for p in held_out_prompts("code", n_prompts, 48)]
     models = {p.checkpoint: load_for(p.method, p.checkpoint, device=a.device, dtype=a.dtype)[0] for p in ROWS}
     draft = ckpt.load("draft", device=dev, dtype=DTYPES[a.dtype])

@@ -18,6 +18,7 @@ from mtplab.decoding.drafters import METHODS, pair
 from mtplab.decoding.generate import load_for, max_k
 from mtplab.decoding.trace import pooled
 from mtplab.device import pick
+from mtplab.measuring.speedup import tokens_per_step
 from mtplab.measuring.theory import predicted_speedup
 from mtplab.measuring.timing import interleaved_race, measure_cost_curve
 
@@ -28,8 +29,7 @@ SWEEP = [pair(label) for label in ("blockwise-overlap", "meta", "deepseek D=3", 
 def _row(label, method, name, k, race, curve, adapt=None) -> dict:
     tr = pooled(race["traces"])
     ar = pooled(race["ar_traces"])
-    steps = tr.decoding_steps  # the prefills (`Step.prefill`) draft nothing
-    tps = sum(len(s.emitted) for s in steps) / max(1, len(steps))
+    tps = tokens_per_step(tr)  # after the prefills (`Step.prefill`), which draft nothing
     draft_cost = tr.time_split()["draft_s"] / max(1e-12, ar.time_split()["target_s"])
     plain = METHODS[method].schedule == "plain"
     return {"label": label, "method": method, "checkpoint": name, "k": k, "adapt": adapt or "fixed",

@@ -26,8 +26,7 @@ from mtplab.data import held_out_prompts
 from mtplab.decoding.drafters import NgramDrafter, check_same_vocabulary, default_for_family
 from mtplab.decoding.generate import decode_with, max_k
 from mtplab.decoding.loop import speculative
-from mtplab.device import now
-from mtplab.device import pick
+from mtplab.device import now, pick
 from mtplab.errors import MtplabError
 from mtplab.measuring.race import race
 from mtplab.measuring.timing import untimed_output

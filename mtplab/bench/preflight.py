@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import platform
 import stat
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 
 from mtplab import paths
+from mtplab.bench.report import curve_record, curve_words
 from mtplab.device import machine, machine_words, pick
 from mtplab.errors import MtplabError
 from mtplab.hf.real import REAL_MODELS, gguf_path
@@ -31,7 +31,7 @@ from mtplab.measuring.race import NOT_MEASURED, LoadMeter, busy_reason
 from mtplab.measuring.record import Record
 from mtplab.measuring.timing import measure_cost_curve
 from mtplab.model import checkpoint
-from mtplab.files import atomic_write_text, os_reason
+from mtplab.files import atomic_write_text, finite, os_reason
 
 REAL = next(iter(REAL_MODELS))  # the real model preflight times (hf.real.REAL_MODELS names it)
 NEEDS = {"notebooks": ("matplotlib", "ipywidgets", "jupyterlab", "papermill"), "hf": ("transformers", "gguf")}
@@ -54,25 +54,19 @@ def install_checks() -> dict:
 
 def _curve(model, qs, repeats, *, name: str) -> dict:
     """t(1) and t(q)/t(1) with 128 tokens in the cache; `name` says which weights (the class compares like with like)."""
-    c = measure_cost_curve(model, qs, context=128, repeats=repeats)
-    return {"model": name, "t1_ms": 1e3 * c.seconds[1], "ratio": {str(q): r for q, r in c.ratio.items()}}
+    return {"model": name, **curve_record(measure_cost_curve(model, qs, context=128, repeats=repeats))}
 
 
 def _to_predict(rows: list[dict]) -> list[dict]:
     """Each shipped row's inputs for a prediction on this machine (its method, k, tokens per step, the drafter's cost
     in units of t(1), the speedup raced on the record's machine); the prediction itself is the student's to make."""
-    out = []
-    for r in rows:
-        tps, k = r.get("tps"), r.get("k")
-        if tps is None or not k:
-            continue
-        out.append({"row": r["row"], "method": r["method"], "k": k, "tokens_per_step": tps,
-                    "draft_t1": r.get("draft_t1", 0.0), "measured_there": r.get("measured")})
-    return out
+    return [{"row": r["row"], "method": r["method"], "k": r["k"], "tokens_per_step": r["tps"],
+             "draft_t1": r.get("draft_t1", 0.0), "measured_there": r.get("measured")}
+            for r in rows if r.get("tps") is not None and r.get("k")]
 
 
 def _pos(x) -> bool:
-    return type(x) in (int, float) and math.isfinite(x) and x > 0
+    return finite(x) and x > 0
 
 
 def _shipped_record(p: Path, read) -> list[dict]:
@@ -84,8 +78,8 @@ def _shipped_record(p: Path, read) -> list[dict]:
         rows = read(Record.load(p))
         bad = next((r for r in rows if not (isinstance(r["row"], str) and isinstance(r["method"], str)
                                             and type(r["k"]) is int and r["k"] >= 1 and _pos(r["tps"])
-                                            and type(r["draft_t1"]) in (int, float) and math.isfinite(r["draft_t1"])
-                                            and r["draft_t1"] >= 0 and (r["measured"] is None or _pos(r["measured"])))),
+                                            and finite(r["draft_t1"]) and r["draft_t1"] >= 0
+                                            and (r["measured"] is None or _pos(r["measured"])))),
                    None)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError) as e:
         if isinstance(e, MtplabError):
@@ -188,9 +182,7 @@ def report(rec: dict) -> str:
     lines += [f"install {k}: {v}" for k, v in rec["install"].items()]
     for name in ("classroom", REAL):
         if name in rec:
-            c = rec[name]
-            lines.append(f"{name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(
-                f"t({q})/t(1) = {r:.2f}" for q, r in c["ratio"].items() if q != "1"))
+            lines.append(f"{name}: {curve_words(rec[name])}")
     for name, rows in rec["predictions"].items():
         for r in rows:
             there = f"; raced on the record's machine: {r['measured_there']:.2f}x" if r["measured_there"] else ""

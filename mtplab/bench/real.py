@@ -14,7 +14,7 @@ import sys
 import torch
 from tqdm.auto import tqdm
 
-from mtplab.bench.report import _md, _write
+from mtplab.bench.report import curve_record, curve_words, _md, _write
 from mtplab.decoding.drafters import Pair, real_label, pairs
 from mtplab.decoding.generate import decode_with
 from mtplab.decoding.trace import pooled
@@ -98,8 +98,7 @@ def cost_curves(target, threads: list[int], *, quick: bool) -> dict:
                     target.use_kernel("stock" if "stock" in name else "exact")
                 with kernels.use_stock("stock" in name):
                     c = measure_cost_curve(model, qs, context=128, repeats=reps)
-                out.setdefault(str(n), {})[name] = {"t1_ms": 1e3 * c.seconds[1],
-                                                    "ratio": {str(q): r for q, r in c.ratio.items()}}
+                out.setdefault(str(n), {})[name] = curve_record(c)
     finally:
         torch.set_num_threads(saved)
         target.use_kernel("exact")
@@ -249,6 +248,4 @@ def markdown(rec: dict, studies: dict) -> str:
                       + ("\n\n" + STOP_NOTE if any(r.get("adapt") == "confidence" for r in s["rows"]) else "")
                       for n, s in studies.items())
     return md + "\n\n### t(q)/t(1)\n\n" + "\n".join(
-        f"- {n} thread(s), {name}: t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(f"t({q})/t(1) = {r:.2f}"
-                                                                         for q, r in c["ratio"].items() if q != "1")
-        for n, d in rec["cost_curves"].items() for name, c in d.items())
+        f"- {n} thread(s), {name}: {curve_words(c)}" for n, d in rec["cost_curves"].items() for name, c in d.items())

@@ -25,6 +25,18 @@ def held_out_count(a) -> int:
     return a.prompts
 
 
+def curve_record(c) -> dict:
+    """A measured cost curve (`measuring.timing.measure_cost_curve`) as the records keep it: t(1) in milliseconds
+    and t(q)/t(1) by q."""
+    return {"t1_ms": 1e3 * c.seconds[1], "ratio": {str(q): r for q, r in c.ratio.items()}}
+
+
+def curve_words(c: dict) -> str:
+    """A `curve_record` in one line: t(1), then t(q)/t(1) for every q > 1."""
+    return f"t(1) = {c['t1_ms']:.1f} ms, " + ", ".join(f"t({q})/t(1) = {r:.2f}" for q, r in c["ratio"].items()
+                                                      if q != "1")
+
+
 def _write(out: Path, name: str, data: dict, table: str, fig=None, *, device="cpu") -> None:
     """Each file is written atomically (a failed write leaves the old one intact), and every record names the
     machine it was measured on: CPU model, cores and threads, last-level cache, torch, and the kernel the linears

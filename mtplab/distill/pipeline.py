@@ -239,19 +239,17 @@ def run_distill(model: str, work_dir, *, stages=STAGES, resume: bool = False, st
     target = load_hf(model, device=dev)
     work.limits(target)
     recipe = GPU_RECIPE if dev.type == "cuda" else RECIPE
+    data = DATA_DIR / "chat" / rm.name if data is None else data
     t0, cpu0 = now(), time.process_time()
-    if "answers" in stages:
-        with work.timed("answers"):
-            stage_import(target, work, DATA_DIR / "chat" / rm.name if data is None else data, limit=answers, log=log)
-    if "grow" in stages:
-        with work.timed("answers"):
-            stage_grow(target, work, DATA_DIR / "chat" / rm.name if data is None else data, log=log)
-    if "heldout" in stages:
-        with work.timed("heldout"):
-            stage_heldout(target, work, log=log)
-    if "cache" in stages:
-        with work.timed("cache"):
-            stage_cache(target, work, max_seconds=max_seconds, log=log)
+    # the timed stages, in order: each with the clock it adds to in times.json (grow's is the answers') and its run
+    timed = {"answers": ("answers", lambda: stage_import(target, work, data, limit=answers, log=log)),
+             "grow": ("answers", lambda: stage_grow(target, work, data, log=log)),
+             "heldout": ("heldout", lambda: stage_heldout(target, work, log=log)),
+             "cache": ("cache", lambda: stage_cache(target, work, max_seconds=max_seconds, log=log))}
+    for stage, (clock, run) in timed.items():
+        if stage in stages:
+            with work.timed(clock):
+                run()
     if "trim" in stages:
         keep_cached(work, log=log)
     if "vocab" in stages:

@@ -159,10 +159,8 @@ class TrunkCache:
                "answer": torch.zeros(len(rows), T, dtype=torch.bool)}
         for b, r in enumerate(rows):
             n = len(r["tokens"])
-            out["tokens"][b, :n] = r["tokens"]
-            out["hidden"][b, :n] = r["hidden"].float()
-            out["top_i"][b, :n] = r["top_i"]
-            out["top_p"][b, :n] = r["top_p"]
+            for k in ("tokens", "hidden", "top_i", "top_p"):  # hidden: bf16 in the cache, float32 in the batch
+                out[k][b, :n] = r[k]
             out["answer"][b, r["prompt_len"]:n] = True  # positions whose token is part of the answer
         return {k: v.to(device) for k, v in out.items()}
 

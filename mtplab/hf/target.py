@@ -56,6 +56,7 @@ MAX_CONFIG = 1 << 20  # bytes of config.json we are willing to read
 FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
 LAYER_LISTS = ("layers", "h", "blocks", "layer")
 KERNELS = ("exact", "stock")  # exact: the lab's forward and kernel (Llama family); stock: transformers' forward
+RESTORE = "restore the config.json saved with the model"  # the fix for a config.json mtplab refuses
 
 
 def _need_transformers():
@@ -278,13 +279,11 @@ def _read_config(p: Path) -> dict:
     if cj.is_dir():
         raise MtplabError(f"{cj} is a directory, not a file; the model folder needs the config.json that "
                           "save_pretrained writes")
-    raw = read_json(cj, limit=MAX_CONFIG, what="a model config", fix="restore it",
-                    invalid_fix="restore the config.json saved with the model")
+    raw = read_json(cj, limit=MAX_CONFIG, what="a model config", fix="restore it", invalid_fix=RESTORE)
     if not isinstance(raw, dict):
-        raise MtplabError(f"{cj} is not a JSON object; restore the config.json saved with the model")
+        raise MtplabError(f"{cj} is not a JSON object; {RESTORE}")
     if not isinstance(raw.get("model_type", ""), str):
-        raise MtplabError(f"{cj}: model_type = {raw['model_type']!r} is not a name such as 'llama'; restore the "
-                          "config.json saved with the model")
+        raise MtplabError(f"{cj}: model_type = {raw['model_type']!r} is not a name such as 'llama'; {RESTORE}")
     if "auto_map" in raw:
         raise MtplabError(f"{cj} names custom code (auto_map): loading it would run Python from the model folder, "
                           "which mtplab never does; use a model whose architecture transformers ships, saved "
@@ -305,19 +304,16 @@ def _check_sizes(raw: dict, cj: Path) -> None:
     for k, (lo, hi) in SIZE_KEYS.items():
         v = raw.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
-            raise MtplabError(f"{cj}: {k} = {v!r} is not an integer in {lo}..{hi}; restore the config.json saved "
-                              "with the model")
+            raise MtplabError(f"{cj}: {k} = {v!r} is not an integer in {lo}..{hi}; {RESTORE}")
     L = raw.get("num_hidden_layers", raw.get("n_layer"))
     C = raw.get("hidden_size", raw.get("n_embd"))
     H = raw.get("num_attention_heads", raw.get("n_head"))
     V = raw.get("vocab_size")
     pad = raw.get("pad_token_id")
     if V and pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < V):
-        raise MtplabError(f"{cj}: pad_token_id = {pad!r} is not a token id of its {V}-token vocabulary; restore the "
-                          "config.json saved with the model")
+        raise MtplabError(f"{cj}: pad_token_id = {pad!r} is not a token id of its {V}-token vocabulary; {RESTORE}")
     if C and H and C % H:
-        raise MtplabError(f"{cj}: hidden size {C} is not a multiple of {H} attention heads; restore the config.json "
-                          "saved with the model")
+        raise MtplabError(f"{cj}: hidden size {C} is not a multiple of {H} attention heads; {RESTORE}")
     if L and C and V:
         need = L * 4 * C * C + V * C  # at least the attention projections and the embedding, in parameters
         have = sum(p.stat().st_size for p in cj.parent.glob("*.safetensors") if p.is_file())
@@ -350,8 +346,8 @@ def _from_pretrained(p: Path, path, dtype):
         raise MtplabError(f"cannot load the weights in {path} ({str(e).splitlines()[0][:160]})") from None
     except Exception as e:  # what transformers raises for a config it cannot build (KeyError, ImportError, ...)
         first = str(e).splitlines()[0][:160] if str(e) else ""
-        raise MtplabError(f"transformers cannot build the model in {path} ({type(e).__name__}: {first}); restore the "
-                          "config.json saved with the model") from None
+        raise MtplabError(f"transformers cannot build the model in {path} ({type(e).__name__}: {first}); "
+                          f"{RESTORE}") from None
 
 
 def load_hf(path, *, device="cpu", dtype=torch.float32, kernel: str = "exact") -> HFTarget:

@@ -61,11 +61,9 @@ def _is_bare(raw: str) -> bool:
 
 
 def _shipped_where() -> str:
-    if os.environ.get("MTPLAB_CHECKPOINTS"):
-        return f"{CHECKPOINT_DIR} (MTPLAB_CHECKPOINTS)"
-    if os.environ.get("MTPLAB_DATA"):
-        return f"{CHECKPOINT_DIR} (MTPLAB_DATA)"
-    return str(CHECKPOINT_DIR)
+    """The shipped checkpoints' folder, with the variable that moved it (MTPLAB_CHECKPOINTS, else MTPLAB_DATA)."""
+    env = next((v for v in ("MTPLAB_CHECKPOINTS", "MTPLAB_DATA") if os.environ.get(v)), None)
+    return f"{CHECKPOINT_DIR} ({env})" if env else str(CHECKPOINT_DIR)
 
 
 def resolve(name_or_path) -> Path:
@@ -348,17 +346,13 @@ def _check_tensors(cfg: ModelConfig, shapes: dict, path: Path) -> None:
     """Every tensor the config builds, and nothing else, with its shape: checked on the header's shapes."""
     with torch.device("meta"):
         expected = {n: t.shape for n, t in GPT(cfg).state_dict().items() if n != "lm_head.weight"}
-    got = shapes
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
-    wrong = sorted(n for n in set(expected) & set(got) if tuple(expected[n]) != tuple(got[n]))
+    missing = sorted(set(expected) - set(shapes))
+    extra = sorted(set(shapes) - set(expected))
+    wrong = sorted(n for n in set(expected) & set(shapes) if tuple(expected[n]) != tuple(shapes[n]))
     if missing or extra or wrong:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:4]}{'...' if len(missing) > 4 else ''}")
-        if extra:
-            parts.append(f"unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}")
+        parts = [f"{what} {names[:4]}{'...' if len(names) > 4 else ''}"
+                 for what, names in (("missing", missing), ("unexpected", extra)) if names]
         if wrong:
-            parts.append("wrong shape " + ", ".join(f"{n} {tuple(got[n])} vs {tuple(expected[n])}" for n in wrong[:3]))
+            parts.append("wrong shape " + ", ".join(f"{n} {tuple(shapes[n])} vs {tuple(expected[n])}" for n in wrong[:3]))
         raise MtplabError(f"config does not match the weights in {path.name}: " + "; ".join(parts) +
                           ". Load it with the config saved beside it (omit config=) or retrain.")

@@ -57,16 +57,7 @@ def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise MtplabError(f"--out {out} is a file, not a directory; choose a directory")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        # created exclusively under a random name (O_EXCL: never through a symlink someone planted there), and
-        # written: a full disk takes an empty file but not one block
-        fd, probe = tempfile.mkstemp(dir=out, prefix=f".{name}.probe.")
-        try:
-            os.write(fd, bytes(4096))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            os.unlink(probe)
+        probe_folder(out, f".{name}.probe.")
     except OSError as e:
         raise MtplabError(f"cannot write to --out {out} ({files.os_reason(e)}); choose a writable directory") from None
     p = paths(out, name)
@@ -74,6 +65,21 @@ def check_out(out: Path, name: str, *, resume: bool, overwrite: bool) -> None:
     if held and not (resume or overwrite):
         raise MtplabError(f"--out {out} already holds a run {name!r} ({', '.join(held)}); pass --resume to "
                           "continue it, --overwrite to replace it, or choose another --out or --name")
+
+
+def probe_folder(folder: Path, prefix: str) -> None:
+    """Make `folder` and write one block into a new file there, then remove it: a folder that cannot take a run's
+    (or a benchmark's) files fails before the work, not after. The file is created exclusively under a random name
+    (O_EXCL: never through a symlink someone planted there), and written: a full disk takes an empty file but not
+    one block. Raises OSError for the caller to word."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=prefix)
+    try:
+        os.write(fd, bytes(4096))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(probe)
 
 
 @contextmanager

@@ -139,10 +139,7 @@ def evaluate(model: GPT, windows: torch.Tensor, batch_size: int = 16, autocast: 
     was = model.training
     model.eval()
     K = model.config.n_depths
-    sums = torch.zeros(K, dtype=torch.float64)
-    hits = torch.zeros(K, dtype=torch.float64)
-    agree = torch.zeros(K, dtype=torch.float64)
-    counts = torch.zeros(K, dtype=torch.float64)
+    sums, hits, agree, counts = torch.zeros(4, K, dtype=torch.float64)  # per depth: nats, top-1 hits, agreement, tokens
     dev = model.wte.weight.device
     for i in range(0, len(windows), batch_size):
         x = windows[i:i + batch_size].to(dev)
