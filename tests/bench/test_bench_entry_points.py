@@ -68,3 +68,29 @@ def test_bench_regime_runs_on_a_tiny_setting(tmp_path, monkeypatch):
     assert all(r["identical"] == r["prompts"] for r in data["by_depth"])
     assert (tmp_path / "regime-quick.png").exists() and "last-level cache" in (tmp_path / "regime-quick.md").read_text()
     assert data["machine"]["cpu"] and data["kernel"] in ("exact", "stock")
+
+
+def test_bench_train_runs_its_probe_in_a_fresh_process(monkeypatch):
+    """`bench train` times each configuration in a process of its own, through a program given to `python -c`: that
+    program's import once named a module that does not export the probe and failed in every process. The first
+    configuration runs for real here (the tiny preset, two steps); the rest are not needed to show the program runs."""
+    import subprocess
+
+    import pytest
+
+    from mtplab.bench import costs
+
+    class Enough(Exception):
+        pass
+
+    real_run, seen = subprocess.run, []
+
+    def first_only(cmd, **kw):
+        if seen:
+            raise Enough  # stop after the first configuration
+        seen.append(cmd)
+        return real_run(cmd, **kw)
+    monkeypatch.setattr(costs.subprocess, "run", first_only)
+    with pytest.raises(Enough):
+        costs.run_train(argparse.Namespace(quick=True, preset="tiny", device="cpu", out=None))
+    assert seen and "_train_probe" in seen[0][2]
