@@ -202,30 +202,24 @@ def correlation_study(model, prompts, *, k: int, max_new_tokens: int, seed: int 
             "looping": sum(loops), "no_loop": tf.within_step_rates(free) if free else None}
 
 
-def _interval(a: int, n: int) -> str:
-    lo, hi = wilson(a, n)
-    return f"{a / n:.2f} [{lo:.2f}, {hi:.2f}] (n = {n})" if n else "n/a (n = 0)"
-
-
 def correlation_lines(study: dict) -> list[str]:
     """The study's numbers, every rate with its 95% Wilson interval and its n."""
     obs, shu = study["observed"], study["shuffled"]
-    n = len(obs["reached"])
+
+    def by_position(accepted, reached) -> str:  # each draft position's rate with its interval and n
+        return "; ".join(f"{j + 1}: {rate_text(a, n)}" for j, (a, n) in enumerate(zip(accepted, reached)))
     out = [f"{study['steps']} drafting steps of the overlapped schedule ({study['prompts']} prompts x "
            f"{study['max_new_tokens']} tokens, k = {study['k']}); {study['looping']} of {study['prompts']} greedy "
            f"continuations fall into a loop"]
     for name, r in (("observed", obs), ("shuffled across steps", shu)):
-        out.append(f"  {name:>22}: conditional by position " + "; ".join(
-            f"{j + 1}: {_interval(r['accepted'][j], r['reached'][j])}" for j in range(n)))
-    out.append("  unconditional (headline)  by position " + "; ".join(
-        f"{j + 1}: {_interval(obs['accepted'][j], obs['steps'])}" for j in range(n)))
+        out.append(f"  {name:>22}: conditional by position " + by_position(r["accepted"], r["reached"]))
+    out.append("  unconditional (headline)  by position " + by_position(obs["accepted"], [obs["steps"]] * len(obs["accepted"])))
     free = study.get("no_loop")
     if study.get("looping") and free:
         out.append(f"  without the {study['looping']} looping continuations ({free['steps']} steps), observed conditional "
-                   "by position " + "; ".join(f"{j + 1}: {_interval(free['accepted'][j], free['reached'][j])}"
-                                              for j in range(n)))
+                   "by position " + by_position(free["accepted"], free["reached"]))
     (a1, n1), (a0, n0) = study["pair"]["after_kept"], study["pair"]["after_rejected"]
-    out.append(f"  draft 2 kept when draft 1 was kept: {_interval(a1, n1)}; when draft 1 was rejected: {_interval(a0, n0)}")
+    out.append(f"  draft 2 kept when draft 1 was kept: {rate_text(a1, n1)}; when draft 1 was rejected: {rate_text(a0, n0)}")
     return out
 
 
