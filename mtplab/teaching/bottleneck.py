@@ -19,7 +19,7 @@ from mtplab.measuring.race import race
 from mtplab.measuring.timing import forward_cost, untimed_output
 from mtplab.model import kernels
 from mtplab.teaching.words import busy_line as _busy_line
-from mtplab.teaching.words import NOT_VALID, overlap, side_of_one
+from mtplab.teaching.words import NOT_VALID, overlap, side_of_one, wall_reps
 from mtplab.measuring.record import Record
 
 
@@ -236,8 +236,7 @@ def cheaper_to_verify(curves: dict, q: int) -> str:
         return NOT_VALID.format(why="; ".join(busy)) + "; no verdict on which model is cheaper to verify"
     rng = {n: ratio_range(c, q) for n, c in curves.items()}
     text = ", ".join(f"{n} {c.ratio[q]:.2f} (rounds {rng[n][0]:.2f}-{rng[n][1]:.2f})" for n, c in curves.items())
-    (a, ra), (b, rb) = list(rng.items())[:2]
-    if ra[0] <= rb[1] and rb[0] <= ra[1]:
+    if overlap(*list(rng.values())[:2]):
         return f"valid here; t({q})/t(1): {text}: the ranges overlap, so this run cannot tell which is cheaper to verify"
     cheap = min(curves, key=lambda n: curves[n].ratio[q])
     return f"valid here; t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
@@ -466,7 +465,7 @@ def bench_speedups(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
     for r in rows:
         if r.get("speedup_wall") is None or str(r.get("method", "")).startswith("oracle"):
             continue
-        reps = r.get("speedup_wall_reps") or [r["speedup_wall"]]
+        reps = wall_reps(r)
         out[r["label"]] = (r["speedup_wall"], min(reps), max(reps))
     return out
 

@@ -21,6 +21,7 @@ from mtplab.model.gpt import GPT
 from mtplab.training.steps import meta_step
 from mtplab.measuring.acceptance import wilson
 from mtplab.teaching.blockwise import heads_history, lineage_words
+from mtplab.teaching.words import overlap, wall_reps
 
 
 # ---------------------------------------------------------------------------------- notebook 03
@@ -227,18 +228,17 @@ def compare_lines(pairs: dict[str, str], bench_path=DECODE_JSON) -> list[str]:
     if rows[a] is None or rows[b] is None:
         return out + [f"{rec.path.name} has no row for both, so acceptance and speed are not compared"]
     ra, rb = rows[a], rows[b]
-    apart = lambda x, y: x[0] > y[1] or y[0] > x[1]  # two (low, high) ranges
     told = []
     for i, (ka, kb) in enumerate(zip(ra["accepted"], rb["accepted"])):
         ia, ib = wilson(ka, ra["drafting_steps"]), wilson(kb, rb["drafting_steps"])
         told.append(f"position {i + 1} {ka / ra['drafting_steps']:.2f} vs {kb / rb['drafting_steps']:.2f} "
-                    + ("(95% intervals apart)" if apart(ia, ib) else "(95% intervals overlap)"))
+                    + ("(95% intervals overlap)" if overlap(ia, ib) else "(95% intervals apart)"))
     out.append(f"benchmark, unconditional acceptance {a} vs {b} (n = {ra['drafting_steps']} and "
                f"{rb['drafting_steps']} drafting steps): " + "; ".join(told))
-    sa, sb = ra.get("speedup_wall_reps") or [ra["speedup_wall"]], rb.get("speedup_wall_reps") or [rb["speedup_wall"]]
+    sa, sb = wall_reps(ra), wall_reps(rb)
     out.append(f"benchmark, speedup {a} {ra['speedup_wall']:.2f}x (range {min(sa):.2f}-{max(sa):.2f}) vs {b} "
                f"{rb['speedup_wall']:.2f}x (range {min(sb):.2f}-{max(sb):.2f}): the ranges "
-               + ("are apart" if apart((min(sa), max(sa)), (min(sb), max(sb))) else "overlap")
+               + ("overlap" if overlap(sa, sb) else "are apart")
                + f"; drafter {ra['step_ms_drafter']:.2f} vs {rb['step_ms_drafter']:.2f} ms a step, target "
                f"{ra['step_ms_target']:.2f} vs {rb['step_ms_target']:.2f} ms")
     return out
