@@ -119,8 +119,7 @@ def rule_h(drafts, p, q, *, greedy=False, generator=None):
     return _standard(drafts, pk, q, generator)
 
 
-RULES = {name: rule for name, rule in ((f.__name__, f) for f in (rule_a, rule_b, rule_c, rule_d, rule_e, rule_f,
-                                                                  rule_g, rule_h))}
+RULES = {f.__name__: f for f in (rule_a, rule_b, rule_c, rule_d, rule_e, rule_f, rule_g, rule_h)}
 
 # ---------------------------------------------------------------------------------- the sealed key
 _SALT = b"mtplab find-the-bug, notebook 08"
@@ -325,7 +324,6 @@ def power_text(power: dict[str, float], *, seeds: int, n: int = N_DRAWS, key: di
 def main(argv=None) -> int:
     """python -m mtplab.teaching.find_the_bug [--seeds S] [--draws N] [--quick] [--json PATH]: the power table over S seeds."""
     import argparse
-    import json
     import sys
 
     ap = argparse.ArgumentParser(prog="python -m mtplab.teaching.find_the_bug", description=main.__doc__)
