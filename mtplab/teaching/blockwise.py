@@ -13,15 +13,11 @@ from mtplab.measuring import teacher_forced as tf
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.record import Record
 from mtplab.teaching.words import compare_rates, rate_text
-from mtplab.decoding.loop import autoregressive, speculative
-from mtplab.decoding.drafters import OracleDrafter
+from mtplab.decoding.loop import autoregressive, iter_steps, speculative
+from mtplab.decoding.drafters import OracleDrafter, method as get_method
 from mtplab.errors import MtplabError
 from mtplab.tokenizer import token_repr
-from mtplab.teaching.check import Check
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
-from mtplab.decoding.drafters import method as get_method
-from mtplab.decoding.loop import iter_steps
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.decoding.trace import Trace, conditional_counts
 from mtplab.measuring.quality import loop_onset
 from mtplab.model import checkpoint
@@ -429,13 +425,9 @@ def accuracy_against_acceptance(acc_live: list[float], agree: list[float], poole
     """Per depth: accuracy against the true text, agreement with the target's greedy choice (both teacher-forced),
     and unconditional acceptance of the draft at that depth (which also needs every earlier draft kept)."""
     acc = pooled_k.acceptance_rate_per_position
-    out = []
-    for j, a in enumerate(acc):
-        d = j + 2
-        if d > len(acc_live) or d > len(agree):
-            break
-        out.append(f"depth {d}: accuracy {acc_live[d - 1]:.2f}, agreement with the target {agree[d - 1]:.2f}, "
-                   f"unconditional acceptance {a:.2f}")
+    depths = range(2, min(len(acc) + 1, len(acc_live), len(agree)) + 1)  # the depths that have all three figures
+    out = [f"depth {d}: accuracy {acc_live[d - 1]:.2f}, agreement with the target {agree[d - 1]:.2f}, "
+           f"unconditional acceptance {acc[d - 2]:.2f}" for d in depths]
     above = [j + 2 for j, a in enumerate(acc) if j + 2 <= len(agree) and agree[j + 1] > acc_live[j + 1]]
     below = [j + 2 for j, a in enumerate(acc) if j + 2 <= len(acc_live) and a < acc_live[j + 1]]
     words = lambda ds: ("depth " if len(ds) == 1 else "depths ") + ", ".join(str(d) for d in ds) if ds else "no depth"

@@ -9,9 +9,7 @@ import statistics
 import warnings
 from mtplab.decoding.loop import autoregressive
 from mtplab.decoding.trace import Trace
-from mtplab.teaching.check import Check
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
@@ -304,9 +302,8 @@ def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None
     record ran another kernel than this run, `shipped_kernel` against `live`), and the shipped record's models that
     fit in the cache against those that do not (do the two ranges separate), with the record's kernel named."""
     gap = kernel_gap(shipped_kernel, live)
-    out = []
-    out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
-               else RACED_OK)
+    out = [NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
+           else RACED_OK]
     rows = sorted(sizes, key=lambda r: r["weight_bytes"])
     ref = {(r["n_layer"], r["n_embd"]): r["ratio"][q] for r in shipped or []}
     noisy = [r for r in rows if (r["n_layer"], r["n_embd"]) in ref

@@ -7,9 +7,7 @@ import torch
 from mtplab.decoding.accept import Sampling
 from mtplab.decoding.drafters import DeepSeekDrafter
 from mtplab.errors import MtplabError
-from mtplab.teaching.check import Check
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.measuring.teacher_forced import greedy_windows
 from mtplab.training.losses import label_layout
 from mtplab.measuring.acceptance import wilson

@@ -11,10 +11,8 @@ from mtplab.model import checkpoint
 from mtplab.errors import MtplabError
 from mtplab.measuring.record import Record
 from mtplab.decoding.drafters import default_for_family, pairs
-from mtplab.teaching.check import Check
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.paths import DECODE_JSON
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
 from mtplab.data import get_batch, load_corpus
 from mtplab.model.config import preset as get_preset
 from mtplab.model.gpt import GPT
@@ -123,8 +121,7 @@ def meta_backward_memory(ks=(2, 4, 8), *, preset: str = "tiny", batch_size: int 
         for label, eff in (("memory-efficient", True), ("joint backward", False)):
             model.zero_grad(set_to_none=True)
             step = lambda m=model, x=x, e=eff: meta_step(m, x, freeze_trunk=False, memory_efficient=e)
-            out[label][K] = peak_memory(step,
-                                        device) / 2 ** 20
+            out[label][K] = peak_memory(step, device) / 2 ** 20
     return out
 
 
