@@ -9,6 +9,7 @@ tokens (`steps_markdown`).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -524,16 +525,13 @@ def k_words(choice) -> str:
 
 
 def shipped_sha256(family: str | None) -> str | None:
-    """The sha256 of the heads file the lab ships for the real model and this family (None: none ships)."""
+    """The sha256 of the heads file the lab ships for the real model and this family (None: none ships); each file
+    is read once a session."""
     path = shipped_heads(REAL, family) if family else None
-    if path is None:
-        return None
-    if path not in _SHA:
-        _SHA[path] = sha256(path)
-    return _SHA[path]
+    return _sha256_once(path) if path is not None else None
 
 
-_SHA: dict = {}
+_sha256_once = functools.cache(sha256)
 
 
 def _step_ms(row: dict) -> float:
