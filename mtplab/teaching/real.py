@@ -307,14 +307,10 @@ def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
     """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary that draft k-1 tokens
     every step, by k (the bf16 rows are lossy, their tokens may differ from fp32 AR's, so they are left out; the rows
     with a confidence stop are `stop_lines`'), and the table the notebook shows of them."""
-    ks = _deepseek_reduced(rec)
+    ks = [r for r in exact_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"]
     table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],
               "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}"} for r in ks]
     return ks, table
-
-
-def _deepseek_reduced(rec: dict) -> list[dict]:
-    return [r for r in exact_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"]
 
 
 def stop_lines(rec: dict, ks: list[dict]) -> list[str]:
@@ -394,14 +390,9 @@ def study_row(rec: dict, label: str) -> tuple[dict | None, str]:
 def category_acceptance(row: dict, position: int = 0) -> list[dict]:
     """Per category and pooled: the acceptance of the draft at `position` (0: the first draft), with n and
     the 95% interval."""
-    out = []
-    for cat, a in row.get("acceptance", {}).items():
-        if len(a["rate"]) <= position:
-            continue
-        lo, hi = a["interval"][position]
-        out.append({"category": cat, "accepted": a["accepted"][position], "steps": a["steps"],
-                    "rate": a["rate"][position], "low": lo, "high": hi})
-    return out
+    return [{"category": cat, "accepted": a["accepted"][position], "steps": a["steps"], "rate": a["rate"][position],
+             "low": a["interval"][position][0], "high": a["interval"][position][1]}
+            for cat, a in row.get("acceptance", {}).items() if len(a["rate"]) > position]
 
 
 def steps_markdown(trace, target, *, limit: int = 8) -> str:
