@@ -403,11 +403,8 @@ def history_lines(phases: dict[str, list[dict]]) -> list[str]:
     if not rows:
         return ["no training history was recorded"]
     first, last = rows[0], rows[-1]
-    K = len(last["val_bpb_depth"])
-    moves = []
-    for d in range(1, K):
-        a, b = first["val_bpb_depth"][d], last["val_bpb_depth"][d]
-        moves.append(f"depth {d + 1}: {a:.2f} -> {b:.2f} ({'fell' if b < a else 'rose' if b > a else 'unchanged'})")
+    moves = [f"depth {d}: {a:.2f} -> {b:.2f} ({'fell' if b < a else 'rose' if b > a else 'unchanged'})"
+             for d, (a, b) in enumerate(zip(first["val_bpb_depth"][1:], last["val_bpb_depth"][1:]), start=2)]
     out = [f"validation bits per byte over the whole record ({len(phases)} phase(s): {', '.join(phases)}; "
            f"{sum(h[-1]['tokens'] for h in phases.values() if h):,} tokens): " + "; ".join(moves)]
     tail = list(phases.values())[-1]

@@ -33,10 +33,8 @@ def read_records(folder=SHIPPED) -> list[dict]:
     folder = Path(folder)
     if not folder.is_dir():
         raise MtplabError(f"{folder} is not a folder of records; {FIX}")
-    out = []
-    for p in sorted(folder.glob("*.json")):
-        rec = read_json(p, limit=LIMIT, what="a preflight record", fix=FIX)
-        out.append({**check_record(p, rec), "source": p.name})
+    out = [{**check_record(p, read_json(p, limit=LIMIT, what="a preflight record", fix=FIX)), "source": p.name}
+           for p in sorted(folder.glob("*.json"))]
     if not out:
         raise MtplabError(f"{folder} holds no *.json record; {FIX}")
     return out

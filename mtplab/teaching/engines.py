@@ -42,11 +42,9 @@ def acceptance_rows(traces: list[Trace]) -> list[dict]:
         raise MtplabError("no traces: decode at least one prompt first")
     t = pooled(traces)
     n = t.num_drafts
-    rows = []
-    for i, (a, rate) in enumerate(zip(t.accepted_per_position, t.acceptance_rate_per_position)):
-        lo, hi = wilson(a, n)
-        rows.append({"position": i + 1, "accepted": a, "n": n, "rate": rate, "low": lo, "high": hi})
-    return rows
+    ivs = [wilson(a, n) for a in t.accepted_per_position]
+    return [{"position": i + 1, "accepted": a, "n": n, "rate": rate, "low": lo, "high": hi}
+            for i, (a, rate, (lo, hi)) in enumerate(zip(t.accepted_per_position, t.acceptance_rate_per_position, ivs))]
 
 
 def acceptance_text(traces: list[Trace], *, continuations: list[Trace] | None = None) -> str:
