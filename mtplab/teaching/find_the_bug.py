@@ -28,9 +28,11 @@ import base64
 import hashlib
 import inspect
 import json
+from pathlib import Path
 import torch
 from mtplab.decoding.accept import accept, sample
 from mtplab.errors import MtplabError
+from mtplab.files import atomic_write_text
 from mtplab.teaching.check import Check
 from mtplab.teaching.sampling import accept_counts, chi_square
 
@@ -341,9 +343,8 @@ def main(argv=None) -> int:
     for name, rate in table.items():
         print(f"{name}: rejected on {rate:.3f} of {seeds} seeds at alpha {ALPHA}, {args.draws} draws each")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"seeds": seeds, "n_draws": args.draws, "alpha": ALPHA, "vocab": V,
-                       "power": table}, f, indent=1)
+        atomic_write_text(Path(args.json), json.dumps({"seeds": seeds, "n_draws": args.draws, "alpha": ALPHA, "vocab": V,
+                                                       "power": table}, indent=1))
     return 0
 
 
