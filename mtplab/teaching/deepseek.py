@@ -207,8 +207,7 @@ def first_draft_words(st: dict[str, dict], a: str, b: str) -> str:
     x, y = st[a]["all steps"], st[b]["all steps"]
     if not x["n"] or not y["n"]:
         return f"first-draft acceptance: {a if not x['n'] else b} has no drafting step, so nothing to compare"
-    (alo, ahi), (blo, bhi) = x["interval"], y["interval"]
-    if blo > ahi or bhi < alo:
+    if not overlap(x["interval"], y["interval"]):
         verdict = f"{b}'s is {'higher' if y['rate'] > x['rate'] else 'lower'}, the 95% intervals apart"
     else:
         verdict = "the 95% intervals overlap, so this run cannot tell the two apart"
