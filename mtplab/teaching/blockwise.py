@@ -13,15 +13,11 @@ from mtplab.measuring import teacher_forced as tf
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.record import Record
 from mtplab.teaching.words import compare_rates, rate_text
-from mtplab.decoding.loop import autoregressive, speculative
-from mtplab.decoding.drafters import OracleDrafter
+from mtplab.decoding.loop import autoregressive, iter_steps, speculative
+from mtplab.decoding.drafters import OracleDrafter, method as get_method
 from mtplab.errors import MtplabError
 from mtplab.tokenizer import token_repr
-from mtplab.teaching.check import Check
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
-from mtplab.decoding.drafters import method as get_method
-from mtplab.decoding.loop import iter_steps
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.decoding.trace import Trace, conditional_counts
 from mtplab.measuring.quality import loop_onset
 from mtplab.model import checkpoint
@@ -202,30 +198,24 @@ def correlation_study(model, prompts, *, k: int, max_new_tokens: int, seed: int 
             "looping": sum(loops), "no_loop": tf.within_step_rates(free) if free else None}
 
 
-def _interval(a: int, n: int) -> str:
-    lo, hi = wilson(a, n)
-    return f"{a / n:.2f} [{lo:.2f}, {hi:.2f}] (n = {n})" if n else "n/a (n = 0)"
-
-
 def correlation_lines(study: dict) -> list[str]:
     """The study's numbers, every rate with its 95% Wilson interval and its n."""
     obs, shu = study["observed"], study["shuffled"]
-    n = len(obs["reached"])
+
+    def by_position(accepted, reached) -> str:  # each draft position's rate with its interval and n
+        return "; ".join(f"{j + 1}: {rate_text(a, n)}" for j, (a, n) in enumerate(zip(accepted, reached)))
     out = [f"{study['steps']} drafting steps of the overlapped schedule ({study['prompts']} prompts x "
            f"{study['max_new_tokens']} tokens, k = {study['k']}); {study['looping']} of {study['prompts']} greedy "
            f"continuations fall into a loop"]
     for name, r in (("observed", obs), ("shuffled across steps", shu)):
-        out.append(f"  {name:>22}: conditional by position " + "; ".join(
-            f"{j + 1}: {_interval(r['accepted'][j], r['reached'][j])}" for j in range(n)))
-    out.append("  unconditional (headline)  by position " + "; ".join(
-        f"{j + 1}: {_interval(obs['accepted'][j], obs['steps'])}" for j in range(n)))
+        out.append(f"  {name:>22}: conditional by position " + by_position(r["accepted"], r["reached"]))
+    out.append("  unconditional (headline)  by position " + by_position(obs["accepted"], [obs["steps"]] * len(obs["accepted"])))
     free = study.get("no_loop")
     if study.get("looping") and free:
         out.append(f"  without the {study['looping']} looping continuations ({free['steps']} steps), observed conditional "
-                   "by position " + "; ".join(f"{j + 1}: {_interval(free['accepted'][j], free['reached'][j])}"
-                                              for j in range(n)))
+                   "by position " + by_position(free["accepted"], free["reached"]))
     (a1, n1), (a0, n0) = study["pair"]["after_kept"], study["pair"]["after_rejected"]
-    out.append(f"  draft 2 kept when draft 1 was kept: {_interval(a1, n1)}; when draft 1 was rejected: {_interval(a0, n0)}")
+    out.append(f"  draft 2 kept when draft 1 was kept: {rate_text(a1, n1)}; when draft 1 was rejected: {rate_text(a0, n0)}")
     return out
 
 
@@ -413,11 +403,8 @@ def history_lines(phases: dict[str, list[dict]]) -> list[str]:
     if not rows:
         return ["no training history was recorded"]
     first, last = rows[0], rows[-1]
-    K = len(last["val_bpb_depth"])
-    moves = []
-    for d in range(1, K):
-        a, b = first["val_bpb_depth"][d], last["val_bpb_depth"][d]
-        moves.append(f"depth {d + 1}: {a:.2f} -> {b:.2f} ({'fell' if b < a else 'rose' if b > a else 'unchanged'})")
+    moves = [f"depth {d}: {a:.2f} -> {b:.2f} ({'fell' if b < a else 'rose' if b > a else 'unchanged'})"
+             for d, (a, b) in enumerate(zip(first["val_bpb_depth"][1:], last["val_bpb_depth"][1:]), start=2)]
     out = [f"validation bits per byte over the whole record ({len(phases)} phase(s): {', '.join(phases)}; "
            f"{sum(h[-1]['tokens'] for h in phases.values() if h):,} tokens): " + "; ".join(moves)]
     tail = list(phases.values())[-1]
@@ -435,13 +422,9 @@ def accuracy_against_acceptance(acc_live: list[float], agree: list[float], poole
     """Per depth: accuracy against the true text, agreement with the target's greedy choice (both teacher-forced),
     and unconditional acceptance of the draft at that depth (which also needs every earlier draft kept)."""
     acc = pooled_k.acceptance_rate_per_position
-    out = []
-    for j, a in enumerate(acc):
-        d = j + 2
-        if d > len(acc_live) or d > len(agree):
-            break
-        out.append(f"depth {d}: accuracy {acc_live[d - 1]:.2f}, agreement with the target {agree[d - 1]:.2f}, "
-                   f"unconditional acceptance {a:.2f}")
+    depths = range(2, min(len(acc) + 1, len(acc_live), len(agree)) + 1)  # the depths that have all three figures
+    out = [f"depth {d}: accuracy {acc_live[d - 1]:.2f}, agreement with the target {agree[d - 1]:.2f}, "
+           f"unconditional acceptance {acc[d - 2]:.2f}" for d in depths]
     above = [j + 2 for j, a in enumerate(acc) if j + 2 <= len(agree) and agree[j + 1] > acc_live[j + 1]]
     below = [j + 2 for j, a in enumerate(acc) if j + 2 <= len(acc_live) and a < acc_live[j + 1]]
     words = lambda ds: ("depth " if len(ds) == 1 else "depths ") + ", ".join(str(d) for d in ds) if ds else "no depth"

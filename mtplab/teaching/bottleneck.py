@@ -9,9 +9,7 @@ import statistics
 import warnings
 from mtplab.decoding.loop import autoregressive
 from mtplab.decoding.trace import Trace
-from mtplab.teaching.check import Check
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.errors import MtplabError
 from mtplab import paths
 from mtplab.decoding.drafters import pair
@@ -19,7 +17,7 @@ from mtplab.measuring.race import race
 from mtplab.measuring.timing import forward_cost, untimed_output
 from mtplab.model import kernels
 from mtplab.teaching.words import busy_line as _busy_line
-from mtplab.teaching.words import NOT_VALID, overlap, side_of_one
+from mtplab.teaching.words import NOT_VALID, overlap, side_of_one, wall_reps
 from mtplab.measuring.record import Record
 
 
@@ -236,8 +234,7 @@ def cheaper_to_verify(curves: dict, q: int) -> str:
         return NOT_VALID.format(why="; ".join(busy)) + "; no verdict on which model is cheaper to verify"
     rng = {n: ratio_range(c, q) for n, c in curves.items()}
     text = ", ".join(f"{n} {c.ratio[q]:.2f} (rounds {rng[n][0]:.2f}-{rng[n][1]:.2f})" for n, c in curves.items())
-    (a, ra), (b, rb) = list(rng.items())[:2]
-    if ra[0] <= rb[1] and rb[0] <= ra[1]:
+    if overlap(*list(rng.values())[:2]):
         return f"valid here; t({q})/t(1): {text}: the ranges overlap, so this run cannot tell which is cheaper to verify"
     cheap = min(curves, key=lambda n: curves[n].ratio[q])
     return f"valid here; t({q})/t(1): {text}: {cheap} is the cheaper one to verify here"
@@ -305,9 +302,8 @@ def regime_lines(sizes: list[dict], shipped: list[dict] | None, busy: str | None
     record ran another kernel than this run, `shipped_kernel` against `live`), and the shipped record's models that
     fit in the cache against those that do not (do the two ranges separate), with the record's kernel named."""
     gap = kernel_gap(shipped_kernel, live)
-    out = []
-    out.append(NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
-               else RACED_OK)
+    out = [NOT_VALID.format(why=busy) + "; the live rows below are not read as a verdict" if busy is not None
+           else RACED_OK]
     rows = sorted(sizes, key=lambda r: r["weight_bytes"])
     ref = {(r["n_layer"], r["n_embd"]): r["ratio"][q] for r in shipped or []}
     noisy = [r for r in rows if (r["n_layer"], r["n_embd"]) in ref
@@ -466,7 +462,7 @@ def bench_speedups(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
     for r in rows:
         if r.get("speedup_wall") is None or str(r.get("method", "")).startswith("oracle"):
             continue
-        reps = r.get("speedup_wall_reps") or [r["speedup_wall"]]
+        reps = wall_reps(r)
         out[r["label"]] = (r["speedup_wall"], min(reps), max(reps))
     return out
 

@@ -11,13 +11,12 @@ speedup against cores, last-level cache and threads, raced filled and predicted 
 far they differ."""
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
 from mtplab.decoding.drafters import METHODS
 from mtplab.errors import MtplabError
-from mtplab.files import read_json
+from mtplab.files import finite, read_json
 from mtplab.measuring import theory
 from mtplab.paths import DATA_DIR
 from mtplab.teaching.check import Check, _number
@@ -34,10 +33,8 @@ def read_records(folder=SHIPPED) -> list[dict]:
     folder = Path(folder)
     if not folder.is_dir():
         raise MtplabError(f"{folder} is not a folder of records; {FIX}")
-    out = []
-    for p in sorted(folder.glob("*.json")):
-        rec = read_json(p, limit=LIMIT, what="a preflight record", fix=FIX)
-        out.append({**check_record(p, rec), "source": p.name})
+    out = [{**check_record(p, read_json(p, limit=LIMIT, what="a preflight record", fix=FIX)), "source": p.name}
+           for p in sorted(folder.glob("*.json"))]
     if not out:
         raise MtplabError(f"{folder} holds no *.json record; {FIX}")
     return out
@@ -48,7 +45,7 @@ def _count(x, top: int = MAX_COUNT) -> bool:
 
 
 def _speedup(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= MAX_SPEEDUP
+    return finite(x) and 0 < x <= MAX_SPEEDUP
 
 
 def check_record(p: Path, rec) -> dict:
@@ -78,8 +75,7 @@ def check_record(p: Path, rec) -> dict:
                     raise bad(f"a row of {key}.{model} has {field} {shown!r:.40}: want a dict with a row name and a "
                               f"number above 0, at most {MAX_SPEEDUP}")
                 d = r.get("draft_t1", 0.0)
-                if key == "predictions" and not (_count(r.get("k"), 1024) and isinstance(d, (int, float)) and
-                                                 not isinstance(d, bool) and math.isfinite(d) and d >= 0):
+                if key == "predictions" and not (_count(r.get("k"), 1024) and finite(d) and d >= 0):
                     raise bad(f"a row of {key}.{model} has k {r.get('k')!r:.40}, draft_t1 {d!r:.40}: want a count "
                               "and a drafter cost of 0 or more")
                 if r.get("measured_there") is not None and not _speedup(r["measured_there"]):

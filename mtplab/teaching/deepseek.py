@@ -7,15 +7,13 @@ import torch
 from mtplab.decoding.accept import Sampling
 from mtplab.decoding.drafters import DeepSeekDrafter
 from mtplab.errors import MtplabError
-from mtplab.teaching.check import Check
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.measuring.teacher_forced import greedy_windows
 from mtplab.training.losses import label_layout
 from mtplab.measuring.acceptance import wilson
 from mtplab.measuring.theory import per_position_tokens_per_step
 from mtplab.teaching.blockwise import loop_split
-from mtplab.teaching.words import compare_rates, overlap
+from mtplab.teaching.words import compare_rates, overlap, wall_reps
 
 
 def forced_and_free_greedy(model, windows: torch.Tensor, prompt_lens, *, progress: bool = False) -> dict:
@@ -105,23 +103,19 @@ def layout_matches_model(model, *, T: int = 10, seed: int = 0) -> bool:
     x = torch.randint(V, (1, T), generator=g).to(dev)  # t_1..t_T at 0-based indices 0..T-1
     base = model.depth_logits(x)  # (1, T, D+1, V)
 
-    def bumped(from_token: int):  # add 1 to t_j for every j >= from_token (1-based)
+    def bumped(token: int, *, onward: bool):  # add 1 to t_token (1-based), and with `onward` to every later token
         y = x.clone()
-        y[0, from_token - 1:] = (y[0, from_token - 1:] + 1) % V
-        return model.depth_logits(y)
-
-    def one(token: int):
-        y = x.clone()
-        y[0, token - 1] = (y[0, token - 1] + 1) % V
+        cut = slice(token - 1, None if onward else token)
+        y[0, cut] = (y[0, cut] + 1) % V
         return model.depth_logits(y)
 
     for row in label_layout(T, D):
         d = row["k"]  # depth index: 0 the main model, k module k
         for i, reads in row["reads"].items():
             label = row["labels"][i]
-            if torch.allclose(one(reads)[0, i - 1, d], base[0, i - 1, d]):  # must see what it reads
+            if torch.allclose(bumped(reads, onward=False)[0, i - 1, d], base[0, i - 1, d]):  # must see what it reads
                 return False
-            if label <= T and not torch.equal(bumped(label)[0, i - 1, d], base[0, i - 1, d]):
+            if label <= T and not torch.equal(bumped(label, onward=True)[0, i - 1, d], base[0, i - 1, d]):
                 return False
     return True
 
@@ -213,8 +207,7 @@ def first_draft_words(st: dict[str, dict], a: str, b: str) -> str:
     x, y = st[a]["all steps"], st[b]["all steps"]
     if not x["n"] or not y["n"]:
         return f"first-draft acceptance: {a if not x['n'] else b} has no drafting step, so nothing to compare"
-    (alo, ahi), (blo, bhi) = x["interval"], y["interval"]
-    if blo > ahi or bhi < alo:
+    if not overlap(x["interval"], y["interval"]):
         verdict = f"{b}'s is {'higher' if y['rate'] > x['rate'] else 'lower'}, the 95% intervals apart"
     else:
         verdict = "the 95% intervals overlap, so this run cannot tell the two apart"
@@ -222,16 +215,21 @@ def first_draft_words(st: dict[str, dict], a: str, b: str) -> str:
             f"(n = {x['n']}); {verdict}")
 
 
+def _bench_rank(b1: dict, b3: dict) -> str | None:
+    """'more' or 'less' where the benchmark's repeats put D = 3's whole range above or below D = 1's, else None."""
+    r1, r3 = wall_reps(b1), wall_reps(b3)
+    return "more" if min(r3) > max(r1) else "less" if max(r3) < min(r1) else None
+
+
 def _against_bench(d3_more_live: bool, b1: dict | None, b3: dict | None) -> str:
     """After a live verdict on D = 3 against D = 1: whether the benchmark's repeats rank them the same way, and when
     they do not, why a live run and a record can differ, from what each measured."""
     if b1 is None or b3 is None:
         return " The benchmark has no row for both."
-    r1, r3 = b1.get("speedup_wall_reps") or [b1["speedup_wall"]], b3.get("speedup_wall_reps") or [b3["speedup_wall"]]
-    more, less = min(r3) > max(r1), max(r3) < min(r1)
-    if not (more or less):
+    rank = _bench_rank(b1, b3)
+    if rank is None:
         return " In the benchmark their ranges overlap, so it does not rank them."
-    if more == d3_more_live:
+    if (rank == "more") == d3_more_live:
         return " The benchmark ranks them the same way."
     return (f" The benchmark ranks them the other way ({b3['speedup_wall']:.2f}x for D = 3 against "
             f"{b1['speedup_wall']:.2f}x, ranges apart). Its prompts, lengths and machine are on its source line, the "
@@ -259,13 +257,8 @@ def d1_against_d3(forwards: tuple[int, int], live: tuple[dict, dict], bench: tup
                 "cannot say which gained more time")
     if b1 is None or b3 is None:
         return out + "; the benchmark has no row for both."
-    r1, r3 = b1.get("speedup_wall_reps") or [b1["speedup_wall"]], b3.get("speedup_wall_reps") or [b3["speedup_wall"]]
-    if min(r3) > max(r1):
-        verdict = "D = 3 gained more time"
-    elif max(r3) < min(r1):
-        verdict = "D = 3 gained less time"
-    else:
-        verdict = "their ranges overlap too"
+    rank, r1, r3 = _bench_rank(b1, b3), wall_reps(b1), wall_reps(b3)
+    verdict = f"D = 3 gained {rank} time" if rank else "their ranges overlap too"
     return (out + f"; in the benchmark {verdict} ({b3['speedup_wall']:.2f}x, range {min(r3):.2f}-{max(r3):.2f}, vs "
             f"{b1['speedup_wall']:.2f}x, range {min(r1):.2f}-{max(r1):.2f}).")
 

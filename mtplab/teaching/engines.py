@@ -22,7 +22,7 @@ from mtplab.measuring.quality import loop_onset, loop_window
 from mtplab.model.toy import random_model
 from mtplab.teaching.find_the_bug import ALPHA
 from mtplab.teaching.sampling import chi_square, second_token_counts, second_token_marginal
-from mtplab.teaching.words import range_words
+from mtplab.teaching.words import overlap, range_words
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
@@ -42,11 +42,9 @@ def acceptance_rows(traces: list[Trace]) -> list[dict]:
         raise MtplabError("no traces: decode at least one prompt first")
     t = pooled(traces)
     n = t.num_drafts
-    rows = []
-    for i, (a, rate) in enumerate(zip(t.accepted_per_position, t.acceptance_rate_per_position)):
-        lo, hi = wilson(a, n)
-        rows.append({"position": i + 1, "accepted": a, "n": n, "rate": rate, "low": lo, "high": hi})
-    return rows
+    ivs = [wilson(a, n) for a in t.accepted_per_position]
+    return [{"position": i + 1, "accepted": a, "n": n, "rate": rate, "low": lo, "high": hi}
+            for i, (a, rate, (lo, hi)) in enumerate(zip(t.accepted_per_position, t.acceptance_rate_per_position, ivs))]
 
 
 def acceptance_text(traces: list[Trace], *, continuations: list[Trace] | None = None) -> str:
@@ -79,10 +77,10 @@ def conditional_text(trace: Trace) -> str:
     steps = [b - a for a, b in zip(rates, rates[1:])]
     shape = ("rise with the position" if all(d > 0 for d in steps) else "fall with the position"
              if all(d < 0 for d in steps) else "go up and down with the position")
-    overlap = all(lo1 <= hi2 and lo2 <= hi1 for i, (lo1, hi1) in enumerate(ivs) for lo2, hi2 in ivs[i + 1:])
+    together = all(overlap(a, b) for i, a in enumerate(ivs) for b in ivs[i + 1:])
     return (f"conditional by position: {parts}; here they {shape}"
             + ("; every interval overlaps every other, so this decode cannot tell whether they change at all"
-               if overlap else ""))
+               if together else ""))
 
 
 def control_verdicts(gaps: dict[str, float], n: int) -> list[str]:

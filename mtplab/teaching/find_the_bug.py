@@ -28,9 +28,11 @@ import base64
 import hashlib
 import inspect
 import json
+from pathlib import Path
 import torch
 from mtplab.decoding.accept import accept, sample
 from mtplab.errors import MtplabError
+from mtplab.files import atomic_write_text
 from mtplab.teaching.check import Check
 from mtplab.teaching.sampling import accept_counts, chi_square
 
@@ -119,8 +121,7 @@ def rule_h(drafts, p, q, *, greedy=False, generator=None):
     return _standard(drafts, pk, q, generator)
 
 
-RULES = {name: rule for name, rule in ((f.__name__, f) for f in (rule_a, rule_b, rule_c, rule_d, rule_e, rule_f,
-                                                                  rule_g, rule_h))}
+RULES = {f.__name__: f for f in (rule_a, rule_b, rule_c, rule_d, rule_e, rule_f, rule_g, rule_h)}
 
 # ---------------------------------------------------------------------------------- the sealed key
 _SALT = b"mtplab find-the-bug, notebook 08"
@@ -325,7 +326,6 @@ def power_text(power: dict[str, float], *, seeds: int, n: int = N_DRAWS, key: di
 def main(argv=None) -> int:
     """python -m mtplab.teaching.find_the_bug [--seeds S] [--draws N] [--quick] [--json PATH]: the power table over S seeds."""
     import argparse
-    import json
     import sys
 
     ap = argparse.ArgumentParser(prog="python -m mtplab.teaching.find_the_bug", description=main.__doc__)
@@ -343,9 +343,8 @@ def main(argv=None) -> int:
     for name, rate in table.items():
         print(f"{name}: rejected on {rate:.3f} of {seeds} seeds at alpha {ALPHA}, {args.draws} draws each")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"seeds": seeds, "n_draws": args.draws, "alpha": ALPHA, "vocab": V,
-                       "power": table}, f, indent=1)
+        atomic_write_text(Path(args.json), json.dumps({"seeds": seeds, "n_draws": args.draws, "alpha": ALPHA, "vocab": V,
+                                                       "power": table}, indent=1))
     return 0
 
 

@@ -11,16 +11,15 @@ from mtplab.model import checkpoint
 from mtplab.errors import MtplabError
 from mtplab.measuring.record import Record
 from mtplab.decoding.drafters import default_for_family, pairs
-from mtplab.teaching.check import Check
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.paths import DECODE_JSON
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
 from mtplab.data import get_batch, load_corpus
 from mtplab.model.config import preset as get_preset
 from mtplab.model.gpt import GPT
 from mtplab.training.steps import meta_step
 from mtplab.measuring.acceptance import wilson
 from mtplab.teaching.blockwise import heads_history, lineage_words
+from mtplab.teaching.words import overlap, wall_reps
 
 
 # ---------------------------------------------------------------------------------- notebook 03
@@ -122,8 +121,7 @@ def meta_backward_memory(ks=(2, 4, 8), *, preset: str = "tiny", batch_size: int 
         for label, eff in (("memory-efficient", True), ("joint backward", False)):
             model.zero_grad(set_to_none=True)
             step = lambda m=model, x=x, e=eff: meta_step(m, x, freeze_trunk=False, memory_efficient=e)
-            out[label][K] = peak_memory(step,
-                                        device) / 2 ** 20
+            out[label][K] = peak_memory(step, device) / 2 ** 20
     return out
 
 
@@ -227,18 +225,17 @@ def compare_lines(pairs: dict[str, str], bench_path=DECODE_JSON) -> list[str]:
     if rows[a] is None or rows[b] is None:
         return out + [f"{rec.path.name} has no row for both, so acceptance and speed are not compared"]
     ra, rb = rows[a], rows[b]
-    apart = lambda x, y: x[0] > y[1] or y[0] > x[1]  # two (low, high) ranges
     told = []
     for i, (ka, kb) in enumerate(zip(ra["accepted"], rb["accepted"])):
         ia, ib = wilson(ka, ra["drafting_steps"]), wilson(kb, rb["drafting_steps"])
         told.append(f"position {i + 1} {ka / ra['drafting_steps']:.2f} vs {kb / rb['drafting_steps']:.2f} "
-                    + ("(95% intervals apart)" if apart(ia, ib) else "(95% intervals overlap)"))
+                    + ("(95% intervals overlap)" if overlap(ia, ib) else "(95% intervals apart)"))
     out.append(f"benchmark, unconditional acceptance {a} vs {b} (n = {ra['drafting_steps']} and "
                f"{rb['drafting_steps']} drafting steps): " + "; ".join(told))
-    sa, sb = ra.get("speedup_wall_reps") or [ra["speedup_wall"]], rb.get("speedup_wall_reps") or [rb["speedup_wall"]]
+    sa, sb = wall_reps(ra), wall_reps(rb)
     out.append(f"benchmark, speedup {a} {ra['speedup_wall']:.2f}x (range {min(sa):.2f}-{max(sa):.2f}) vs {b} "
                f"{rb['speedup_wall']:.2f}x (range {min(sb):.2f}-{max(sb):.2f}): the ranges "
-               + ("are apart" if apart((min(sa), max(sa)), (min(sb), max(sb))) else "overlap")
+               + ("overlap" if overlap(sa, sb) else "are apart")
                + f"; drafter {ra['step_ms_drafter']:.2f} vs {rb['step_ms_drafter']:.2f} ms a step, target "
                f"{ra['step_ms_target']:.2f} vs {rb['step_ms_target']:.2f} ms")
     return out

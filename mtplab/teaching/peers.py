@@ -23,10 +23,12 @@ def pairs(k: int = 4) -> tuple[tuple[str, str], ...]:
 PAIRS = pairs(4)  # the record's k and the exercises'
 
 
-def _pairs_in(by: dict) -> list[tuple[str, str]]:
-    """The pairs whose two rows are both in `by`, at whatever k the rows were run (the live race may use another)."""
+def _pairs_in(record: dict) -> list[tuple[str, str, dict, dict]]:
+    """(HF's row name, mtplab's, HF's row, mtplab's row) for every pair whose two rows are both in the record, at
+    whatever k the rows were run (the live race may use another)."""
+    by = {r["method"]: r for r in record["rows"]}
     found = [p for k in range(2, 17) for p in pairs(k) if p[0] in by and p[1] in by]
-    return list(dict.fromkeys(found))  # AR's pair is the same at every k
+    return [(hf, mine, by[hf], by[mine]) for hf, mine in dict.fromkeys(found)]  # AR's pair is the same at every k
 
 
 def load_own(device="cpu") -> dict:
@@ -54,22 +56,18 @@ def card(folder) -> dict:
 def loop_ratios(record: dict) -> dict[str, float]:
     """mtplab's wall clock over HF's on the same drafts, per pair: > 1 means mtplab's loop is faster.
     Both rows are timed against the same HF greedy rounds, so the ratio of their speedups is the ratio of times."""
-    by = {r["method"]: r for r in record["rows"]}
-    return {mine: by[mine]["speedup_vs_hf_greedy"] / by[hf]["speedup_vs_hf_greedy"] for hf, mine in _pairs_in(by)}
+    return {mine: b["speedup_vs_hf_greedy"] / a["speedup_vs_hf_greedy"] for _, mine, a, b in _pairs_in(record)}
 
 
 def pair_speedups(record: dict) -> dict[str, tuple[float, float]]:
     """Per pair on the same drafts: (HF's row, mtplab's row), each one's wall clock against HF's plain greedy."""
-    by = {r["method"]: r for r in record["rows"]}
-    return {mine: (by[hf]["speedup_vs_hf_greedy"], by[mine]["speedup_vs_hf_greedy"]) for hf, mine in _pairs_in(by)}
+    return {mine: (a["speedup_vs_hf_greedy"], b["speedup_vs_hf_greedy"]) for _, mine, a, b in _pairs_in(record)}
 
 
 def peer_sentences(record: dict) -> list[str]:
     """One sentence per pair on the same drafts, and one for the row with no HF peer, from the record's numbers."""
-    by = {r["method"]: r for r in record["rows"]}
     out = []
-    for hf, mine in _pairs_in(by):
-        a, b = by[hf], by[mine]
+    for hf, mine, a, b in _pairs_in(record):
         ratio = b["speedup_vs_hf_greedy"] / a["speedup_vs_hf_greedy"]
         verdict = "faster than" if ratio > 1.02 else "slower than" if ratio < 0.98 else "as fast as (within 2%)"
         out.append(f"{mine} is {verdict} {hf}: {ratio:.2f}x its wall clock, at {b['tokens_per_forward']:.2f} "
@@ -87,13 +85,11 @@ def peer_sentences(record: dict) -> list[str]:
 def split_sentences(record: dict, top: int = 3) -> list[str]:
     """Per pair on the same drafts: the share of a decode spent outside the model forwards (the loop), from the
     record's profile, and the functions that took the most time of their own in HF's row."""
-    by = {r["method"]: r for r in record["rows"]}
     prof = record.get("profile", {})
     out = []
-    for hf, mine in _pairs_in(by):
-        if "rest_share" not in by[hf]:
+    for hf, mine, a, b in _pairs_in(record):
+        if "rest_share" not in a:
             continue
-        a, b = by[hf], by[mine]
         funcs = "; ".join(f"{t['function']} {1e3 * t['own_s']:.1f} ms in {t['calls']} calls"
                           for t in prof.get(hf, {}).get("top_own_time", [])[:top])
         out.append(f"{hf}: {a['rest_share']:.0%} of a decode outside the model forwards; {mine}: "
@@ -148,8 +144,7 @@ def check_loop_ratios(fn) -> Check:
              ({hf0: 1.0, mine0: 1.1, mine1: 1.7}, {mine0: 1.1})]  # lacks the second pair's HF row: no ratio there
     for i, (speeds, answers) in enumerate(cases, 1):
         record = {"rows": [{"method": m, "speedup_vs_hf_greedy": v} for m, v in speeds.items()]}
-        by = {m: v for m, v in speeds.items()}
-        pairs = [(hf, mine) for hf, mine in PAIRS if hf in by and mine in by]
+        pairs = [(hf, mine) for hf, mine in PAIRS if hf in speeds and mine in speeds]
         case = f"made-up record {i} of {len(cases)} (rows: {'; '.join(speeds)})"  # names, never the numbers
         got, err = _call(fn, record)
         if err:
@@ -165,7 +160,7 @@ def check_loop_ratios(fn) -> Check:
             right = answers[mine]
             if abs(v - right) <= 1e-9 * max(1.0, abs(right)):
                 continue
-            if by[hf] != 1.0 and abs(v - by[mine]) <= 1e-9:
+            if speeds[hf] != 1.0 and abs(v - speeds[mine]) <= 1e-9:
                 hint = "that is the row against HF's plain greedy loop, not against HF on the same drafts"
             elif abs(v * right - 1) <= 1e-9:
                 hint = "upside down: above 1 must mean mtplab's loop is the faster one"

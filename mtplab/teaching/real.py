@@ -9,6 +9,7 @@ tokens (`steps_markdown`).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -291,8 +292,7 @@ def untrained_words(rec: dict, threads: str = "1") -> str:
         why.append(f"a cheaper drafter, {dm_w:.1f} ms a step against {dm_l:.1f}")
     reason = f". Why, from the two rows: {'; and '.join(why)}" if why else ""
     if win is ng:  # above the best row; every other trained row too only where none of their ranges reaches its own
-        rivals = [r for r in exact_rows(rec, threads) if r["label"] != best["label"] and overlap(r, ng)
-                  and (heads_note(r) is None) == (best["other_heads"] is None)]
+        rivals = [r for r in exact_rows(rec, threads) if r["label"] != best["label"] and overlap(r, ng) and _same_heads(r, best)]
         if not rivals:
             return both + f": in this record the drafter that needs no training beats the trained heads{reason}{flag}"
         tie = (". Beside the other trained rows: " + " and ".join(
@@ -307,14 +307,10 @@ def k_sweep(rec: dict) -> tuple[list[dict], list[dict]]:
     """Notebook 09 §5: the record's exact rows of the DeepSeek heads over the draft vocabulary that draft k-1 tokens
     every step, by k (the bf16 rows are lossy, their tokens may differ from fp32 AR's, so they are left out; the rows
     with a confidence stop are `stop_lines`'), and the table the notebook shows of them."""
-    ks = _deepseek_reduced(rec)
+    ks = [r for r in exact_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"]
     table = [{"k": r["k"], "row": r["label"], "tokens per forward": r["tokens_per_forward"], "vs AR": r["speedup"],
               "range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}"} for r in ks]
     return ks, table
-
-
-def _deepseek_reduced(rec: dict) -> list[dict]:
-    return [r for r in exact_rows(rec) if r["family"] == "deepseek" and r["draft_vocab"] == "reduced"]
 
 
 def stop_lines(rec: dict, ks: list[dict]) -> list[str]:
@@ -394,14 +390,9 @@ def study_row(rec: dict, label: str) -> tuple[dict | None, str]:
 def category_acceptance(row: dict, position: int = 0) -> list[dict]:
     """Per category and pooled: the acceptance of the draft at `position` (0: the first draft), with n and
     the 95% interval."""
-    out = []
-    for cat, a in row.get("acceptance", {}).items():
-        if len(a["rate"]) <= position:
-            continue
-        lo, hi = a["interval"][position]
-        out.append({"category": cat, "accepted": a["accepted"][position], "steps": a["steps"],
-                    "rate": a["rate"][position], "low": lo, "high": hi})
-    return out
+    return [{"category": cat, "accepted": a["accepted"][position], "steps": a["steps"], "rate": a["rate"][position],
+             "low": a["interval"][position][0], "high": a["interval"][position][1]}
+            for cat, a in row.get("acceptance", {}).items() if len(a["rate"]) > position]
 
 
 def steps_markdown(trace, target, *, limit: int = 8) -> str:
@@ -493,24 +484,26 @@ def best_words(rec: dict, threads: str = "1") -> str:
     tree or a confidence stop with a higher median, beside it; and `best_row`'s flag when it was measured with other
     heads than the shipped ones."""
     best = best_row(rec, threads)
-    pool = [r for r in exact_rows(rec, threads) if (heads_note(r) is None) == (best["other_heads"] is None)]
-    others = [r for r in pool if r["label"] != best["label"]]
+    others = [r for r in exact_rows(rec, threads) if r["label"] != best["label"] and _same_heads(r, best)]
     words = (f"in {REAL_JSON.name}, " + fastest_words(best, others, lambda r: r["label"],
                                                        among=f"exact chain row with trained heads at {threads} thread"
                                                        + ("s" if str(threads) != "1" else "")))
-    trees = [r for r in _rows(rec, threads) if r.get("family") and r.get("widths") and r["speedup"] > best["speedup"]
-             and r.get("kernel", "exact") == "exact" and (heads_note(r) is None) == (best["other_heads"] is None)]
-    if trees:  # a token tree (several drafts a position) above the chains by median: said, with its range
-        t = max(trees, key=lambda r: r["speedup"])
-        words += (f"; a token tree beside the chains, {t['label']}, has a higher median: {speedup_text(t)}, "
-                  + ("overlapping the chain's range" if overlap(t, best) else "above the chain's range"))
-    stops = [r for r in stop_rows(rec, threads)
-             if r["speedup"] > best["speedup"] and (heads_note(r) is None) == (best["other_heads"] is None)]
-    if stops:  # drafts ended at the first unsure one (`stop_lines`), above the chains by median: said, with its range
-        c = max(stops, key=lambda r: r["speedup"])
-        words += (f"; with a confidence stop, {c['label']}, has a higher median: {speedup_text(c)}, "
-                  + ("overlapping the chain's range" if overlap(c, best) else "above the chain's range"))
+    trees = [r for r in _rows(rec, threads) if r.get("family") and r.get("widths") and r.get("kernel", "exact") == "exact"]
+    # above the chains by median, said with its range: a token tree (several drafts a position), and drafts ended at
+    # the first unsure one (`stop_lines`)
+    for what, rows in (("a token tree beside the chains", trees), ("with a confidence stop", stop_rows(rec, threads))):
+        above = [r for r in rows if r["speedup"] > best["speedup"] and _same_heads(r, best)]
+        if above:
+            t = max(above, key=lambda r: r["speedup"])
+            words += (f"; {what}, {t['label']}, has a higher median: {speedup_text(t)}, "
+                      + ("overlapping the chain's range" if overlap(t, best) else "above the chain's range"))
     return words + (f". {best['other_heads']}" if best["other_heads"] else "")
+
+
+def _same_heads(row: dict, best: dict) -> bool:
+    """Whether `row` measured the shipped heads exactly when `best` (a `best_row`) did: rows are ranked only
+    against rows of the same heads."""
+    return (heads_note(row) is None) == (best["other_heads"] is None)
 
 
 def k_words(choice) -> str:
@@ -523,16 +516,13 @@ def k_words(choice) -> str:
 
 
 def shipped_sha256(family: str | None) -> str | None:
-    """The sha256 of the heads file the lab ships for the real model and this family (None: none ships)."""
+    """The sha256 of the heads file the lab ships for the real model and this family (None: none ships); each file
+    is read once a session."""
     path = shipped_heads(REAL, family) if family else None
-    if path is None:
-        return None
-    if path not in _SHA:
-        _SHA[path] = sha256(path)
-    return _SHA[path]
+    return _sha256_once(path) if path is not None else None
 
 
-_SHA: dict = {}
+_sha256_once = functools.cache(sha256)
 
 
 def _step_ms(row: dict) -> float:

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import math
 import torch
-from mtplab.decoding.accept import accept
-from mtplab.decoding.accept import distribution
+from mtplab.decoding.accept import accept, distribution
 from mtplab.decoding.loop import speculative
-from mtplab.teaching.check import Check
-from mtplab.teaching.check import _call
-from mtplab.teaching.check import _number
+from mtplab.teaching.check import Check, _call, _number
 from mtplab.measuring.acceptance import wilson
 from mtplab.teaching.blockwise import loop_split
 from mtplab.teaching.words import rate_text

@@ -6,7 +6,8 @@
   only when its range lies apart from the others'), `spread` and `range_text` (how a live timing is printed);
 * rates: `rate_text` (a rate with its 95% Wilson interval and n), `compare_rates` (up or down only when the
   intervals do not overlap);
-* a live race beside a shipped record: `live_text`, `agree`, `bench_speedup_text`.
+* a live race beside a shipped record: `live_text`, `agree`, `bench_speedup_text`, `wall_reps` (a benchmark row's
+  speedup over its repeats).
 A companion (`teaching/<notebook>.py`) keeps only the sentences of its own notebook.
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ from mtplab.model import kernels
 from mtplab.platform_compat import cpu_seconds
 
 __all__ = ["NOT_MEASURED", "NOT_VALID", "agree", "bench_speedup_text", "busy_line", "compare_rates", "fastest_words",
-           "live_text", "overlap", "range_text", "range_words", "rate_text", "side_of_one", "spread"]
+           "live_text", "overlap", "range_text", "range_words", "rate_text", "side_of_one", "spread",
+           "wall_reps"]
 
 
 # ---------------------------------------------------------------------------------- the busy-machine guard
@@ -153,6 +155,11 @@ def apart_words(rec, *, live: str, recorded: str, device="cpu") -> str:
     if k_rec != k_here:
         out.append(f"the kernel ({k_here} here, {k_rec} in the record)")
     return "what differs: " + "; ".join(out)
+
+
+def wall_reps(row: dict) -> list[float]:
+    """A decode benchmark row's wall-clock speedup over its repeats: [speedup_wall] for a row that kept none."""
+    return row.get("speedup_wall_reps") or [row["speedup_wall"]]
 
 
 def bench_speedup_text(row: dict | None) -> str:
