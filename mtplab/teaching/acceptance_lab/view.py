@@ -232,13 +232,11 @@ class AcceptanceLab:
             "reset": w.Button(description="Reset", tooltip="back to step 0; the same seed decodes again (key Home)"),
             "new_sample": w.Button(description="New sample", tooltip="the next seed: a new sample at temperature > 0"),
         }
+        actions = {"back": self.back, "step": self.step, "run": self.run_all, "reset": self.reset,
+                   "new_sample": self.new_sample}
         for name, b in self.buttons.items():
             b.add_class(f"mtplab-{name.replace('_', '-')}")
-        self.buttons["back"].on_click(lambda _: self._do(back))
-        self.buttons["step"].on_click(lambda _: self.step())
-        self.buttons["run"].on_click(lambda _: self.run_all())
-        self.buttons["reset"].on_click(lambda _: self.reset())
-        self.buttons["new_sample"].on_click(lambda _: self.new_sample())
+            b.on_click(lambda _, act=actions[name]: act())
         self.slider = w.IntSlider(value=0, min=0, max=1, description="step", continuous_update=False,
                                   layout=w.Layout(width="60%")).add_class("mtplab-slider")
         self.slider.observe(self._slid, names="value")
@@ -330,7 +328,7 @@ class AcceptanceLab:
                     continue
                 if name == "checkpoint" and str(value) not in c.options:
                     c.options = [*c.options, str(value)]
-                if c.value != value and _holds(c, value):
+                if c.value != value and _holds(type(c).__name__, value):
                     try:
                         c.value = value
                     except Exception:  # noqa: BLE001 - a value the control cannot hold: the state keeps it
@@ -367,9 +365,9 @@ class AcceptanceLab:
         display(self.widget)
 
 
-def _holds(control, value) -> bool:
-    """Whether a control of this kind can show `value` (a bad setting stays in the state, with its message)."""
-    kind = type(control).__name__
+def _holds(kind: str, value) -> bool:
+    """Whether a control of this kind ('IntText', 'FloatText', ...) can show `value` (a bad setting stays in the
+    state, with its message)."""
     if kind == "IntText":
         return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 53
     if kind == "FloatText":
@@ -386,28 +384,22 @@ def _controls(w, s: LabState) -> dict:
     checkpoints = list(dict.fromkeys([DEFAULT_CHECKPOINT, *names, str(s.checkpoint)]))
     return {
         "method": w.Dropdown(options=list(METHODS), description="method",
-                             value=_fits(s.method, list(METHODS), "blockwise-overlap")),
+                             value=s.method if s.method in METHODS else "blockwise-overlap"),
         "checkpoint": w.Dropdown(options=checkpoints, value=str(s.checkpoint), description="checkpoint"),
-        "k": w.IntText(value=_fits(s.k, int, LabState.k), description="k"),
-        "temperature": w.FloatText(value=_fits(s.temperature, float, LabState.temperature), description="temperature"),
+        "k": w.IntText(value=_fits(s.k, "IntText", LabState.k), description="k"),
+        "temperature": w.FloatText(value=_fits(s.temperature, "FloatText", LabState.temperature), description="temperature"),
         "device": w.Dropdown(options=list(dict.fromkeys([str(s.device), *DEVICES])), value=str(s.device),
                              description="device"),
-        "max_new_tokens": w.IntText(value=_fits(s.max_new_tokens, int, LabState.max_new_tokens),
+        "max_new_tokens": w.IntText(value=_fits(s.max_new_tokens, "IntText", LabState.max_new_tokens),
                                     description="new tokens"),
-        "seed": w.IntText(value=_fits(s.seed, int, LabState.seed), description="seed"),
-        "repeats": w.IntText(value=_fits(s.repeats, int, 5), description="timed runs"),
+        "seed": w.IntText(value=_fits(s.seed, "IntText", LabState.seed), description="seed"),
+        "repeats": w.IntText(value=_fits(s.repeats, "IntText", 5), description="timed runs"),
         "prompt": w.Textarea(value=str(s.prompt), description="prompt", continuous_update=False,
                              layout=w.Layout(width="60%")),
     }
 
 
-def _fits(value, kind, default):
-    """`value` when a control of this kind can hold it, else `default` (the state keeps the bad value)."""
-    if isinstance(kind, list):
-        return value if value in kind else default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    if kind is int and (not isinstance(value, int)):
-        return default
-    return value if value == value else default  # NaN
+def _fits(value, kind: str, default):
+    """`value` when a control of this kind can hold it (`_holds`), else `default` (the state keeps the bad value)."""
+    return value if _holds(kind, value) else default
 
