@@ -181,10 +181,7 @@ def shuffled_across_steps(rows: list[list[bool]], seed: int = 0) -> list[list[bo
     is destroyed."""
     g = torch.Generator().manual_seed(seed)
     n = len(rows[0]) if rows else 0
-    cols = []
-    for j in range(n):
-        perm = torch.randperm(len(rows), generator=g).tolist()
-        cols.append([rows[p][j] for p in perm])
+    cols = [[rows[p][j] for p in torch.randperm(len(rows), generator=g).tolist()] for j in range(n)]
     return [[cols[j][s] for j in range(n)] for s in range(len(rows))]
 
 
