@@ -84,10 +84,6 @@ class LabState:
         return len(self.trace.steps) if self.trace is not None else 0
 
     @property
-    def done(self) -> bool:
-        return self.trace is not None and self.shown >= self.total_steps
-
-    @property
     def records(self) -> list[StepRecord]:
         """One record per revealed step."""
         if self.trace is None:
