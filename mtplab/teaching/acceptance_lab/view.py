@@ -328,7 +328,7 @@ class AcceptanceLab:
                     continue
                 if name == "checkpoint" and str(value) not in c.options:
                     c.options = [*c.options, str(value)]
-                if c.value != value and _holds(type(c).__name__, value):
+                if c.value != value and _holds(c, value):
                     try:
                         c.value = value
                     except Exception:  # noqa: BLE001 - a value the control cannot hold: the state keeps it
@@ -365,9 +365,9 @@ class AcceptanceLab:
         display(self.widget)
 
 
-def _holds(kind: str, value) -> bool:
-    """Whether a control of this kind ('IntText', 'FloatText', ...) can show `value` (a bad setting stays in the
-    state, with its message)."""
+def _holds(control, value) -> bool:
+    """Whether a control of this kind can show `value` (a bad setting stays in the state, with its message)."""
+    kind = type(control).__name__
     if kind == "IntText":
         return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 53
     if kind == "FloatText":
@@ -378,28 +378,22 @@ def _holds(kind: str, value) -> bool:
 
 
 def _controls(w, s: LabState) -> dict:
-    """One ipywidgets control per setting. A control shows only values it can hold; a bad setting stays in the
-    state, whose message the status line shows."""
+    """One ipywidgets control per setting, made at the default settings (the dropdowns also offer the state's
+    checkpoint and device); the first render's `_sync_controls` shows the state's own values, each where its control
+    can hold it (`_holds`): a bad setting stays in the state, whose message the status line shows."""
     names = sorted(p.stem for p in ckpt.CHECKPOINT_DIR.glob("*.safetensors"))
     checkpoints = list(dict.fromkeys([DEFAULT_CHECKPOINT, *names, str(s.checkpoint)]))
     return {
-        "method": w.Dropdown(options=list(METHODS), description="method",
-                             value=s.method if s.method in METHODS else "blockwise-overlap"),
+        "method": w.Dropdown(options=list(METHODS), value=LabState.method, description="method"),
         "checkpoint": w.Dropdown(options=checkpoints, value=str(s.checkpoint), description="checkpoint"),
-        "k": w.IntText(value=_fits(s.k, "IntText", LabState.k), description="k"),
-        "temperature": w.FloatText(value=_fits(s.temperature, "FloatText", LabState.temperature), description="temperature"),
+        "k": w.IntText(value=LabState.k, description="k"),
+        "temperature": w.FloatText(value=LabState.temperature, description="temperature"),
         "device": w.Dropdown(options=list(dict.fromkeys([str(s.device), *DEVICES])), value=str(s.device),
                              description="device"),
-        "max_new_tokens": w.IntText(value=_fits(s.max_new_tokens, "IntText", LabState.max_new_tokens),
-                                    description="new tokens"),
-        "seed": w.IntText(value=_fits(s.seed, "IntText", LabState.seed), description="seed"),
-        "repeats": w.IntText(value=_fits(s.repeats, "IntText", 5), description="timed runs"),
+        "max_new_tokens": w.IntText(value=LabState.max_new_tokens, description="new tokens"),
+        "seed": w.IntText(value=LabState.seed, description="seed"),
+        "repeats": w.IntText(value=5, description="timed runs"),
         "prompt": w.Textarea(value=str(s.prompt), description="prompt", continuous_update=False,
                              layout=w.Layout(width="60%")),
     }
-
-
-def _fits(value, kind: str, default):
-    """`value` when a control of this kind can hold it (`_holds`), else `default` (the state keeps the bad value)."""
-    return value if _holds(kind, value) else default
 
