@@ -273,17 +273,14 @@ def tree_step(ts: TreeStep, *, root_token: int | None = None, label=token_repr) 
     ax = axes[0][0]
     on_path = {r - 1 for r in ts.path[1:]}
     # y: leaves in order, a parent at the mean of its children
-    y: dict[int, float] = {}
     leaves = [i for i in range(len(tree)) if not tree.children(i)]
-    for j, i in enumerate(leaves):
-        y[i] = -float(j)
+    y: dict[int, float] = {i: -float(j) for j, i in enumerate(leaves)}
     for i in sorted(range(len(tree)), key=lambda i: -tree.depth[i]):
         if i not in y:
             kids = tree.children(i)
             y[i] = sum(y[c] for c in kids) / len(kids)
     y_root = sum(y[c] for c in tree.children(-1)) / max(1, len(tree.children(-1)))
-    pos = {-1: (0.0, y_root)}
-    pos.update({i: (float(tree.depth[i]), y[i]) for i in range(len(tree))})
+    pos = {-1: (0.0, y_root)} | {i: (float(tree.depth[i]), y[i]) for i in range(len(tree))}
     for i in range(len(tree)):
         (x0, y0), (x1, y1) = pos[tree.parent[i]], pos[i]
         good = i in on_path and (tree.parent[i] == -1 or tree.parent[i] in on_path)
