@@ -70,7 +70,7 @@ class Trace:
     def text(self) -> str:
         return decode(self.tokens)
 
-    # the whole decode's target forwards, drafter calls and seconds: its steps' summed
+    # totals over the steps: target forwards, drafter calls, and seconds (the whole steps, the target's, the drafter's)
     forwards = _summed("forwards")
     draft_forwards = _summed("draft_forwards")
     wall_s = _summed("wall_s")

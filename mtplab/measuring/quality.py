@@ -48,8 +48,8 @@ def loop_onset(tokens: list[int]) -> int | None:
 def looping(model, prompts: list[list[int]], *, max_new_tokens: int = 128, window: int = 48,
             max_period: int = 24) -> dict:
     """Greedy continuations of every prompt; which of them end in a loop. Returns counts and periods."""
-    periods = [loop_period(autoregressive(model, p, max_new_tokens=max_new_tokens).tokens, window=window,
-                           max_period=max_period) for p in prompts]
+    conts = [autoregressive(model, p, max_new_tokens=max_new_tokens).tokens for p in prompts]
+    periods = [loop_period(c, window=window, max_period=max_period) for c in conts]
     n_loop = sum(p is not None for p in periods)
     return {"prompts": len(prompts), "looping": n_loop, "fraction": n_loop / max(1, len(prompts)),
             "periods": periods, "max_new_tokens": max_new_tokens, "window": window, "max_period": max_period}
