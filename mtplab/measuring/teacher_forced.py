@@ -39,12 +39,8 @@ def teacher_forced_agreement(a, b, ids: list[int], *, start: int = 1) -> tuple[i
 def greedy_windows(model, windows: torch.Tensor, prompt_len: int, n_new: int) -> torch.Tensor:
     """Each window cut at prompt_len and continued by the target's own greedy tokens (n_new of them):
     the text a speculative decode must reproduce, rather than the text the corpus happens to hold."""
-
-    out = []
-    for x in windows.tolist():
-        prompt = x[:prompt_len]
-        out.append(prompt + autoregressive(model, prompt, max_new_tokens=n_new).tokens)
-    return torch.tensor(out, dtype=torch.long)
+    prompts = [x[:prompt_len] for x in windows.tolist()]
+    return torch.tensor([p + autoregressive(model, p, max_new_tokens=n_new).tokens for p in prompts], dtype=torch.long)
 
 
 @contextlib.contextmanager
@@ -196,11 +192,8 @@ def kept_given_previous(rows: list[list[bool]], j: int = 1) -> dict:
 def greedy_paths(model, prompts, *, max_new_tokens: int = 64, k: int | None = None) -> list[tuple[list[int], int]]:
     """(prompt + the target's greedy continuation, prompt length) per prompt: one `autoregressive` decode each."""
     k = model.config.n_depths if k is None else k
-    out = []
-    for prompt in prompts:
-        ids = _prompt_ids(model, prompt, max_new_tokens, k)
-        out.append((ids + autoregressive(model, ids, max_new_tokens=max_new_tokens).tokens, len(ids)))
-    return out
+    ids = [_prompt_ids(model, p, max_new_tokens, k) for p in prompts]
+    return [(p + autoregressive(model, p, max_new_tokens=max_new_tokens).tokens, len(p)) for p in ids]
 
 
 def estimate_acceptance(model, prompts, *, max_new_tokens: int = 64, k: int | None = None, shift: int = 0,
