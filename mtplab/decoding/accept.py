@@ -125,12 +125,6 @@ def decide(rule: str, drafts: list[int], p: torch.Tensor, q: torch.Tensor | None
     return Decision(n_ok, bonus, source, draws)
 
 
-def pick_token(logits_row: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:
-    if temperature == 0:
-        return int(check_finite(logits_row).argmax())
-    return sample(distribution(logits_row.unsqueeze(0), temperature, top_k)[0], generator)
-
-
 @dataclass(frozen=True)
 class Sampling:
     """How the target picks a token: greedy (temperature 0), or sampled at `temperature` from the `top_k` most
@@ -144,4 +138,6 @@ class Sampling:
         return self.temperature == 0
 
     def pick(self, logits_row: torch.Tensor) -> int:
-        return pick_token(logits_row, self.temperature, self.top_k, self.generator)
+        if self.greedy:
+            return int(check_finite(logits_row).argmax())
+        return sample(distribution(logits_row.unsqueeze(0), self.temperature, self.top_k)[0], self.generator)

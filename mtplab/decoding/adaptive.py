@@ -37,6 +37,7 @@ class Policy(Protocol):
 
 
 class Fixed:
+    """k-1 drafts every step; the other policies take its defaults for what they leave alone."""
     name = "fixed"
     stop = None
 
@@ -51,12 +52,11 @@ class Fixed:
 
 
 @dataclass
-class Schedule:
+class Schedule(Fixed):
     """+2 drafts after a step that kept all of them, -1 otherwise, within 1..k-1; starts at `start` (or k-1)."""
     start: int | None = None
     n: int | None = field(default=None, init=False)
     name = "schedule"
-    stop = None
 
     def drafts(self, limit: int) -> int:
         if self.n is None:
@@ -64,16 +64,13 @@ class Schedule:
         self.n = max(1, min(limit, self.n))
         return self.n
 
-    def cut(self, draft):
-        return draft
-
     def after(self, drafted: int, accepted: int) -> None:
         if self.n is not None and drafted:
             self.n = self.n + 2 if accepted == drafted else self.n - 1
 
 
 @dataclass
-class ConfidenceStop:
+class ConfidenceStop(Fixed):
     """Keep the drafts before the first whose drafter probability is below `threshold`."""
     threshold: float = 0.4
     name = "confidence"
@@ -81,9 +78,6 @@ class ConfidenceStop:
     def __post_init__(self):
         if not (isinstance(self.threshold, (int, float)) and 0 <= self.threshold <= 1):
             raise MtplabError(f"the confidence threshold must be a probability in [0, 1] (got {self.threshold!r})")
-
-    def drafts(self, limit: int) -> int:
-        return limit
 
     def cut(self, draft):
         if draft.confidence is None:
@@ -96,9 +90,6 @@ class ConfidenceStop:
 
     def stop(self, confidence: float) -> bool:
         return confidence < self.threshold
-
-    def after(self, drafted: int, accepted: int) -> None:
-        pass
 
 
 POLICIES = {"fixed": Fixed, "schedule": Schedule, "confidence": ConfidenceStop}

@@ -83,9 +83,9 @@ def check_prompt(model, prompt_ids, extra: int, room: int = 0) -> list[int]:
         raise MtplabError(f"the prompt must be a list of token ids (integers), not {type(prompt_ids).__name__}; "
                           "encode text with mtplab.tokenizer.encode")
     prompt_ids = list(prompt_ids)
-    if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in prompt_ids):
-        bad = next(t for t in prompt_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral))
-        raise MtplabError(f"prompt ids must be integers (got {bad!r}); encode text with mtplab.tokenizer.encode")
+    bad = [t for t in prompt_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+    if bad:
+        raise MtplabError(f"prompt ids must be integers (got {bad[0]!r}); encode text with mtplab.tokenizer.encode")
     prompt = [int(t) for t in prompt_ids]
     if not prompt:
         raise MtplabError("the prompt is empty; give at least one token (one character)")
@@ -95,12 +95,11 @@ def check_prompt(model, prompt_ids, extra: int, room: int = 0) -> list[int]:
     limit = model.config.block_size
     if room and room > limit - 2:  # a step verifies k positions after at least one prompt and one new token
         raise MtplabError(f"k={room} tokens per step cannot fit the context window of {limit}; use k <= {limit - 2}")
+    step = f" plus k={room} tokens of one step" if room else ""
     if extra + room >= limit:  # not even a one-token prompt fits
-        why = f"{extra} new tokens" + (f" plus k={room} tokens of one step" if room else "")
-        raise MtplabError(f"{why} leave no room for a prompt in the context window of {limit}; ask for at most "
-                          f"{max(0, limit - 1 - room)} new tokens" + (" or a smaller k" if room else ""))
+        raise MtplabError(f"{extra} new tokens{step} leave no room for a prompt in the context window of {limit}; ask "
+                          f"for at most {max(0, limit - 1 - room)} new tokens" + (" or a smaller k" if room else ""))
     if len(prompt) + extra + room > limit:
-        step = f" plus k={room} tokens of one step" if room else ""
         raise MtplabError(
             f"prompt ({len(prompt)} tokens) plus {extra} new tokens{step} exceeds the context window of {limit}; "
             f"shorten the prompt to at most {limit - extra - room} tokens or ask for fewer new tokens "

@@ -70,10 +70,6 @@ class BaseDrafter:
         self.tokens = tokens
 
 
-def _argmax_list(logits) -> list[int]:
-    return logits.float().argmax(-1).tolist()
-
-
 def _need_heads(model, family: str, who: str):
     have = model.config.heads
     if have != family:
@@ -101,7 +97,24 @@ def _top(logits: torch.Tensor, width: int) -> list[list[int]]:
     return torch.topk(logits.float(), min(width, logits.shape[-1]), dim=-1).indices.tolist()
 
 
-class SternDrafter(BaseDrafter):
+class _HeadsDrafter(BaseDrafter):
+    """Stern's and Meta's heads: every depth reads one hidden state, so one head pass (`_logits`) drafts them all."""
+
+    def _logits(self, n: int) -> torch.Tensor:
+        """(n, V): depths 2..n+1 from the hidden state at the last kept position."""
+        raise NotImplementedError
+
+    def propose(self, n, stop=None):
+        logits = self._logits(n)
+        return Draft(logits.float().argmax(-1).tolist(), calls=1, confidence=_confidence(logits))
+
+    def candidates(self, n: int, width: int) -> list[list[int]]:
+        """The top-`width` tokens of depths 2..n+1, best first (token trees: one head pass gives every depth's
+        candidates, since each depth reads the same hidden state)."""
+        return _top(self._logits(n), width)
+
+
+class SternDrafter(_HeadsDrafter):
     """Stern et al. 2018: depths 2..K read the hidden state at the last kept position."""
     name = "blockwise"
 
@@ -121,17 +134,8 @@ class SternDrafter(BaseDrafter):
         # one pass of the heads: the shared h -> 4h layer, n of the 4h -> h layers, the shared output head
         return self.model.draft_unembed(self.model.mtp.hidden(self.h, n)[:, 0])[0]  # (n, V)
 
-    def propose(self, n, stop=None):
-        logits = self._logits(n)
-        return Draft(_argmax_list(logits), calls=1, confidence=_confidence(logits))
 
-    def candidates(self, n: int, width: int) -> list[list[int]]:
-        """The top-`width` tokens of depths 2..n+1, best first (token trees: one head pass gives every depth's
-        candidates, since each depth reads the same hidden state)."""
-        return _top(self._logits(n), width)
-
-
-class MetaDrafter(BaseDrafter):
+class MetaDrafter(_HeadsDrafter):
     """Gloeckle et al. 2024: each extra head is a transformer layer with its own KV cache over the trunk."""
     name = "meta"
 
@@ -154,14 +158,9 @@ class MetaDrafter(BaseDrafter):
         self.tokens = tokens
         self._extend(out.pre_last[:, :n_keep])
 
-    def propose(self, n, stop=None):
+    def _logits(self, n):
         # the K-1 head layers ran once over the newly kept positions (in feedback): one call
-        logits = self.model.draft_unembed(self.h_last[:, :n])[0]  # (n, V)
-        return Draft(_argmax_list(logits), calls=1, confidence=_confidence(logits))
-
-    def candidates(self, n: int, width: int) -> list[list[int]]:
-        """The top-`width` tokens of depths 2..n+1, best first (every head reads the same trunk output)."""
-        return _top(self.model.draft_unembed(self.h_last[:, :n])[0], width)
+        return self.model.draft_unembed(self.h_last[:, :n])[0]  # (n, V)
 
 
 class DeepSeekDrafter(BaseDrafter):

@@ -47,6 +47,11 @@ class Step:
     # (None: a greedy drafter, one-hot on its drafts)
 
 
+def _summed(field_name: str) -> property:
+    """A Trace property: one Step field summed over the steps."""
+    return property(lambda self: sum(getattr(s, field_name) for s in self.steps))
+
+
 @dataclass
 class Trace:
     """What a decoder did, step by step. Step 0 is the prefill (the prompt in one forward)."""
@@ -65,25 +70,12 @@ class Trace:
     def text(self) -> str:
         return decode(self.tokens)
 
-    @property
-    def forwards(self) -> int:
-        return sum(s.forwards for s in self.steps)
-
-    @property
-    def draft_forwards(self) -> int:
-        return sum(s.draft_forwards for s in self.steps)
-
-    @property
-    def wall_s(self) -> float:
-        return sum(s.wall_s for s in self.steps)
-
-    @property
-    def target_s(self) -> float:
-        return sum(s.target_s for s in self.steps)
-
-    @property
-    def draft_s(self) -> float:
-        return sum(s.draft_s for s in self.steps)
+    # totals over the steps: target forwards, drafter calls, and seconds (the whole steps, the target's, the drafter's)
+    forwards = _summed("forwards")
+    draft_forwards = _summed("draft_forwards")
+    wall_s = _summed("wall_s")
+    target_s = _summed("target_s")
+    draft_s = _summed("draft_s")
 
     @property
     def decoding_steps(self) -> list[Step]:
@@ -121,8 +113,7 @@ class Trace:
     @property
     def accepted_per_position(self) -> list[int]:
         """accepted_per_position[i]: steps whose draft i (0-based; depth i+2) was accepted."""
-        n = max((len(s.drafted) for s in self.steps), default=0)
-        return [sum(1 for s in self.steps if s.accepted > i) for i in range(n)]
+        return [a for a, _ in conditional_counts(self)]
 
     @property
     def acceptance_rate_per_position(self) -> list[float]:
@@ -133,12 +124,7 @@ class Trace:
     @property
     def conditional_acceptance(self) -> list[float]:
         """P(draft i accepted | drafts 0..i-1 accepted and draft i existed)."""
-        n = max((len(s.drafted) for s in self.steps), default=0)
-        out = []
-        for i in range(n):
-            reached = sum(1 for s in self.steps if len(s.drafted) > i and s.accepted >= i)
-            out.append(sum(1 for s in self.steps if s.accepted > i) / reached if reached else float("nan"))
-        return out
+        return [a / reached if reached else float("nan") for a, reached in conditional_counts(self)]
 
     @property
     def mean_accepted_length(self) -> float:

@@ -20,6 +20,8 @@ lab does not teach; `tree_speculative` refuses it with an error.
 """
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 import torch
@@ -158,11 +160,7 @@ def iter_tree_steps(model, drafter, prompt_ids, *, max_new_tokens: int, widths, 
 
 def nodes_per_depth(widths) -> list[int]:
     """Nodes per depth: w_1, w_1 w_2, ..."""
-    out, n = [], 1
-    for w in widths:
-        n *= w
-        out.append(n)
-    return out
+    return list(itertools.accumulate(widths, operator.mul))
 
 
 def _tree_step(run: Decode, widths) -> TreeStep:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import operator
 from dataclasses import dataclass
 from mtplab.errors import MtplabError
 from mtplab.measuring import theory
@@ -71,11 +72,7 @@ def to_conditional(unconditional) -> list[float]:
 
 def to_unconditional(conditional) -> list[float]:
     """a_j = c_0 c_1 ... c_j."""
-    out, run = [], 1.0
-    for c in _rates(conditional):
-        run *= c
-        out.append(run)
-    return out
+    return list(itertools.accumulate(_rates(conditional), operator.mul))
 
 
 def convert(source, kind: str = "unconditional") -> Acceptance:

@@ -50,14 +50,10 @@ def record_rows(rec: Record, name: str, method: str, *, heads_sha: str | None, d
     dtype."""
     if rec.get("model") != name:
         return []
-    out = []
-    for r in rec.rows:
-        same = (r.get("method") == method and r.get("heads_sha256") == heads_sha and not r.get("widths")
-                and r.get("draft_vocab", "full") == draft_vocab and (r.get("kernel") or rec.kernel()) == kernel
-                and r.get("dtype", "fp32") == dtype and isinstance(r.get("k"), int) and r.get("valid", True))
-        if same and r.get("identical_to_ar") == r.get("prompts"):
-            out.append(r)
-    return out
+    return [r for r in rec.rows if r.get("method") == method and r.get("heads_sha256") == heads_sha and not r.get("widths")
+            and r.get("draft_vocab", "full") == draft_vocab and (r.get("kernel") or rec.kernel()) == kernel
+            and r.get("dtype", "fp32") == dtype and isinstance(r.get("k"), int) and r.get("valid", True)
+            and r.get("identical_to_ar") == r.get("prompts")]
 
 
 # said under a table of record rows with a confidence stop (`bench real`'s, the README's): their acceptance column

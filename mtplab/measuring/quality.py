@@ -17,9 +17,7 @@ def loop_period(tokens: list[int], *, window: int = 48, max_period: int = 24) ->
     if len(tokens) < window + 1:
         return None
     tail = tokens[-window:]
-    for p in range(1, max_period + 1):
-        if p >= window:
-            break
+    for p in range(1, min(max_period, window - 1) + 1):
         if all(tail[i] == tail[i - p] for i in range(p, window)):
             return p
     return None
@@ -50,10 +48,8 @@ def loop_onset(tokens: list[int]) -> int | None:
 def looping(model, prompts: list[list[int]], *, max_new_tokens: int = 128, window: int = 48,
             max_period: int = 24) -> dict:
     """Greedy continuations of every prompt; which of them end in a loop. Returns counts and periods."""
-    periods = []
-    for p in prompts:
-        cont = autoregressive(model, p, max_new_tokens=max_new_tokens).tokens
-        periods.append(loop_period(cont, window=window, max_period=max_period))
+    conts = [autoregressive(model, p, max_new_tokens=max_new_tokens).tokens for p in prompts]
+    periods = [loop_period(c, window=window, max_period=max_period) for c in conts]
     n_loop = sum(p is not None for p in periods)
     return {"prompts": len(prompts), "looping": n_loop, "fraction": n_loop / max(1, len(prompts)),
             "periods": periods, "max_new_tokens": max_new_tokens, "window": window, "max_period": max_period}

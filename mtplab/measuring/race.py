@@ -122,9 +122,6 @@ class RaceResult:
             return f"valid: {self.rounds} interleaved rounds over {self.prompts} prompts; {load}"
         return NOT_VALID.format(why=self.busy)
 
-    def rows(self) -> list[dict]:
-        return [{"name": n, **self.row(n), "seconds_median_round": self.seconds_median(n)} for n in self.names]
-
 
 def _tokens(out) -> list[int]:
     toks = getattr(out, "tokens", out)

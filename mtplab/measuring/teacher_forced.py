@@ -39,12 +39,8 @@ def teacher_forced_agreement(a, b, ids: list[int], *, start: int = 1) -> tuple[i
 def greedy_windows(model, windows: torch.Tensor, prompt_len: int, n_new: int) -> torch.Tensor:
     """Each window cut at prompt_len and continued by the target's own greedy tokens (n_new of them):
     the text a speculative decode must reproduce, rather than the text the corpus happens to hold."""
-
-    out = []
-    for x in windows.tolist():
-        prompt = x[:prompt_len]
-        out.append(prompt + autoregressive(model, prompt, max_new_tokens=n_new).tokens)
-    return torch.tensor(out, dtype=torch.long)
+    prompts = [x[:prompt_len] for x in windows.tolist()]
+    return torch.tensor([p + autoregressive(model, p, max_new_tokens=n_new).tokens for p in prompts], dtype=torch.long)
 
 
 @contextlib.contextmanager
@@ -181,10 +177,7 @@ def shuffled_across_steps(rows: list[list[bool]], seed: int = 0) -> list[list[bo
     is destroyed."""
     g = torch.Generator().manual_seed(seed)
     n = len(rows[0]) if rows else 0
-    cols = []
-    for j in range(n):
-        perm = torch.randperm(len(rows), generator=g).tolist()
-        cols.append([rows[p][j] for p in perm])
+    cols = [[rows[p][j] for p in torch.randperm(len(rows), generator=g).tolist()] for j in range(n)]
     return [[cols[j][s] for j in range(n)] for s in range(len(rows))]
 
 
@@ -199,11 +192,8 @@ def kept_given_previous(rows: list[list[bool]], j: int = 1) -> dict:
 def greedy_paths(model, prompts, *, max_new_tokens: int = 64, k: int | None = None) -> list[tuple[list[int], int]]:
     """(prompt + the target's greedy continuation, prompt length) per prompt: one `autoregressive` decode each."""
     k = model.config.n_depths if k is None else k
-    out = []
-    for prompt in prompts:
-        ids = _prompt_ids(model, prompt, max_new_tokens, k)
-        out.append((ids + autoregressive(model, ids, max_new_tokens=max_new_tokens).tokens, len(ids)))
-    return out
+    ids = [_prompt_ids(model, p, max_new_tokens, k) for p in prompts]
+    return [(p + autoregressive(model, p, max_new_tokens=max_new_tokens).tokens, len(p)) for p in ids]
 
 
 def estimate_acceptance(model, prompts, *, max_new_tokens: int = 64, k: int | None = None, shift: int = 0,

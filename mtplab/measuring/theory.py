@@ -13,7 +13,9 @@ position has. `per_position_tokens_per_step` takes the measured rates instead, a
 """
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from mtplab.errors import MtplabError
 
 
@@ -73,11 +75,7 @@ def expected_tokens_per_step(alpha: float, n_drafts: int) -> float:
 def per_position_tokens_per_step(conditional: list[float]) -> float:
     """E[tokens per step] from measured conditional rates c_j, one per position: 1 + sum_j c_0 ... c_j.
     Exact for any correlation, because c_j is already conditioned on the drafts before it being kept."""
-    out, run = 1.0, 1.0
-    for c in conditional:
-        run *= c
-        out += run
-    return out
+    return sum(itertools.accumulate(conditional, operator.mul), 1.0)
 
 
 def conditional_from_tokens_per_step(tps: float, n_drafts: int) -> float:

@@ -3,13 +3,12 @@ size curve, the crossover, the time split of a decode, and batches against their
 """
 from __future__ import annotations
 
+import itertools
 import math
 from matplotlib.figure import Figure
 from mtplab.decoding.trace import Trace
 from mtplab.viz.kinds import COLORS
-from mtplab.viz.style import AR_COLOR, OVERLAP_COLOR, _figure
-from mtplab.viz.style import PLAIN_COLOR
-from mtplab.viz.style import _running_median
+from mtplab.viz.style import AR_COLOR, OVERLAP_COLOR, PLAIN_COLOR, _figure, _running_median
 
 
 # ---------------------------------------------------------------------------------- forwards and costs
@@ -28,8 +27,7 @@ def forwards_vs_m(ms, plain: dict[int, list[int]], overlap: dict[int, list[int]]
         ax.plot(ms, [1 + m / k for m in ms], color=OVERLAP_COLOR, ls="--", lw=1, label="1 + m/k")
         ax.plot(ms, plain[k], "o", ms=3, color=PLAIN_COLOR, label="measured, plain")
         ax.plot(ms, overlap[k], "s", ms=3, color=OVERLAP_COLOR, label="measured, overlap")
-        ax.set_title(f"k = {k}")
-        ax.set_xlabel("new tokens m")
+        ax.set(title=f"k = {k}", xlabel="new tokens m")
     axes[0][0].set_ylabel("target forwards")
     axes[0][0].legend(fontsize=7, loc="upper left")
     return fig
@@ -56,9 +54,7 @@ def cost_curve(curves, *, title: str | None = None) -> Figure:
     ax.axhline(1, color="0.6", ls="--", label="t(q) = t(1): free parallelism")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_xlabel("tokens per forward q")
-    ax.set_ylabel("t(q) / t(1)")
-    ax.set_title(title or "Cost of one forward over q new tokens")
+    ax.set(xlabel="tokens per forward q", ylabel="t(q) / t(1)", title=title or "Cost of one forward over q new tokens")
     ax.legend(fontsize=7)
     return fig
 
@@ -72,9 +68,7 @@ def roofline(qs, intensity, ridge: float | None = None) -> Figure:
         ax.axhline(ridge, color="tab:red", ls="--", label=f"ridge of this machine: {ridge:.1f} FLOP/byte")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("tokens per forward q")
-    ax.set_ylabel("FLOPs per byte moved")
-    ax.set_title("Roofline: memory-bound below the ridge")
+    ax.set(xlabel="tokens per forward q", ylabel="FLOPs per byte moved", title="Roofline: memory-bound below the ridge")
     ax.legend(fontsize=7)
     return fig
 
@@ -84,18 +78,13 @@ def step_times(traces: dict[str, Trace], *, window: int = 9) -> Figure:
     fig, axes = _figure(width=6)
     ax = axes[0][0]
     for label, tr in traces.items():
-        ctx, ms = [], []
-        n = len(tr.prompt)
-        for s in tr.steps:
-            ctx.append(n)
-            ms.append(1e3 * s.wall_s)
-            n += len(s.emitted)
-        ctx, ms = ctx[1:], ms[1:]  # the first step is the prefill over the whole prompt
+        # the context each step saw: the prompt and every token committed before it; the first step is the prefill
+        # over the whole prompt, left out
+        ctx = list(itertools.accumulate((len(s.emitted) for s in tr.steps[:-1]), initial=len(tr.prompt)))[1:]
+        ms = [1e3 * s.wall_s for s in tr.steps[1:]]
         dots = ax.plot(ctx, ms, ".", ms=2, alpha=0.35)[0]
         ax.plot(ctx, _running_median(ms, window), lw=1.5, label=label, color=dots.get_color())
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("ms per new token")
-    ax.set_title("Time per token as the context grows")
+    ax.set(xlabel="context length (tokens)", ylabel="ms per new token", title="Time per token as the context grows")
     ax.legend(fontsize=8)
     return fig
 
@@ -109,9 +98,7 @@ def block_size_curve(ks, values: dict[str, list[float]]) -> Figure:
     ax.plot(ks, ks, color="0.6", ls=":", label="every draft kept: k")
     for label, v in values.items():
         ax.plot(ks, v, "o-", label=label)
-    ax.set_xlabel("k, tokens per step")
-    ax.set_ylabel("mean accepted length")
-    ax.set_xticks(ks)
+    ax.set(xlabel="k, tokens per step", ylabel="mean accepted length", xticks=ks)
     ax.legend(fontsize=8)
     return fig
 
@@ -124,10 +111,8 @@ def crossover(rows: list[dict]) -> Figure:
         rs = [r for r in rows if r["alpha"] == al]
         ax.plot([r["params_M"] for r in rs], [r["speedup_wall"] for r in rs], "o-", label=f"alpha = {al}")
     ax.axhline(1.0, color="0.6", ls="--", label="no speedup")
-    ax.set_xscale("log")
-    ax.set_xlabel("model parameters (millions)")
-    ax.set_ylabel("wall-clock speedup over AR")
-    ax.set_title("Where speculative decoding starts to pay (oracle drafts)")
+    ax.set(xscale="log", xlabel="model parameters (millions)", ylabel="wall-clock speedup over AR",
+           title="Where speculative decoding starts to pay (oracle drafts)")
     ax.legend(fontsize=7)
     return fig
 
@@ -196,14 +181,10 @@ def batch_tradeoff(rows_by_method: dict[str, list[dict]]) -> Figure:
     for ax in (a_tp, a_sp):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size B")
-    a_tp.set_ylabel("committed tokens / s (all rows)")
-    a_tp.set_title("throughput")
-    a_lat.set_xlabel("committed tokens / s (all rows)")
-    a_lat.set_ylabel("ms per token, one row")
-    a_lat.set_title("latency against throughput")
+    a_tp.set(ylabel="committed tokens / s (all rows)", title="throughput")
+    a_lat.set(xlabel="committed tokens / s (all rows)", ylabel="ms per token, one row", title="latency against throughput")
     a_sp.axhline(1.0, color=AR_COLOR, lw=1, ls="--")
-    a_sp.set_ylabel("speculative / AR throughput")
-    a_sp.set_title("where speculation stops paying")
+    a_sp.set(ylabel="speculative / AR throughput", title="where speculation stops paying")
     for ax in axes[0]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -225,9 +206,7 @@ def regime_map(by_size: list[dict], by_depth: list[dict] | None = None, *, q: in
     if llc:
         ax.axvline(llc / 1e6, color="0.3", ls=":", lw=1, label=f"last-level cache {llc / (1 << 20):.0f} MiB")
     ax.axhline(1, color="0.6", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("weights read per forward (MB, fp32)")
-    ax.set_ylabel(f"t({q}) / t(1)")
+    ax.set(xscale="log", xlabel="weights read per forward (MB, fp32)", ylabel=f"t({q}) / t(1)")
     ax.set_title(f"verifying {q} tokens, in units of one token\nred: fits in the cache, blue: does not", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     if by_depth:
@@ -239,8 +218,7 @@ def regime_map(by_size: list[dict], by_depth: list[dict] | None = None, *, q: in
             err = [[v - r["speedup_min"] for v, r in zip(s, rows)], [r["speedup_max"] - v for v, r in zip(s, rows)]]
             ax.errorbar(d, s, yerr=err, marker="o", ms=3, capsize=2, lw=1, label=method)
         ax.axhline(1, color="0.3", ls=":", lw=1, label="AR of the same trunk")
-        ax.set_xlabel("trunk layers (the extra ones are identity blocks)")
-        ax.set_ylabel("wall clock speedup (median, range)")
+        ax.set(xlabel="trunk layers (the extra ones are identity blocks)", ylabel="wall clock speedup (median, range)")
         ax.set_title("the same heads, the same acceptance:\nonly the cost of a forward changes", fontsize=9)
         ax.legend(fontsize=7)
     if machine:

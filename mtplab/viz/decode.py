@@ -6,16 +6,12 @@ from __future__ import annotations
 import statistics
 
 from matplotlib.figure import Figure
-from mtplab.decoding.trace import Trace
-from mtplab.tokenizer import token_repr
-from mtplab.viz.kinds import COLORS, TEXT_COLORS
+from mtplab.decoding.trace import Trace, conditional_counts
 from mtplab.decoding.tree import TreeStep
-from mtplab.viz.style import OVERLAP_COLOR, _figure
-from mtplab.viz.style import _finite, _font
-from mtplab.decoding.trace import conditional_counts
 from mtplab.measuring.acceptance import wilson
-from mtplab.viz.kinds import KINDS, LEGEND
-from mtplab.viz.kinds import step_record
+from mtplab.tokenizer import token_repr
+from mtplab.viz.kinds import COLORS, KINDS, LEGEND, TEXT_COLORS, step_record
+from mtplab.viz.style import OVERLAP_COLOR, _figure, _finite, _font
 
 
 # ---------------------------------------------------------------------------------- acceptance
@@ -175,9 +171,7 @@ def acceptance_figure(trace: Trace | None, *, title: str | None = None, max_draf
     n_pos = max(min(max_drafts or 0, 16), longest, 1)  # an absurd k draws 16 positions, not k-1 bars
     ax1.set_ylim(0, n_pos + 0.8)
     ax1.set_xlim(-0.6, max(len(steps), 8) - 0.4)
-    from matplotlib.patches import (
-        Patch,  # explicit handles: an empty bar container has no colour to show
-    )
+    from matplotlib.patches import Patch  # explicit handles: an empty bar container has no colour to show
     ax1.legend(handles=[Patch(color=COLORS["discarded"], label="drafted"),
                         Patch(color=COLORS["accepted"], label="accepted")], loc="upper right", fontsize=_font(scale))
     counts = conditional_counts(trace) if trace is not None else []
@@ -279,17 +273,14 @@ def tree_step(ts: TreeStep, *, root_token: int | None = None, label=token_repr) 
     ax = axes[0][0]
     on_path = {r - 1 for r in ts.path[1:]}
     # y: leaves in order, a parent at the mean of its children
-    y: dict[int, float] = {}
     leaves = [i for i in range(len(tree)) if not tree.children(i)]
-    for j, i in enumerate(leaves):
-        y[i] = -float(j)
+    y: dict[int, float] = {i: -float(j) for j, i in enumerate(leaves)}
     for i in sorted(range(len(tree)), key=lambda i: -tree.depth[i]):
         if i not in y:
             kids = tree.children(i)
             y[i] = sum(y[c] for c in kids) / len(kids)
     y_root = sum(y[c] for c in tree.children(-1)) / max(1, len(tree.children(-1)))
-    pos = {-1: (0.0, y_root)}
-    pos.update({i: (float(tree.depth[i]), y[i]) for i in range(len(tree))})
+    pos = {-1: (0.0, y_root)} | {i: (float(tree.depth[i]), y[i]) for i in range(len(tree))}
     for i in range(len(tree)):
         (x0, y0), (x1, y1) = pos[tree.parent[i]], pos[i]
         good = i in on_path and (tree.parent[i] == -1 or tree.parent[i] in on_path)

@@ -82,19 +82,18 @@ class StepRecord:
 def step_record(index: int, step: Step, label=token_repr) -> StepRecord:
     """Label every token of a `Step`: predict / accepted / rejected / discarded / bonus. `label` prints one
     token id (the byte tokenizer's `token_repr`, or a Hugging Face model's own)."""
-    token_repr = label
     views = []
     if step.predict_token is not None:
-        views.append(TokenView(step.predict_token, token_repr(step.predict_token), "predict"))
+        views.append(TokenView(step.predict_token, label(step.predict_token), "predict"))
     draws = list(step.draws)
     for i, d in enumerate(step.drafted):
         kind = "accepted" if i < step.accepted else ("rejected" if i == step.accepted else "discarded")
-        views.append(TokenView(d, token_repr(d), kind, draws[i] if i < len(draws) else None))
+        views.append(TokenView(d, label(d), kind, draws[i] if i < len(draws) else None))
     if step.bonus is not None:
         kind = "bonus-correction" if step.bonus_source == "correction" else "bonus-target"
         if index == 0 and not step.drafted and step.predict_token is None:
             kind = "prefill"  # step 0: the prompt in one forward gives the first token; no draft was checked
-        views.append(TokenView(step.bonus, token_repr(step.bonus), kind))
+        views.append(TokenView(step.bonus, label(step.bonus), kind))
     return StepRecord(index, tuple(step.drafted), step.accepted, len(step.drafted) - step.accepted, step.bonus,
                       step.bonus_source, step.predict_token, tuple(step.emitted), step.forwards, tuple(views),
                       step.wall_s, step.target_s, step.draft_s)

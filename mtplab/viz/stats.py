@@ -22,9 +22,7 @@ def sampling_histogram(counts: dict, target, *, others: dict | None = None, labe
     target = torch.as_tensor(target, dtype=torch.float64)
     freqs = {k: torch.as_tensor(v, dtype=torch.float64) / max(1.0, float(torch.as_tensor(v).sum()))
              for k, v in counts.items()}
-    mass = target.clone()
-    for f in freqs.values():
-        mass = mass + f
+    mass = sum(freqs.values(), target)  # target + each frequency, in order
     shown = [i for i in range(len(target)) if mass[i] > 1e-3]
     if len(shown) > 24:  # a large vocabulary: the 24 most likely tokens
         shown = sorted(sorted(range(len(target)), key=lambda i: -float(mass[i]))[:24])
@@ -45,9 +43,7 @@ def sampling_histogram(counts: dict, target, *, others: dict | None = None, labe
     else:
         names = [token_repr(t) if len(target) == 256 else str(t) for t in shown]
     ax.set_xticks(range(len(shown)), names, fontsize=8)
-    ax.set_xlabel("token")
-    ax.set_ylabel("frequency")
-    ax.set_title(title)
+    ax.set(xlabel="token", ylabel="frequency", title=title)
     ax.legend(fontsize=7)
     return fig
 
@@ -78,9 +74,8 @@ def power_bars(power: dict[str, float], *, alpha: float, broken: dict[str, bool]
         ["tab:red" if broken[n] else "tab:green" for n in names]
     ax.bar(names, [power[n] for n in names], color=colours)
     ax.axhline(alpha, color="k", ls=":", lw=1, label=f"alpha = {alpha:g} (a correct rule's rate)")
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("rejection rate")
-    ax.set_title("chi-square test against the exact p" + (f", {seeds} seeds" if seeds else ""))
+    ax.set(ylim=(0, 1.05), ylabel="rejection rate",
+           title="chi-square test against the exact p" + (f", {seeds} seeds" if seeds else ""))
     ax.tick_params(axis="x", labelrotation=30)
     ax.legend(loc="center right", fontsize=8)
     return fig
@@ -100,8 +95,7 @@ def conventions(acc: Acceptance, *, title: str = "", intervals: dict | None = No
         yerr = None if iv is None else [[y - lo for y, (lo, _) in zip(ys, iv)], [hi - y for y, (_, hi) in zip(ys, iv)]]
         ax.bar([x + shift for x in pos], ys, w, label=lab, yerr=yerr, capsize=3 if yerr else 0)
     ax.set_xticks(pos, [f"draft {j}\n(depth {j + 2})" for j in pos])
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("acceptance rate")
+    ax.set(ylim=(0, 1.05), ylabel="acceptance rate")
     ax.set_title((title or f"mean accepted length {acc.mean_accepted_length:.2f} with the bonus, "
                            f"{acc.mean_accepted:.2f} without")
                  + (f"\nn = {n} drafting steps" + ("; whiskers: 95% Wilson" if intervals else "") if n else ""),

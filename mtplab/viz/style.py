@@ -48,14 +48,12 @@ def bars(values: dict[str, float], *, ylabel: str, title: str = "", fmt: str = "
     b = ax.bar(range(len(labels)), vals, color=[f"C{i}" for i in range(len(labels))])
     errors = errors or {}
     for i, k in enumerate(labels):
-        if k in errors:
+        if k in errors:  # the whisker, and the value beside its top, so that the whisker does not cross the number
             lo, hi = errors[k]
             ax.errorbar([i], [values[k]], yerr=[[values[k] - lo], [hi - values[k]]], color="black", capsize=4)
+            ax.annotate(fmt.format(values[k]), (i, hi), xytext=(6, 0), textcoords="offset points", ha="left",
+                        va="center", fontsize=8)
     ax.bar_label(b, labels=[fmt.format(v) if k not in errors else "" for k, v in zip(labels, vals)], fontsize=8)
-    for i, k in enumerate(labels):
-        if k in errors:  # beside the whisker's top, so that the whisker does not cross the number
-            ax.annotate(fmt.format(values[k]), (i, errors[k][1]), xytext=(6, 0), textcoords="offset points",
-                        ha="left", va="center", fontsize=8)
     ax.set_xticks(range(len(labels)), labels, fontsize=8, rotation=15 if len(labels) > 3 else 0)
     if isinstance(reference, tuple):
         ax.axhspan(*reference, color="tab:red", alpha=0.2, label=reference_label)

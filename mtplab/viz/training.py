@@ -15,9 +15,7 @@ def memory_curve(mem: dict[str, dict[int, float]], *, what: str = "peak memory o
     for label, d in mem.items():
         ks = sorted(d)
         ax.plot(ks, [d[k] for k in ks], "o-", label=label)
-    ax.set_xlabel("heads K")
-    ax.set_ylabel(what)
-    ax.set_title("Meta heads: backward head by head vs all at once")
+    ax.set(xlabel="heads K", ylabel=what, title="Meta heads: backward head by head vs all at once")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     return fig
@@ -39,9 +37,7 @@ def depth_accuracy(acc: dict[str, list[float]], *, ylabel: str = "top-1 accuracy
         ax.bar_label(b, labels=[f"{v:.2f}" for v in vals], fontsize=6)
     offsets = range(first_offset, first_offset + K)
     ax.set_xticks(list(offsets), [f"+{d}" for d in offsets])
-    ax.set_xlabel("offset of the predicted token (depth)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set(xlabel="offset of the predicted token (depth)", ylabel=ylabel, title=title)
     ax.margins(y=0.15)
     ax.legend(fontsize=7)
     return fig

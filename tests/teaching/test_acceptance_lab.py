@@ -102,7 +102,7 @@ def test_stepping_reveals_the_trace_one_step_at_a_time(models):
         assert st.trace is trace and st.shown == n  # stepping reveals; it does not decode again
         check_matches_trace(st)
     st = lab_state.run_all(st)
-    assert st.done and st.shown == st.total_steps
+    assert st.trace is not None and st.shown == st.total_steps
     check_matches_trace(st)
     assert lab_state.step(st).shown == st.total_steps  # past the end stays at the end
     assert lab_state.step(state()).shown == 0 and lab_state.run_all(state()).trace is None  # nothing to reveal
@@ -267,7 +267,8 @@ def test_widget_renders_state_and_shows_errors(models):
     assert "⚠" in lab.status.value and "at most 4" in lab.status.value
     assert "mtplab-tok" not in lab.tokens.value
     lab.set(k=2).buttons["run"].click()
-    assert lab.state.error == "" and lab.state.done and lab.controls["k"].value == 2
+    assert lab.state.error == "" and lab.state.trace is not None and lab.state.shown == lab.state.total_steps
+    assert lab.controls["k"].value == 2
     assert lab.tokens.value.count("mtplab-step-row") == lab.state.total_steps  # every row, in a scroll box
     lab.controls["prompt"].value = ""
     lab.buttons["run"].click()

@@ -84,10 +84,6 @@ class LabState:
         return len(self.trace.steps) if self.trace is not None else 0
 
     @property
-    def done(self) -> bool:
-        return self.trace is not None and self.shown >= self.total_steps
-
-    @property
     def records(self) -> list[StepRecord]:
         """One record per revealed step."""
         if self.trace is None:
@@ -224,13 +220,11 @@ def inside(state: LabState, i: int, *, n_tokens: int = 5) -> Inside | None:
         return None
     s = state.trace.steps[i]
     pos = s.accepted
-    rejected = pos < len(s.drafted)
-    greedy = float(state.temperature) == 0
-    if not rejected:
+    if pos >= len(s.drafted):
         return None  # every draft kept: the row decided only the bonus
     logits = s.verify_row.detach().float().cpu()
     draft, committed = s.drafted[pos], s.bonus
-    if greedy:
+    if float(state.temperature) == 0:  # greedy
         vals, idx = torch.topk(logits, 2)
         rank = int((logits > logits[draft]).sum()) + 1
         return Inside(i, pos, draft, committed, True, top2=((int(idx[0]), float(vals[0])), (int(idx[1]), float(vals[1]))),

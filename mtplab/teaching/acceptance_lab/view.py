@@ -232,13 +232,11 @@ class AcceptanceLab:
             "reset": w.Button(description="Reset", tooltip="back to step 0; the same seed decodes again (key Home)"),
             "new_sample": w.Button(description="New sample", tooltip="the next seed: a new sample at temperature > 0"),
         }
+        actions = {"back": self.back, "step": self.step, "run": self.run_all, "reset": self.reset,
+                   "new_sample": self.new_sample}
         for name, b in self.buttons.items():
             b.add_class(f"mtplab-{name.replace('_', '-')}")
-        self.buttons["back"].on_click(lambda _: self._do(back))
-        self.buttons["step"].on_click(lambda _: self.step())
-        self.buttons["run"].on_click(lambda _: self.run_all())
-        self.buttons["reset"].on_click(lambda _: self.reset())
-        self.buttons["new_sample"].on_click(lambda _: self.new_sample())
+            b.on_click(lambda _, act=actions[name]: act())
         self.slider = w.IntSlider(value=0, min=0, max=1, description="step", continuous_update=False,
                                   layout=w.Layout(width="60%")).add_class("mtplab-slider")
         self.slider.observe(self._slid, names="value")
@@ -380,34 +378,22 @@ def _holds(control, value) -> bool:
 
 
 def _controls(w, s: LabState) -> dict:
-    """One ipywidgets control per setting. A control shows only values it can hold; a bad setting stays in the
-    state, whose message the status line shows."""
+    """One ipywidgets control per setting, made at the default settings (the dropdowns also offer the state's
+    checkpoint and device); the first render's `_sync_controls` shows the state's own values, each where its control
+    can hold it (`_holds`): a bad setting stays in the state, whose message the status line shows."""
     names = sorted(p.stem for p in ckpt.CHECKPOINT_DIR.glob("*.safetensors"))
     checkpoints = list(dict.fromkeys([DEFAULT_CHECKPOINT, *names, str(s.checkpoint)]))
     return {
-        "method": w.Dropdown(options=list(METHODS), description="method",
-                             value=_fits(s.method, list(METHODS), "blockwise-overlap")),
+        "method": w.Dropdown(options=list(METHODS), value=LabState.method, description="method"),
         "checkpoint": w.Dropdown(options=checkpoints, value=str(s.checkpoint), description="checkpoint"),
-        "k": w.IntText(value=_fits(s.k, int, LabState.k), description="k"),
-        "temperature": w.FloatText(value=_fits(s.temperature, float, LabState.temperature), description="temperature"),
+        "k": w.IntText(value=LabState.k, description="k"),
+        "temperature": w.FloatText(value=LabState.temperature, description="temperature"),
         "device": w.Dropdown(options=list(dict.fromkeys([str(s.device), *DEVICES])), value=str(s.device),
                              description="device"),
-        "max_new_tokens": w.IntText(value=_fits(s.max_new_tokens, int, LabState.max_new_tokens),
-                                    description="new tokens"),
-        "seed": w.IntText(value=_fits(s.seed, int, LabState.seed), description="seed"),
-        "repeats": w.IntText(value=_fits(s.repeats, int, 5), description="timed runs"),
+        "max_new_tokens": w.IntText(value=LabState.max_new_tokens, description="new tokens"),
+        "seed": w.IntText(value=LabState.seed, description="seed"),
+        "repeats": w.IntText(value=5, description="timed runs"),
         "prompt": w.Textarea(value=str(s.prompt), description="prompt", continuous_update=False,
                              layout=w.Layout(width="60%")),
     }
-
-
-def _fits(value, kind, default):
-    """`value` when a control of this kind can hold it, else `default` (the state keeps the bad value)."""
-    if isinstance(kind, list):
-        return value if value in kind else default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    if kind is int and (not isinstance(value, int)):
-        return default
-    return value if value == value else default  # NaN
 
