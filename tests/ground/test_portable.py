@@ -360,13 +360,16 @@ def test_a_mac_names_its_cpu_and_cache_through_sysctl(monkeypatch):
     def fake_run(cmd, **kw):
         value = answers.get(cmd[-1])
         return subprocess.CompletedProcess(cmd, 0 if value else 1, stdout=(value or "") + "\n", stderr="")
-    monkeypatch.setattr(device.sys, "platform", "darwin")
+    monkeypatch.setattr(device, "MACOS", True)
     monkeypatch.setattr(device.subprocess, "run", fake_run)
+    device._sysctl.cache_clear()
     m = device.machine("cpu")
     assert m["cpu"] == "Apple M2" and m["llc_bytes"] == 16 << 20 and m["llc"] == "16 MiB"
-    monkeypatch.setattr(device.sys, "platform", "linux")  # elsewhere sysctl is never asked
+    monkeypatch.setattr(device, "MACOS", False)  # elsewhere sysctl is never asked
     monkeypatch.setattr(device.subprocess, "run", lambda *a, **k: pytest.fail("sysctl asked off macOS"))
+    device._sysctl.cache_clear()
     assert device.machine("cpu")["cpu"] != "Apple M2"
+    device._sysctl.cache_clear()
 
 
 def test_cpu_seconds_is_none_without_psutil_or_when_it_refuses(monkeypatch):

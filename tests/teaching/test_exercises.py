@@ -374,6 +374,11 @@ def test_the_laptop_assignment_is_graded_from_the_students_own_record(tmp_path):
                                                "tokens_per_step": 2.0, "draft_t1": 0.0, "measured_there": 1.2})
     assert sol.laptop_prediction(plain, "blockwise k=4") == pytest.approx(0.909090909091)
     assert classroom.check_laptop_prediction(plain, "blockwise k=4", sol.laptop_prediction(plain, "blockwise k=4"))
+    # past the record's largest q (a --quick record stops at 4): both take its largest
+    plain["predictions"]["classroom"].append({"row": "meta k=8", "method": "meta", "k": 8, "tokens_per_step": 3.0,
+                                               "draft_t1": 0.0, "measured_there": 2.0})
+    assert sol.laptop_prediction(plain, "meta k=8") == pytest.approx(2.307692307692)
+    assert classroom.check_laptop_prediction(plain, "meta k=8", sol.laptop_prediction(plain, "meta k=8"))
     # a classmate's number does not pass on another laptop's record
     other = _record()
     other["classroom"]["ratio"]["4"] = 2.0
