@@ -32,9 +32,13 @@ ROOT = Path(__file__).resolve().parents[2]
 BLOCKED = ("fcntl", "resource", "termios")
 GONE = ("pread", "pwrite", "sysconf", "O_NOFOLLOW", "O_NONBLOCK")
 
-# runs first in the child: a finder that refuses the POSIX-only modules, and an os without the POSIX-only names
+# runs first in the child: a finder that refuses the POSIX-only modules, and an os without the POSIX-only names.
+# psutil is imported before the block: it is cross-platform, and on Windows it loads its Windows backend, where here
+# its Linux backend would ask for `resource` (transformers imports psutil, so the real model would fail to load here
+# for a reason Windows does not have)
 NO_POSIX = f"""
 import os, sys
+import psutil
 BLOCKED = {BLOCKED!r}
 class _NoPosix:
     def find_spec(self, name, path=None, target=None):
@@ -726,8 +730,9 @@ def test_the_projector_switch_from_the_environment():
 
 @pytest.mark.slow
 def test_commands_run_without_posix(tmp_path):
-    """Beyond --help: a prompt file read (no O_NONBLOCK, no fcntl), the memory check (no resource, no sysconf) and
-    a one-step training run with its lock file, pid and save set (the lock itself through msvcrt's stand-in is
+    """Beyond --help: a prompt file read (no O_NONBLOCK, no fcntl), the memory check (no resource, no sysconf),
+    `preflight --quick` (the install, the timings, the load reading and its record) and a one-step training run with
+    its lock file, pid and save set (the lock itself through msvcrt's stand-in is
     covered above; here neither is importable, so it is the documented no-op)."""
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("def main(")
@@ -746,9 +751,13 @@ try:
 except SystemExit as e:
     code = e.code
 print('TRAIN', code)
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(['preflight', '--quick', '--out', {str(tmp_path / 'pf.json')!r}])
+print('PREFLIGHT', code, sorted(json.load(open({str(tmp_path / 'pf.json')!r}))['classroom']['ratio']))
 """)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = dict(x.split(" ", 1) for x in r.stdout.strip().splitlines() if x[:3] in ("GEN", "MEM", "TRA"))
+    lines = dict(x.split(" ", 1) for x in r.stdout.strip().splitlines() if x[:3] in ("GEN", "MEM", "TRA", "PRE"))
     assert lines["GEN"] == "0 4", r.stdout
     assert lines["MEM"] == "True"
     assert lines["TRAIN"] == "0", (r.stdout, r.stderr[-800:])
+    assert lines["PREFLIGHT"] == "0 ['1', '2', '4']", (r.stdout, r.stderr[-800:])
