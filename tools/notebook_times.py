@@ -55,7 +55,13 @@ def write_teaching(record: dict) -> None:
     if START not in text:
         raise SystemExit(f"{TEACHING} has no {START} marker")
     i, j = text.index(START), text.index(END) + len(END)
-    atomic_write_text(TEACHING, text[:i] + table(record) + text[j:])
+    text = text[:i] + table(record) + text[j:]
+    by = {name[:2]: r for name, r in record["notebooks"].items()}
+    k = text.index(END)  # the plan after the table quotes times as "NN: S s idle, slowest cell C s": from the record too
+    text = text[:k] + re.sub(r"\b(\d\d): \d+ s idle, slowest cell \d+ s",
+                             lambda m: (f"{m[1]}: {by[m[1]]['seconds']:.0f} s idle, slowest cell "
+                                        f"{by[m[1]]['slowest_cell_s']:.0f} s") if m[1] in by else m[0], text[k:])
+    atomic_write_text(TEACHING, text)
 
 
 def measure(path: Path) -> dict:
